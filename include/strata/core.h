@@ -1,0 +1,217 @@
+/*
+ * strata core: error model, context (last-error detail, thread pool, ISA choice),
+ * tensor element types, half-precision conversions.
+ *
+ * Error convention (everywhere in strata):
+ *   - functions return int: 0 on success, a negative ST_E* code, or -errno for
+ *     system errors passed through unchanged;
+ *   - output pointers are cleared on entry; on error nothing observable changed;
+ *   - a detailed message (file, field, byte offset, limit) for the last error is
+ *     kept by the st_ctx that the failing call was given (st_ctx_error()).
+ *   - bugs abort through ST_ASSERT (always on); bad input never does.
+ */
+#ifndef STRATA_CORE_H
+#define STRATA_CORE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* X(name, value, message). Values sit below -1000 so they never collide with -errno. */
+#define ST_ERRORS(X)                                                             \
+    X(ST_OK, 0, "success")                                                       \
+    X(ST_E_INVAL, -1001, "invalid argument")                                     \
+    X(ST_E_NOMEM, -1002, "out of memory")                                        \
+    X(ST_E_FORMAT, -1003, "malformed input")                                     \
+    X(ST_E_VERSION, -1004, "unsupported format version")                         \
+    X(ST_E_TYPE, -1005, "type mismatch")                                         \
+    X(ST_E_NOT_FOUND, -1006, "not found")                                        \
+    X(ST_E_LIMIT, -1007, "value exceeds a limit")                                \
+    X(ST_E_IO, -1008, "I/O error")                                               \
+    X(ST_E_STATE, -1009, "operation not valid in the current state")             \
+    X(ST_E_POOL_FULL, -1010, "page pool full: every page is pinned or referenced") \
+    X(ST_E_CORRUPT, -1011, "data corrupt: checksum mismatch")                    \
+    X(ST_E_UNSUPPORTED, -1012, "unsupported feature")                            \
+    X(ST_E_BUSY, -1013, "resource held by another process")                      \
+    X(ST_E_NOSPACE, -1014, "storage budget exhausted")                           \
+    X(ST_E_USAGE, -1015, "bad command-line usage")
+
+typedef enum st_err {
+#define ST_ERR_ENUM_(name, value, msg) name = value,
+    ST_ERRORS(ST_ERR_ENUM_)
+#undef ST_ERR_ENUM_
+} st_err;
+
+/* Static message for an ST_E* code or a -errno value. Never NULL; thread-safe. */
+const char *st_strerror(int err);
+/* Symbolic name ("ST_E_FORMAT", "ENOSPC"...) or "?"; never NULL. */
+const char *st_errname(int err);
+
+/* Always-on invariant check: a failure is a bug in strata, never bad input. */
+#define ST_ASSERT(cond)                                                          \
+    do {                                                                         \
+        if (!(cond)) st_assert_fail_(#cond, __FILE__, __LINE__);                 \
+    } while (0)
+_Noreturn void st_assert_fail_(const char *expr, const char *file, int line);
+
+/* ---- element types: numbering identical to ggml / GGUF ---------------------- */
+typedef enum st_type {
+    ST_TYPE_F32 = 0,
+    ST_TYPE_F16 = 1,
+    ST_TYPE_Q4_0 = 2,
+    ST_TYPE_Q4_1 = 3,
+    ST_TYPE_Q5_0 = 6,
+    ST_TYPE_Q5_1 = 7,
+    ST_TYPE_Q8_0 = 8,
+    ST_TYPE_Q8_1 = 9,
+    ST_TYPE_Q2_K = 10,
+    ST_TYPE_Q3_K = 11,
+    ST_TYPE_Q4_K = 12,
+    ST_TYPE_Q5_K = 13,
+    ST_TYPE_Q6_K = 14,
+    ST_TYPE_Q8_K = 15,
+    ST_TYPE_I8 = 24,
+    ST_TYPE_I16 = 25,
+    ST_TYPE_I32 = 26,
+    ST_TYPE_I64 = 27,
+    ST_TYPE_F64 = 28,
+    ST_TYPE_BF16 = 30,
+    ST_TYPE_COUNT_ = 40 /* one past the largest value ggml defines today */
+} st_type;
+
+/* ---- ISA selection ----------------------------------------------------------- */
+typedef enum st_isa { ST_ISA_SCALAR = 0, ST_ISA_AVX2 = 1, ST_ISA_AVX512 = 2 } st_isa;
+
+/* Best ISA this CPU supports (AVX512 needs F, BW, VL, DQ; AVX2 needs FMA and F16C). */
+st_isa st_cpu_best_isa(void);
+/* True when the CPU has AVX512-VNNI. */
+int st_cpu_has_vnni(void);
+/* Parse "scalar" | "avx2" | "avx512" (case-insensitive); -1 when unknown. */
+int st_isa_parse(const char *s);
+const char *st_isa_name(st_isa isa);
+
+/* ---- thread pool --------------------------------------------------------------- */
+typedef struct st_threadpool st_threadpool;
+
+/* Called once per thread: ith in [0, nth). The calling thread runs ith == 0. */
+typedef void (*st_task_fn)(void *arg, int ith, int nth);
+
+/* Creates a pool of n_threads (>= 1) including the caller. *out owned by caller,
+ * release with st_threadpool_destroy. Returns 0, ST_E_INVAL or -errno. */
+int st_threadpool_create(int n_threads, st_threadpool **out);
+void st_threadpool_destroy(st_threadpool *tp); /* NULL is a no-op */
+int st_threadpool_n_threads(const st_threadpool *tp);
+/* Runs fn(arg, ith, nth) on every thread and returns when all have finished.
+ * Not reentrant: call from one thread at a time, never from inside fn.
+ * Workers spin briefly before sleeping, so back-to-back calls are cheap. */
+void st_threadpool_run(st_threadpool *tp, st_task_fn fn, void *arg);
+
+/* Static split of n items over nth threads: thread ith gets [*i0, *i1). */
+static inline void st_split_range(int64_t n, int ith, int nth, int64_t *i0, int64_t *i1) {
+    int64_t per = (n + nth - 1) / nth;
+    int64_t a = per * ith, b = a + per;
+    if (a > n) a = n;
+    if (b > n) b = n;
+    *i0 = a;
+    *i1 = b;
+}
+
+/* ---- context ------------------------------------------------------------------ */
+typedef struct st_ctx st_ctx;
+
+typedef struct st_ctx_params {
+    int n_threads;  /* 0 = 2 (or STRATA_THREADS from the environment) */
+    int isa;        /* -1 = best supported, or STRATA_ISA from the environment */
+} st_ctx_params;
+
+st_ctx_params st_ctx_default_params(void);
+/* Creates a context. Honors STRATA_ISA=scalar|avx2|avx512 (forcing a path, e.g. for
+ * valgrind) and STRATA_THREADS=N when the params leave them at default. An ISA the
+ * CPU lacks is refused with ST_E_UNSUPPORTED. *out owned by caller. */
+int st_ctx_create(const st_ctx_params *params, st_ctx **out);
+void st_ctx_destroy(st_ctx *ctx); /* NULL is a no-op */
+st_threadpool *st_ctx_threadpool(st_ctx *ctx);
+st_isa st_ctx_isa(const st_ctx *ctx);
+
+/* Records a detailed message for err in ctx (ctx may be NULL: then it is dropped)
+ * and returns err, so callers write `return st_seterr(ctx, ST_E_FORMAT, "...")`. */
+int st_seterr(st_ctx *ctx, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int st_vseterr(st_ctx *ctx, int err, const char *fmt, va_list ap);
+/* The detailed message of the last error recorded in ctx ("" if none). Valid until
+ * the next failing call on ctx. */
+const char *st_ctx_error(const st_ctx *ctx);
+int st_ctx_last_code(const st_ctx *ctx);
+void st_ctx_clear_error(st_ctx *ctx);
+
+/* ---- half precision --------------------------------------------------------------- */
+static inline float st_fp32_from_bits(uint32_t w) { float f; memcpy(&f, &w, 4); return f; }
+static inline uint32_t st_fp32_to_bits(float f) { uint32_t w; memcpy(&w, &f, 4); return w; }
+
+/* IEEE binary16 -> binary32, exact for every input including subnormals, inf, NaN. */
+static inline float st_fp16_to_fp32(uint16_t h) {
+    const uint32_t w = (uint32_t)h << 16;
+    const uint32_t sign = w & 0x80000000u;
+    const uint32_t two_w = w + w;
+    const uint32_t exp_offset = 0xE0u << 23;
+    const float exp_scale = st_fp32_from_bits(0x7800000u);
+    const float normalized = st_fp32_from_bits((two_w >> 4) + exp_offset) * exp_scale;
+    const uint32_t magic_mask = 126u << 23;
+    const float magic_bias = 0.5f;
+    const float denormalized = st_fp32_from_bits((two_w >> 17) | magic_mask) - magic_bias;
+    const uint32_t denorm_cutoff = 1u << 27;
+    const uint32_t result =
+        sign | (two_w < denorm_cutoff ? st_fp32_to_bits(denormalized) : st_fp32_to_bits(normalized));
+    return st_fp32_from_bits(result);
+}
+
+/* binary32 -> binary16, round to nearest even (matches F16C's _cvtss_sh with RNE). */
+static inline uint16_t st_fp32_to_fp16(float f) {
+    const float scale_to_inf = st_fp32_from_bits(0x77800000u);
+    const float scale_to_zero = st_fp32_from_bits(0x08800000u);
+    float base = (f < 0 ? -f : f) * scale_to_inf * scale_to_zero;
+    const uint32_t w = st_fp32_to_bits(f);
+    const uint32_t shl1_w = w + w;
+    const uint32_t sign = w & 0x80000000u;
+    uint32_t bias = shl1_w & 0xFF000000u;
+    if (bias < 0x71000000u) bias = 0x71000000u;
+    base = st_fp32_from_bits((bias >> 1) + 0x07800000u) + base;
+    const uint32_t bits = st_fp32_to_bits(base);
+    const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
+    const uint32_t mantissa_bits = bits & 0x00000FFFu;
+    const uint32_t nonsign = exp_bits + mantissa_bits;
+    return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
+static inline float st_bf16_to_fp32(uint16_t h) { return st_fp32_from_bits((uint32_t)h << 16); }
+/* binary32 -> bfloat16, round to nearest even; NaN stays NaN (as ggml does). */
+static inline uint16_t st_fp32_to_bf16(float f) {
+    uint32_t u = st_fp32_to_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64);
+    return (uint16_t)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+}
+
+/* ---- overflow-safe size arithmetic ---------------------------------------------- */
+static inline int st_mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) {
+    return __builtin_mul_overflow(a, b, out);
+}
+static inline int st_add_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) {
+    return __builtin_add_overflow(a, b, out);
+}
+
+/* Aligned allocation (alignment a power of two >= sizeof(void*)); free with st_free_aligned.
+ * Returns NULL on failure or overflow. */
+void *st_alloc_aligned(size_t size, size_t alignment);
+void st_free_aligned(void *p);
+
+/* Monotonic time in seconds. */
+double st_time_now(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_CORE_H */

@@ -1,0 +1,130 @@
+/*
+ * GGUF reader (v2, v3) over mmap, and writer.
+ *
+ * The reader validates the whole header on open (magic, version, every count and
+ * length against named limits, overflow-safe offsets, tensor data inside the file,
+ * aligned and non-overlapping, known types, unique names and keys). A rejection
+ * returns ST_E_FORMAT / ST_E_VERSION / ST_E_LIMIT and leaves in the st_ctx a message
+ * naming the file, the field and the byte offset.
+ *
+ * Borrowed pointers (strings, arrays, tensor data) point into the mapping and stay
+ * valid until st_gguf_close(). Strings in GGUF are not NUL-terminated on disk: the
+ * getters return (pointer, length); st_gguf_get_str_dup gives a NUL-terminated copy.
+ * A st_gguf is read-only after open: any number of threads may read it.
+ */
+#ifndef STRATA_GGUF_H
+#define STRATA_GGUF_H
+
+#include "strata/core.h"
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum st_gguf_vtype {
+    ST_GGUF_UINT8 = 0,
+    ST_GGUF_INT8 = 1,
+    ST_GGUF_UINT16 = 2,
+    ST_GGUF_INT16 = 3,
+    ST_GGUF_UINT32 = 4,
+    ST_GGUF_INT32 = 5,
+    ST_GGUF_FLOAT32 = 6,
+    ST_GGUF_BOOL = 7,
+    ST_GGUF_STRING = 8,
+    ST_GGUF_ARRAY = 9,
+    ST_GGUF_UINT64 = 10,
+    ST_GGUF_INT64 = 11,
+    ST_GGUF_FLOAT64 = 12,
+    ST_GGUF_VTYPE_COUNT_
+} st_gguf_vtype;
+
+typedef struct st_gguf st_gguf;
+
+typedef struct st_gguf_tensor {
+    const char *name;   /* NUL-terminated copy owned by the st_gguf */
+    st_type type;
+    int n_dims;         /* 1..4 */
+    int64_t ne[4];      /* elements per dimension, ne[0] innermost; unused dims are 1 */
+    uint64_t offset;    /* byte offset relative to the data section */
+    uint64_t nbytes;    /* bytes of tensor data */
+    const void *data;   /* borrowed: inside the mapping */
+} st_gguf_tensor;
+
+/* Opens and validates path (mmap, read-only). *out owned by caller: st_gguf_close. */
+int st_gguf_open(st_ctx *ctx, const char *path, st_gguf **out);
+/* Same over a caller-owned buffer that must outlive the st_gguf; name is used in messages. */
+int st_gguf_open_memory(st_ctx *ctx, const void *data, size_t size, const char *name, st_gguf **out);
+void st_gguf_close(st_gguf *g); /* NULL is a no-op */
+
+uint32_t st_gguf_version(const st_gguf *g);
+uint32_t st_gguf_alignment(const st_gguf *g);
+uint64_t st_gguf_data_offset(const st_gguf *g); /* file offset of the data section */
+uint64_t st_gguf_file_size(const st_gguf *g);
+const char *st_gguf_path(const st_gguf *g);
+
+/* ---- metadata ---- */
+int64_t st_gguf_n_kv(const st_gguf *g);
+int64_t st_gguf_find_key(const st_gguf *g, const char *key); /* index or -1 */
+const char *st_gguf_key_name(const st_gguf *g, int64_t i);  /* NUL-terminated, borrowed */
+st_gguf_vtype st_gguf_key_type(const st_gguf *g, int64_t i);
+
+/* Typed getters: ST_E_NOT_FOUND when the key is absent, ST_E_TYPE (with a message naming
+ * the key, the expected and the actual type) when the type differs. Integer getters accept
+ * any integer type whose value fits the requested one losslessly. */
+int st_gguf_get_u32(st_gguf *g, const char *key, uint32_t *out);
+int st_gguf_get_i32(st_gguf *g, const char *key, int32_t *out);
+int st_gguf_get_u64(st_gguf *g, const char *key, uint64_t *out);
+int st_gguf_get_f32(st_gguf *g, const char *key, float *out);
+int st_gguf_get_bool(st_gguf *g, const char *key, bool *out);
+int st_gguf_get_str(st_gguf *g, const char *key, const char **s, size_t *len);
+/* NUL-terminated malloc'd copy; caller frees. */
+int st_gguf_get_str_dup(st_gguf *g, const char *key, char **out);
+
+/* Arrays. *elem_type is the element type (ST_GGUF_ARRAY for nested arrays). For numeric
+ * element types *data points at n packed little-endian elements (borrowed). */
+int st_gguf_get_arr(st_gguf *g, const char *key, st_gguf_vtype *elem_type, uint64_t *n, const void **data);
+/* Element i of an array of strings (borrowed pointer + length). */
+int st_gguf_get_arr_str(st_gguf *g, const char *key, uint64_t i, const char **s, size_t *len);
+/* Element i of a nested array (array of arrays): its element type, count and data. */
+int st_gguf_get_arr_arr(st_gguf *g, const char *key, uint64_t i, st_gguf_vtype *elem_type, uint64_t *n,
+                        const void **data);
+
+/* ---- tensors ---- */
+int64_t st_gguf_n_tensors(const st_gguf *g);
+const st_gguf_tensor *st_gguf_tensor_at(const st_gguf *g, int64_t i); /* borrowed */
+const st_gguf_tensor *st_gguf_find_tensor(const st_gguf *g, const char *name); /* NULL if absent */
+
+const char *st_gguf_vtype_name(st_gguf_vtype t);
+
+/* ---- writer ----
+ * Collects metadata and tensors in memory, then writes a GGUF v3 file. Keys and tensor
+ * names are copied; tensor data is borrowed until st_gguf_writer_write returns. */
+typedef struct st_gguf_writer st_gguf_writer;
+
+int st_gguf_writer_create(st_ctx *ctx, st_gguf_writer **out);
+void st_gguf_writer_destroy(st_gguf_writer *w); /* NULL is a no-op */
+int st_gguf_writer_set_alignment(st_gguf_writer *w, uint32_t alignment);
+int st_gguf_writer_set_u32(st_gguf_writer *w, const char *key, uint32_t v);
+int st_gguf_writer_set_i32(st_gguf_writer *w, const char *key, int32_t v);
+int st_gguf_writer_set_u64(st_gguf_writer *w, const char *key, uint64_t v);
+int st_gguf_writer_set_f32(st_gguf_writer *w, const char *key, float v);
+int st_gguf_writer_set_bool(st_gguf_writer *w, const char *key, bool v);
+int st_gguf_writer_set_str(st_gguf_writer *w, const char *key, const char *s);
+/* Numeric (or bool) array: n elements of elem_type, copied. */
+int st_gguf_writer_set_arr(st_gguf_writer *w, const char *key, st_gguf_vtype elem_type, const void *data,
+                           uint64_t n);
+int st_gguf_writer_set_arr_str(st_gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
+/* Copies key i of an open file (any type, including nested arrays) into the writer. */
+int st_gguf_writer_copy_kv(st_gguf_writer *w, const st_gguf *src, int64_t i);
+/* Adds a tensor; data (nbytes as the type and shape imply) is borrowed until write. */
+int st_gguf_writer_add_tensor(st_gguf_writer *w, const char *name, st_type type, int n_dims,
+                              const int64_t *ne, const void *data);
+/* Writes the file (atomically: to path.tmp, then rename). */
+int st_gguf_writer_write(st_gguf_writer *w, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

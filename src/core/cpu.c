@@ -1,0 +1,59 @@
+/* CPU feature detection for the kernel dispatch tables. */
+#include "strata/core.h"
+
+#include <stdlib.h>
+#include <strings.h>
+#include <time.h>
+
+st_isa st_cpu_best_isa(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        return ST_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ST_ISA_AVX2;
+#endif
+    return ST_ISA_SCALAR;
+}
+
+int st_cpu_has_vnni(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
+int st_isa_parse(const char *s) {
+    if (!s) return -1;
+    if (!strcasecmp(s, "scalar")) return ST_ISA_SCALAR;
+    if (!strcasecmp(s, "avx2")) return ST_ISA_AVX2;
+    if (!strcasecmp(s, "avx512")) return ST_ISA_AVX512;
+    return -1;
+}
+
+const char *st_isa_name(st_isa isa) {
+    switch (isa) {
+    case ST_ISA_SCALAR: return "scalar";
+    case ST_ISA_AVX2: return "avx2";
+    case ST_ISA_AVX512: return "avx512";
+    }
+    return "?";
+}
+
+void *st_alloc_aligned(size_t size, size_t alignment) {
+    if (size == 0) size = alignment;
+    size_t rounded;
+    if (__builtin_add_overflow(size, alignment - 1, &rounded)) return NULL;
+    rounded &= ~(alignment - 1);
+    return aligned_alloc(alignment, rounded);
+}
+
+void st_free_aligned(void *p) { free(p); }
+
+double st_time_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

@@ -1,0 +1,137 @@
+/* Thread pool: a fixed set of workers that all run the same task per dispatch.
+ *
+ * Decode dispatches dozens of small tasks per token, so wake-up latency matters:
+ * workers spin on the generation counter for a while (ST_SPIN_ITERS) before they
+ * sleep on the condition variable. The dispatcher bumps the generation under the
+ * mutex, so a worker that checked it under the mutex cannot miss a wake-up.
+ * Work is split statically by (ith, nth); the pool itself adds no reduction, so
+ * results depend only on how callers split, never on timing. */
+#include "strata/core.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define ST_CPU_RELAX() _mm_pause()
+#else
+#define ST_CPU_RELAX() ((void)0)
+#endif
+
+#define ST_SPIN_ITERS 200000
+
+struct worker {
+    st_threadpool *tp;
+    int ith;
+    pthread_t thread;
+};
+
+struct st_threadpool {
+    int n_threads;
+    struct worker *workers; /* [n_threads - 1]: ith 1..n-1 */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    _Atomic uint64_t gen;
+    _Atomic int n_done;
+    _Atomic int stop;
+    st_task_fn fn;
+    void *arg;
+};
+
+static void *worker_main(void *p) {
+    struct worker *w = p;
+    st_threadpool *tp = w->tp;
+    uint64_t seen = 0;
+    for (;;) {
+        uint64_t g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&tp->gen, memory_order_acquire)) == seen &&
+               !atomic_load_explicit(&tp->stop, memory_order_acquire) && spins < ST_SPIN_ITERS) {
+            if ((++spins & 1023) == 0)
+                sched_yield();
+            else
+                ST_CPU_RELAX();
+        }
+        if (g == seen && !atomic_load(&tp->stop)) {
+            pthread_mutex_lock(&tp->mu);
+            while ((g = atomic_load(&tp->gen)) == seen && !atomic_load(&tp->stop))
+                pthread_cond_wait(&tp->cv, &tp->mu);
+            pthread_mutex_unlock(&tp->mu);
+        }
+        if (atomic_load(&tp->stop)) return NULL;
+        seen = g;
+        tp->fn(tp->arg, w->ith, tp->n_threads);
+        atomic_fetch_add_explicit(&tp->n_done, 1, memory_order_acq_rel);
+    }
+}
+
+int st_threadpool_create(int n_threads, st_threadpool **out) {
+    if (!out) return ST_E_INVAL;
+    *out = NULL;
+    if (n_threads < 1) return ST_E_INVAL;
+    st_threadpool *tp = calloc(1, sizeof *tp);
+    if (!tp) return ST_E_NOMEM;
+    tp->n_threads = n_threads;
+    pthread_mutex_init(&tp->mu, NULL);
+    pthread_cond_init(&tp->cv, NULL);
+    if (n_threads > 1) {
+        tp->workers = calloc((size_t)n_threads - 1, sizeof *tp->workers);
+        if (!tp->workers) {
+            free(tp);
+            return ST_E_NOMEM;
+        }
+    }
+    for (int i = 1; i < n_threads; i++) {
+        struct worker *w = &tp->workers[i - 1];
+        w->tp = tp;
+        w->ith = i;
+        int rc = pthread_create(&w->thread, NULL, worker_main, w);
+        if (rc) {
+            tp->n_threads = i; /* join only those started */
+            st_threadpool_destroy(tp);
+            return -rc;
+        }
+    }
+    *out = tp;
+    return 0;
+}
+
+void st_threadpool_destroy(st_threadpool *tp) {
+    if (!tp) return;
+    pthread_mutex_lock(&tp->mu);
+    atomic_store(&tp->stop, 1);
+    pthread_cond_broadcast(&tp->cv);
+    pthread_mutex_unlock(&tp->mu);
+    for (int i = 1; i < tp->n_threads; i++) pthread_join(tp->workers[i - 1].thread, NULL);
+    pthread_cond_destroy(&tp->cv);
+    pthread_mutex_destroy(&tp->mu);
+    free(tp->workers);
+    free(tp);
+}
+
+int st_threadpool_n_threads(const st_threadpool *tp) { return tp ? tp->n_threads : 1; }
+
+void st_threadpool_run(st_threadpool *tp, st_task_fn fn, void *arg) {
+    if (!tp || tp->n_threads == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    tp->fn = fn;
+    tp->arg = arg;
+    atomic_store_explicit(&tp->n_done, 0, memory_order_relaxed);
+    pthread_mutex_lock(&tp->mu);
+    atomic_fetch_add_explicit(&tp->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&tp->cv);
+    pthread_mutex_unlock(&tp->mu);
+    fn(arg, 0, tp->n_threads);
+    /* Yield after a short spin: with more threads than free cores a descheduled worker
+     * would otherwise cost the spinner a whole time slice per dispatch. */
+    for (int spins = 0; atomic_load_explicit(&tp->n_done, memory_order_acquire) != tp->n_threads - 1; spins++) {
+        if (spins < 4096)
+            ST_CPU_RELAX();
+        else
+            sched_yield();
+    }
+}

@@ -1,0 +1,94 @@
+#include "strata/core.h"
+#include "../test.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+
+TEST(test_strerror_table) {
+    CHECK_STR(st_strerror(0), "success");
+    CHECK_STR(st_errname(ST_E_POOL_FULL), "ST_E_POOL_FULL");
+    CHECK_STR(st_errname(-ENOSPC), "ENOSPC");
+    CHECK_STR(st_strerror(-ENOSPC), "No space left on device");
+    CHECK_STR(st_strerror(-99999), "unknown error");
+}
+
+TEST(test_ctx_error_detail) {
+    st_ctx *ctx = NULL;
+    CHECK_OK(st_ctx_create(NULL, &ctx));
+    REQUIRE(ctx);
+    CHECK_STR(st_ctx_error(ctx), "");
+    int rc = st_seterr(ctx, ST_E_FORMAT, "%s: field %s at offset %d", "x.gguf", "n_tensors", 16);
+    CHECK_INT(rc, ST_E_FORMAT);
+    CHECK_STR(st_ctx_error(ctx), "x.gguf: field n_tensors at offset 16");
+    CHECK_INT(st_ctx_last_code(ctx), ST_E_FORMAT);
+    st_ctx_clear_error(ctx);
+    CHECK_STR(st_ctx_error(ctx), "");
+    st_ctx_destroy(ctx);
+    st_ctx_destroy(NULL);
+}
+
+TEST(test_fp16_roundtrip) {
+    /* every half value converts to float and back unchanged (NaNs stay NaN) */
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = st_fp16_to_fp32((uint16_t)h);
+        uint16_t back = st_fp32_to_fp16(f);
+        if (f != f) {
+            if (st_fp16_to_fp32(back) == st_fp16_to_fp32(back)) bad++;
+        } else if (back != h) {
+            bad++;
+        }
+    }
+    CHECK_INT(bad, 0);
+    CHECK_NEAR(st_fp16_to_fp32(st_fp32_to_fp16(1.0f / 3.0f)), 0.333251953125, 0);
+    CHECK_NEAR(st_bf16_to_fp32(st_fp32_to_bf16(1.0f)), 1.0, 0);
+    CHECK_INT(st_fp32_to_fp16(65520.0f), 0x7c00); /* rounds to +inf */
+}
+
+struct sum_job {
+    _Atomic long hits[8];
+};
+
+static void sum_task(void *arg, int ith, int nth) {
+    struct sum_job *j = arg;
+    (void)nth;
+    atomic_fetch_add(&j->hits[ith], 1);
+}
+
+TEST(test_threadpool_runs_each_thread_once) {
+    for (int n = 1; n <= 4; n++) {
+        st_threadpool *tp = NULL;
+        CHECK_OK(st_threadpool_create(n, &tp));
+        REQUIRE(tp);
+        struct sum_job j;
+        memset(&j, 0, sizeof j);
+        for (int it = 0; it < 1000; it++) st_threadpool_run(tp, sum_task, &j);
+        for (int i = 0; i < n; i++) CHECK_INT(atomic_load(&j.hits[i]), 1000);
+        for (int i = n; i < 8; i++) CHECK_INT(atomic_load(&j.hits[i]), 0);
+        st_threadpool_destroy(tp);
+    }
+}
+
+TEST(test_split_range_covers) {
+    for (int n = 0; n < 50; n++)
+        for (int nth = 1; nth < 6; nth++) {
+            int64_t covered = 0, prev = 0;
+            for (int ith = 0; ith < nth; ith++) {
+                int64_t a, b;
+                st_split_range(n, ith, nth, &a, &b);
+                CHECK_INT(a, prev);
+                covered += b - a;
+                prev = b;
+            }
+            CHECK_INT(covered, n);
+        }
+}
+
+TEST(test_isa_parse) {
+    CHECK_INT(st_isa_parse("AVX2"), ST_ISA_AVX2);
+    CHECK_INT(st_isa_parse("scalar"), ST_ISA_SCALAR);
+    CHECK_INT(st_isa_parse("sse"), -1);
+}
+
+TEST_MAIN(test_strerror_table, test_ctx_error_detail, test_fp16_roundtrip,
+          test_threadpool_runs_each_thread_once, test_split_range_covers, test_isa_parse)

@@ -1,0 +1,125 @@
+/* Tiny test harness: checks print both values and are never compiled out.
+ * A test file defines test functions with TEST(name) and lists them in
+ * TEST_MAIN(name1, name2, ...). Each executable prints "N passed, N failed". */
+#ifndef STRATA_TEST_H
+#define STRATA_TEST_H
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int test_failures_;
+
+#define TEST(name) static void name(void)
+
+#define CHECK(cond)                                                                 \
+    do {                                                                            \
+        if (!(cond)) {                                                              \
+            fprintf(stderr, "  FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);       \
+            test_failures_++;                                                       \
+        }                                                                           \
+    } while (0)
+
+#define CHECK_INT(a, b)                                                             \
+    do {                                                                            \
+        long long va_ = (long long)(a), vb_ = (long long)(b);                       \
+        if (va_ != vb_) {                                                           \
+            fprintf(stderr, "  FAIL %s:%d: %s == %s (%lld vs %lld)\n", __FILE__,    \
+                    __LINE__, #a, #b, va_, vb_);                                    \
+            test_failures_++;                                                       \
+        }                                                                           \
+    } while (0)
+
+/* a == 0, printing the error name when it is not */
+#define CHECK_OK(expr)                                                              \
+    do {                                                                            \
+        int rc_ = (expr);                                                           \
+        if (rc_ != 0) {                                                             \
+            fprintf(stderr, "  FAIL %s:%d: %s returned %d (%s)\n", __FILE__,        \
+                    __LINE__, #expr, rc_, st_errname(rc_));                         \
+            test_failures_++;                                                       \
+        }                                                                           \
+    } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                       \
+    do {                                                                            \
+        double va_ = (double)(a), vb_ = (double)(b);                                \
+        if (!(fabs(va_ - vb_) <= (tol))) {                                          \
+            fprintf(stderr, "  FAIL %s:%d: |%s - %s| = |%.9g - %.9g| > %g\n",       \
+                    __FILE__, __LINE__, #a, #b, va_, vb_, (double)(tol));           \
+            test_failures_++;                                                       \
+        }                                                                           \
+    } while (0)
+
+#define CHECK_STR(a, b)                                                             \
+    do {                                                                            \
+        const char *va_ = (a), *vb_ = (b);                                          \
+        if (!va_ || !vb_ || strcmp(va_, vb_) != 0) {                                \
+            fprintf(stderr, "  FAIL %s:%d: %s == %s (\"%s\" vs \"%s\")\n",          \
+                    __FILE__, __LINE__, #a, #b, va_ ? va_ : "(null)",               \
+                    vb_ ? vb_ : "(null)");                                          \
+            test_failures_++;                                                       \
+        }                                                                           \
+    } while (0)
+
+/* Stops the current test when a precondition fails. */
+#define REQUIRE(cond)                                                               \
+    do {                                                                            \
+        if (!(cond)) {                                                              \
+            fprintf(stderr, "  FAIL %s:%d: required %s\n", __FILE__, __LINE__,      \
+                    #cond);                                                         \
+            test_failures_++;                                                       \
+            return;                                                                 \
+        }                                                                           \
+    } while (0)
+
+/* Where ../shared lives: $STRATA_SHARED, else ../shared relative to the source tree. */
+static inline const char *test_shared_dir(void) {
+    const char *e = getenv("STRATA_SHARED");
+    if (e && *e) return e;
+#ifdef STRATA_SOURCE_DIR
+    return STRATA_SOURCE_DIR "/../shared";
+#else
+    return "../shared";
+#endif
+}
+
+static inline void test_skip(const char *why) {
+    fprintf(stderr, "  SKIPPED (loudly): %s\n", why);
+}
+
+typedef void (*test_fn_)(void);
+
+static inline int test_run_all_(const char *names, test_fn_ *fns, int n, int argc, char **argv) {
+    int passed = 0, failed = 0;
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", names);
+    char *save = NULL;
+    char *name = strtok_r(buf, ", ", &save);
+    for (int i = 0; i < n; i++, name = strtok_r(NULL, ", ", &save)) {
+        if (argc > 1 && !strstr(name, argv[1])) continue;
+        int before = test_failures_;
+        fprintf(stderr, "[ RUN  ] %s\n", name);
+        fns[i]();
+        if (test_failures_ == before) {
+            passed++;
+            fprintf(stderr, "[  OK  ] %s\n", name);
+        } else {
+            failed++;
+            fprintf(stderr, "[ FAIL ] %s\n", name);
+        }
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
+
+#define TEST_MAIN(...)                                                              \
+    int main(int argc, char **argv) {                                               \
+        test_fn_ fns_[] = {__VA_ARGS__};                                            \
+        return test_run_all_(#__VA_ARGS__, fns_, (int)(sizeof fns_ / sizeof fns_[0]), \
+                             argc, argv);                                           \
+    }
+
+#endif
