@@ -75,14 +75,35 @@ typedef enum st_type {
     ST_TYPE_Q5_K = 13,
     ST_TYPE_Q6_K = 14,
     ST_TYPE_Q8_K = 15,
+    ST_TYPE_IQ2_XXS = 16,
+    ST_TYPE_IQ2_XS = 17,
+    ST_TYPE_IQ3_XXS = 18,
+    ST_TYPE_IQ1_S = 19,
+    ST_TYPE_IQ4_NL = 20,
+    ST_TYPE_IQ3_S = 21,
+    ST_TYPE_IQ2_S = 22,
+    ST_TYPE_IQ4_XS = 23,
     ST_TYPE_I8 = 24,
     ST_TYPE_I16 = 25,
     ST_TYPE_I32 = 26,
     ST_TYPE_I64 = 27,
     ST_TYPE_F64 = 28,
+    ST_TYPE_IQ1_M = 29,
     ST_TYPE_BF16 = 30,
+    ST_TYPE_TQ1_0 = 34,
+    ST_TYPE_TQ2_0 = 35,
+    ST_TYPE_MXFP4 = 39,
     ST_TYPE_COUNT_ = 40 /* one past the largest value ggml defines today */
 } st_type;
+
+/* Storage geometry of every type ggml defines (so files holding them can be read and
+ * inspected even where strata has no kernel for them). For an unknown value all three
+ * return 0 / NULL. */
+int64_t st_type_block_size(st_type t); /* elements per block */
+size_t st_type_size(st_type t);        /* bytes per block */
+const char *st_type_name(st_type t);   /* "q4_K", "f16", ...; NULL when unknown */
+/* Bytes of a row of ne elements; 0 when ne is not a multiple of the block size or t unknown. */
+size_t st_row_bytes(st_type t, int64_t ne);
 
 /* ---- ISA selection ----------------------------------------------------------- */
 typedef enum st_isa { ST_ISA_SCALAR = 0, ST_ISA_AVX2 = 1, ST_ISA_AVX512 = 2 } st_isa;

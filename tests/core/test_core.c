@@ -90,5 +90,15 @@ TEST(test_isa_parse) {
     CHECK_INT(st_isa_parse("sse"), -1);
 }
 
-TEST_MAIN(test_strerror_table, test_ctx_error_detail, test_fp16_roundtrip,
+TEST(test_type_geometry) {
+    CHECK_INT(st_type_size(ST_TYPE_Q4_K), 144);
+    CHECK_INT(st_type_block_size(ST_TYPE_Q8_0), 32);
+    CHECK_INT(st_row_bytes(ST_TYPE_Q6_K, 512), 420);
+    CHECK_INT(st_row_bytes(ST_TYPE_Q8_0, 33), 0);
+    CHECK_INT(st_row_bytes((st_type)31, 32), 0); /* removed from ggml: unknown */
+    CHECK_STR(st_type_name(ST_TYPE_BF16), "bf16");
+    CHECK(st_type_name((st_type)1000) == NULL);
+}
+
+TEST_MAIN(test_type_geometry, test_strerror_table, test_ctx_error_detail, test_fp16_roundtrip,
           test_threadpool_runs_each_thread_once, test_split_range_covers, test_isa_parse)
