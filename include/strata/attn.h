@@ -28,7 +28,101 @@ typedef struct st_attn_page {
     int64_t pos0;          /* sequence position of slot 0 (logical page index * page_size) */
 } st_attn_page;
 
-/* (the attention subsystem's functions follow) */
+/* ---- attention over page views --------------------------------------------------------
+ *
+ * Shapes: a query row is head_dim f32; q and out are [n_q][n_head][head_dim] f32 (n_q = 1 for
+ * decode). Query head h belongs to KV head h / (n_head / n_kv_head) (GQA group); the
+ * kernels process the whole group per page, so each K/V element is read once per call.
+ *
+ * Softmax is computed online with f32 accumulators: scores are q.k * scale, tokens that are
+ * invalid (slot >= n_tokens, a cleared validity bit, or, for chunk queries, a position after
+ * the query's) are masked. A query that sees no token at all gets an all-zero output.
+ * Masked slots are never read as V, so a page may hold garbage (even NaN) in them.
+ *
+ * Determinism: every sequence's page list (per KV head) is cut into fixed runs of pages
+ * (ST_ATTN_SPLIT_TOKENS tokens' worth, independent of the thread count); each run yields a
+ * partial (max, sum, acc) and the runs are merged in list order. Results are therefore
+ * bit-identical for any number of threads, for a sequence alone or inside a batch, and for a
+ * sparse selection that happens to list every page (Quest's exactness gate, issue 7).
+ * They differ (within the thresholds of tests/attn) between ISAs.
+ *
+ * Threads: one st_attn_ws per calling thread; the kernels run on the st_ctx's thread pool
+ * (ctx NULL: on the calling thread). Page memory is only read.
+ */
+
+#define ST_ATTN_SPLIT_TOKENS 512 /* tokens per partial of decode (rounded to whole pages) */
+#define ST_ATTN_MAX_HEAD_DIM 1024
+#define ST_ATTN_MAX_HEADS 4096
+
+/* What the kernels need to know about one layer. */
+typedef struct st_attn_geom {
+    int32_t n_head;    /* query heads; a multiple of n_kv_head */
+    int32_t n_kv_head;
+    int32_t head_dim;  /* in [1, ST_ATTN_MAX_HEAD_DIM]; SIMD paths need a multiple of 16
+                          (AVX-512) or 8 (AVX2), otherwise the scalar kernel runs */
+    int32_t page_size; /* slots per page, >= 1 (the KV library uses 8..256; a contiguous
+                          cache is one page of any size with valid == NULL) */
+    st_type type;      /* ST_TYPE_F32, _F16, _BF16 or _Q8_0 (int8 + one scale per page-head) */
+    float scale;       /* score scale; 0 = 1/sqrt(head_dim) */
+} st_attn_geom;
+
+/* The pages one sequence attends to. Page order is the reduction order; positions come
+ * from each page's pos0, so the list needs no particular order, but the KV library gives
+ * logical order. Holes are simply pages not listed. */
+typedef struct st_attn_seq {
+    const st_attn_page *pages; /* [n_pages], borrowed */
+    int32_t n_pages;
+    /* Optional per-KV-head subset (Quest): NULL = every KV head reads all pages. Otherwise
+     * KV head h reads pages[sel[h * sel_stride + i]] for i < n_sel[h], in that order. */
+    const int32_t *sel;   /* [n_kv_head][sel_stride] indices into pages, or NULL */
+    const int32_t *n_sel; /* [n_kv_head], each in [0, sel_stride] */
+    int32_t sel_stride;
+} st_attn_seq;
+
+/* Caller-owned scratch (per-thread tiles, decode partials) plus the kernel table of one ISA.
+ * It grows on demand and is reused, so steady-state decode allocates nothing. */
+typedef struct st_attn_ws st_attn_ws;
+
+/* Creates a workspace whose kernels are those of isa (normally st_ctx_isa(ctx)).
+ * Returns 0, ST_E_INVAL (out NULL, isa unknown), ST_E_UNSUPPORTED (CPU lacks isa),
+ * ST_E_NOMEM. *out is owned by the caller: st_attn_ws_destroy. */
+int st_attn_ws_create(st_isa isa, st_attn_ws **out);
+void st_attn_ws_destroy(st_attn_ws *ws); /* NULL is a no-op */
+st_isa st_attn_ws_isa(const st_attn_ws *ws);
+
+/* Decode: one query per sequence. q, out: [n_head][head_dim] f32 (out may not alias q).
+ * Returns 0; ST_E_INVAL (NULL pointer, bad geometry, page or selection), ST_E_NOMEM (the
+ * workspace could not grow). Details in ctx. On error out is untouched. */
+int st_attn_decode(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, const st_attn_seq *seq,
+                   const float *q, float *out);
+
+/* Batched decode: sequence i reads seqs[i] with query q[i] -> out[i]; q, out:
+ * [n_seq][n_head][head_dim]. Each output is bit-identical to st_attn_decode of that
+ * sequence alone. Errors as st_attn_decode (n_seq >= 0; 0 is a no-op). */
+int st_attn_decode_batch(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
+                         const st_attn_seq *seqs, int32_t n_seq, const float *q, float *out);
+
+/* Chunk (prefill): n_q queries of one sequence at positions pos0_q .. pos0_q + n_q - 1;
+ * query i attends the listed tokens whose position is <= pos0_q + i (the chunk's own K/V
+ * must already be in the pages). q, out: [n_q][n_head][head_dim]. Errors as decode. */
+int st_attn_chunk(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, const st_attn_seq *seq,
+                  const float *q, int32_t n_q, int64_t pos0_q, float *out);
+
+/* Quest upper bound (issue 7) for one KV head of a GQA group of n_group query heads:
+ *   bound[p] = max over g of  sum_d max(q[g][d] * kmin[p][d], q[g][d] * kmax[p][d])
+ * which is >= q[g].k for every key k inside page p's box [kmin, kmax] (unscaled: multiply
+ * by the score scale if needed; ranking does not care). q: [n_group][head_dim];
+ * kmin/kmax: page p's vectors start at p * stride floats (stride >= head_dim);
+ * bound: [n_pages]. Uses ws's ISA. Returns 0 or ST_E_INVAL. */
+int st_attn_quest_bounds(const st_attn_ws *ws, int32_t head_dim, int32_t n_group,
+                         const float *q, const float *kmin, const float *kmax, int64_t stride,
+                         int32_t n_pages, float *bound);
+
+/* Element-wise min and max over the valid keys of KV head kv_head of one page, dequantized
+ * (the Quest page metadata). kmin, kmax: [head_dim]. Returns the number of valid keys
+ * (0: kmin = kmax = 0, and the caller should not rank the page), or ST_E_INVAL. */
+int st_attn_key_minmax(const st_attn_geom *g, const st_attn_page *page, int32_t kv_head,
+                       float *kmin, float *kmax);
 
 #ifdef __cplusplus
 }

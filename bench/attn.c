@@ -1,0 +1,211 @@
+/* bench/attn: decode attention for a Llama-3.2-1B-like layer (32 query heads, 8 KV heads,
+ * head_dim 64, f16 KV, page 16) at 4k, 32k and 128k context.
+ *
+ * Prints GB/s of K/V read, the ratio to the read-bandwidth probe measured in the same run,
+ * and paged vs contiguous: the same kernel over one big "page" per layer holding
+ * K [n_kv_head][ctx][head_dim] and V likewise. Paged pages are 32 KiB slabs (K then V, as
+ * the KV library lays out one layer of a page) placed in a shuffled order in one pool, so
+ * consecutive logical pages are not adjacent in memory. Each measurement rotates over
+ * enough layers that the working set is >= 256 MiB, so K/V come from DRAM, not cache.
+ *
+ * usage: attn [--threads N] [--ctx 4096,32768,131072] [--isa scalar|avx2|avx512] [--hot]
+ *             [--trials N]
+ * (--hot: one layer only, so small contexts measure the kernel from cache: a diagnostic)
+ */
+#include "strata/attn.h"
+#include "bench_common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_HEAD 32
+#define N_KV 8
+#define HEAD_DIM 64
+#define PAGE 16
+#define MIN_WORKING_SET ((size_t)256 << 20)
+
+static uint64_t rng_next(uint64_t *s) {
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    return *s;
+}
+
+static void fill_f16(uint16_t *p, size_t n, uint64_t *seed) {
+    uint16_t table[4096];
+    for (int i = 0; i < 4096; i++)
+        table[i] = st_fp32_to_fp16((float)((double)(rng_next(seed) >> 11) / 9007199254740992.0 * 2 - 1));
+    for (size_t i = 0; i < n; i++) p[i] = table[(i ^ (i >> 12) * 2654435761u) & 4095];
+}
+
+typedef struct layer_set {
+    int n_layers;
+    st_attn_page *pages; /* [n_layers][n_pages] */
+    st_attn_seq *seqs;   /* [n_layers] */
+    void *mem;
+} layer_set;
+
+/* Seconds per call of `iters` decode calls rotating over the layers. */
+static double time_decode(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, layer_set *ls,
+                          const float *q, float *out, int iters) {
+    double t0 = st_time_now();
+    for (int i = 0; i < iters; i++) {
+        int rc = st_attn_decode(ctx, ws, g, &ls->seqs[i % ls->n_layers], q, out);
+        if (rc) {
+            fprintf(stderr, "decode failed: %s (%s)\n", st_strerror(rc), st_ctx_error(ctx));
+            exit(1);
+        }
+    }
+    return (st_time_now() - t0) / iters;
+}
+
+typedef struct result {
+    int64_t n_ctx;
+    int n_layers;
+    double mib, gbp, gbc, us;
+} result;
+
+static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int hot, int trials, result *res) {
+    const size_t head_page = (size_t)PAGE * HEAD_DIM * 2;   /* bytes, one head of one page */
+    const size_t slab = 2 * N_KV * head_page;               /* K + V of one page: 32 KiB */
+    const int64_t n_pages = n_ctx / PAGE;
+    const size_t layer_bytes = (size_t)n_pages * slab;
+    int n_layers = (int)((MIN_WORKING_SET + layer_bytes - 1) / layer_bytes);
+    if (n_layers < 2) n_layers = 2;
+    if (hot) n_layers = 1; /* diagnostic: K/V stay in cache when small enough */
+    uint64_t seed = 0x9E3779B97F4A7C15ull ^ (uint64_t)n_ctx;
+
+    /* paged: one pool, slabs assigned to (layer, logical page) by a random permutation */
+    size_t total = (size_t)n_layers * (size_t)n_pages;
+    layer_set paged = {.n_layers = n_layers};
+    paged.mem = st_alloc_aligned(total * slab, 4096);
+    paged.pages = calloc(total, sizeof(st_attn_page));
+    paged.seqs = calloc((size_t)n_layers, sizeof(st_attn_seq));
+    int64_t *perm = malloc(total * sizeof(int64_t));
+    if (!paged.mem || !paged.pages || !paged.seqs || !perm) return ST_E_NOMEM;
+    fill_f16(paged.mem, total * slab / 2, &seed);
+    for (size_t i = 0; i < total; i++) perm[i] = (int64_t)i;
+    for (size_t i = total - 1; i > 0; i--) {
+        size_t j = rng_next(&seed) % (i + 1);
+        int64_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    for (int l = 0; l < n_layers; l++) {
+        for (int64_t p = 0; p < n_pages; p++) {
+            char *s = (char *)paged.mem + (size_t)perm[(size_t)l * n_pages + p] * slab;
+            paged.pages[(size_t)l * n_pages + p] = (st_attn_page){
+                .k = s, .v = s + N_KV * head_page, .n_tokens = PAGE, .pos0 = p * PAGE};
+        }
+        paged.seqs[l] = (st_attn_seq){.pages = paged.pages + (size_t)l * n_pages, .n_pages = (int32_t)n_pages};
+    }
+    free(perm);
+
+    /* contiguous: per layer one "page" of n_ctx slots */
+    layer_set contig = {.n_layers = n_layers};
+    contig.mem = st_alloc_aligned((size_t)n_layers * layer_bytes, 4096);
+    contig.pages = calloc((size_t)n_layers, sizeof(st_attn_page));
+    contig.seqs = calloc((size_t)n_layers, sizeof(st_attn_seq));
+    if (!contig.mem || !contig.pages || !contig.seqs) return ST_E_NOMEM;
+    fill_f16(contig.mem, (size_t)n_layers * layer_bytes / 2, &seed);
+    for (int l = 0; l < n_layers; l++) {
+        char *s = (char *)contig.mem + (size_t)l * layer_bytes;
+        contig.pages[l] = (st_attn_page){.k = s, .v = s + layer_bytes / 2, .n_tokens = (int32_t)n_ctx};
+        contig.seqs[l] = (st_attn_seq){.pages = &contig.pages[l], .n_pages = 1};
+    }
+
+    st_attn_geom gp = {.n_head = N_HEAD, .n_kv_head = N_KV, .head_dim = HEAD_DIM,
+                       .page_size = PAGE, .type = ST_TYPE_F16};
+    st_attn_geom gc = gp;
+    gc.page_size = (int32_t)n_ctx;
+    float q[N_HEAD * HEAD_DIM], out[N_HEAD * HEAD_DIM], out2[N_HEAD * HEAD_DIM];
+    for (int i = 0; i < N_HEAD * HEAD_DIM; i++) q[i] = (float)((double)(rng_next(&seed) >> 11) / 9007199254740992.0 * 2 - 1);
+
+    /* trials alternate between the layouts (best of each), so a burst of load from other
+     * processes hurts both alike; one warm-up pass over every layer first */
+    int iters = n_layers * (n_ctx >= 100000 ? 2 : 4);
+    time_decode(ctx, ws, &gp, &paged, q, out, n_layers);
+    time_decode(ctx, ws, &gc, &contig, q, out2, n_layers);
+    double tp = 1e30, tc = 1e30;
+    for (int t = 0; t < trials; t++) {
+        double a = time_decode(ctx, ws, &gp, &paged, q, out, iters);
+        double b = time_decode(ctx, ws, &gc, &contig, q, out2, iters);
+        if (a < tp) tp = a;
+        if (b < tc) tc = b;
+    }
+    res->n_ctx = n_ctx;
+    res->n_layers = n_layers;
+    res->mib = (double)layer_bytes / 1048576.0;
+    res->gbp = (double)layer_bytes / tp / 1e9;
+    res->gbc = (double)layer_bytes / tc / 1e9;
+    res->us = tp * 1e6;
+    fprintf(stderr, "  %lldk: paged %.2f GB/s, contiguous %.2f GB/s\n", (long long)(n_ctx / 1024),
+            res->gbp, res->gbc);
+
+    st_free_aligned(paged.mem);
+    free(paged.pages);
+    free(paged.seqs);
+    st_free_aligned(contig.mem);
+    free(contig.pages);
+    free(contig.seqs);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    int n_threads = 2, isa = -1, hot = 0, trials = 5;
+    const char *ctx_list = "4096,32768,131072";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) n_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ctx") && i + 1 < argc) ctx_list = argv[++i];
+        else if (!strcmp(argv[i], "--isa") && i + 1 < argc) isa = st_isa_parse(argv[++i]);
+        else if (!strcmp(argv[i], "--hot")) hot = 1;
+        else if (!strcmp(argv[i], "--trials") && i + 1 < argc) trials = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: attn [--threads N] [--ctx 4096,32768,131072] [--isa NAME] [--hot] [--trials N]\n");
+            return 2;
+        }
+    }
+    st_ctx_params p = st_ctx_default_params();
+    p.n_threads = n_threads;
+    p.isa = isa;
+    st_ctx *ctx = NULL;
+    st_attn_ws *ws = NULL;
+    int rc = st_ctx_create(&p, &ctx);
+    if (!rc) rc = st_attn_ws_create(st_ctx_isa(ctx), &ws);
+    if (rc) {
+        fprintf(stderr, "attn: %s\n", st_strerror(rc));
+        return 1;
+    }
+    /* the probe runs before and after (best of both), since other processes may load the
+     * machine; every ratio below uses it */
+    double probe = bench_read_bandwidth(st_ctx_threadpool(ctx), (size_t)1 << 30, 3);
+    result res[16];
+    int n_res = 0;
+    for (const char *s = ctx_list; *s && n_res < 16;) {
+        int64_t n = strtoll(s, NULL, 10);
+        if (n < PAGE || n % PAGE) {
+            fprintf(stderr, "attn: context %lld must be a positive multiple of %d\n", (long long)n, PAGE);
+            return 2;
+        }
+        if ((rc = run_ctx(ctx, ws, n, hot, trials, &res[n_res++]))) {
+            fprintf(stderr, "attn: %s\n", st_strerror(rc));
+            return 1;
+        }
+        const char *c = strchr(s, ',');
+        s = c ? c + 1 : s + strlen(s);
+    }
+    double probe2 = bench_read_bandwidth(st_ctx_threadpool(ctx), (size_t)1 << 30, 3);
+    if (probe2 > probe) probe = probe2;
+    printf("decode attention: %d q heads, %d kv heads, head_dim %d, f16 KV, page %d, %d threads, %s%s\n",
+           N_HEAD, N_KV, HEAD_DIM, PAGE, n_threads, st_isa_name(st_ctx_isa(ctx)), hot ? ", --hot" : "");
+    printf("read-bandwidth probe: %.2f GB/s (best of before/after)\n", probe);
+    printf("%8s %6s %9s %9s %8s %9s %8s %8s %10s\n", "context", "layers", "MiB/layer",
+           "paged", "%probe", "contig", "%probe", "pg/cont", "us/call");
+    for (int i = 0; i < n_res; i++)
+        printf("%7lldk %6d %9.1f %9.2f %8.1f %9.2f %8.1f %8.3f %10.2f\n",
+               (long long)(res[i].n_ctx / 1024), res[i].n_layers, res[i].mib, res[i].gbp,
+               100 * res[i].gbp / probe, res[i].gbc, 100 * res[i].gbc / probe,
+               res[i].gbp / res[i].gbc, res[i].us);
+    st_attn_ws_destroy(ws);
+    st_ctx_destroy(ctx);
+    return 0;
+}

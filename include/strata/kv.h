@@ -1,0 +1,298 @@
+/*
+ * strata KV page library: the key and value vectors of every layer and KV head, stored in
+ * fixed-size token pages drawn from one pool, with per-sequence page tables, copy-on-write
+ * forks, a content-keyed prefix cache, pinning, and snapshots.
+ *
+ * It knows nothing about models. The model runtime, per forward step:
+ *     st_kv_seq_reserve(kv, seq, n, tokens, &p0);          slots for positions [p0, p0+n)
+ *     for each layer l:
+ *         st_kv_write(kv, seq, l, p0, n, k, v);            this layer's K/V (after RoPE)
+ *         st_kv_seq_views(kv, seq, l, views, max, &nv);    pages for attention (attn.h)
+ *     st_kv_seq_commit(kv, seq);                           every layer written: seal full pages
+ *
+ * Geometry (fixed at creation): n_layer, n_kv_head, head_dim, page size P (a power of two in
+ * [8, 256], default 16), element type f32 / f16 / bf16 / q8_0. Positions are logical: slot s
+ * of logical page i holds position i*P + s; positions never shift (remove leaves holes).
+ *
+ * Physical page layout (one contiguous, 4096-aligned slab per page, so a page moves to and
+ * from disk in one large I/O and one layer of it in one smaller I/O):
+ *     page = n_layer layer blocks, each padded to a multiple of 4096 bytes;
+ *     layer block = K [n_kv_head][P][head_dim] (padded to 64 bytes)
+ *                   V [n_kv_head][P][head_dim] (padded to 64 bytes)
+ *                   q8_0 only: k_scale [n_kv_head] f32, v_scale [n_kv_head] f32
+ * q8_0 here is NOT ggml's block_q8_0: elements are int8 and there is ONE f32 scale per page
+ * per KV head for K and one for V (value = q * scale). When an appended token's abs-max
+ * exceeds 127 * scale, that page-head is requantized with scale' = max(absmax/127, 2*scale).
+ * Error bound: one-shot quantization errs by at most scale/2 per element; because scales
+ * at least double at every requantization, the rounding errors form a geometric series and
+ * the total error of any element stays <= scale_final (one quantization step of the page-
+ * head's final scale), i.e. at most twice the one-shot bound. (The doubling also costs up
+ * to one bit of resolution for that page-head; tests assert the bound.)
+ *
+ * Errors: every function returns 0, a negative ST_E_* code, or -errno; on error nothing
+ * observable changed; output pointers are cleared on entry. A detailed message is kept in
+ * the st_ctx given to st_kv_create (st_ctx_error()).
+ *
+ * Threads: an st_kv is not thread-safe. One thread at a time calls its functions; attention
+ * threads may read the memory behind views concurrently as long as no st_kv call runs.
+ *
+ * Lifetime of borrowed pointers (views, page data): valid until the next call that changes
+ * the page tables or the pool (any function below not marked "read-only"). Once the SSD
+ * tier exists (issue 6) they are valid only while their pages are pinned (st_kv_pin), and
+ * pinned pages never move.
+ */
+#ifndef STRATA_KV_H
+#define STRATA_KV_H
+
+#include <stdio.h>
+
+#include "strata/attn.h"
+#include "strata/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- limits ---------------------------------------------------------------------- */
+#define ST_KV_PAGE_SIZE_DEFAULT 16
+#define ST_KV_PAGE_SIZE_MIN 8
+#define ST_KV_PAGE_SIZE_MAX 256 /* == ST_ATTN_MAX_PAGE_SIZE */
+#define ST_KV_MAX_LAYERS 1024
+#define ST_KV_MAX_HEADS 1024
+#define ST_KV_MAX_HEAD_DIM 1024
+#define ST_KV_MAX_SEQS 65535
+#define ST_KV_MAX_PAGES (1 << 28)
+#define ST_KV_LAYER_ALIGN 4096 /* every layer block and every page slab */
+#define ST_KV_MASK_WORDS (ST_KV_PAGE_SIZE_MAX / 64)
+
+typedef struct st_kv st_kv;
+
+/* A sequence handle: slot (low 16 bits) + generation, so a freed id is recognized as stale
+ * (ST_E_STATE) instead of silently naming a newer sequence. Always >= 0 when valid. */
+typedef int32_t st_kv_seq_id;
+/* Index of a physical page in the pool, [0, n_pages). -1 marks a hole in page lists. */
+typedef int32_t st_kv_page_id;
+
+/* Content key of the prefix cache and caller-given model fingerprint (XXH3-128 bytes). */
+typedef struct st_kv_key {
+    uint8_t b[16];
+} st_kv_key;
+
+typedef struct st_kv_params {
+    int n_layer;        /* [1, ST_KV_MAX_LAYERS] */
+    int n_kv_head;      /* [1, ST_KV_MAX_HEADS] */
+    int head_dim;       /* [1, ST_KV_MAX_HEAD_DIM] */
+    int page_size;      /* 0 = ST_KV_PAGE_SIZE_DEFAULT; else a power of two in [8, 256] */
+    st_type type;       /* ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16 or ST_TYPE_Q8_0 */
+    int64_t n_pages;    /* pool capacity in pages, allocated once: [1, ST_KV_MAX_PAGES] */
+    int64_t n_reserve;  /* admission watermark: st_kv_admit keeps this many pages back */
+    int max_seqs;       /* 0 = 256; [1, ST_KV_MAX_SEQS] live sequences at once */
+    st_kv_key fingerprint; /* model/config identity mixed into prefix keys and snapshots */
+} st_kv_params;
+
+/* Zeroed params with page_size 16, type f16, max_seqs 256; caller fills the rest. */
+st_kv_params st_kv_default_params(void);
+
+/* Byte geometry of a page (read-only, fixed at creation). */
+typedef struct st_kv_geometry {
+    int n_layer, n_kv_head, head_dim, page_size;
+    st_type type;
+    size_t elem_bytes;    /* 4, 2, 2 or 1 (q8_0) */
+    size_t kv_bytes;      /* K (or V) of one layer: n_kv_head*P*head_dim*elem_bytes */
+    size_t v_offset;      /* V within a layer block (K is at 0) */
+    size_t scale_offset;  /* q8_0: k_scale[n_kv_head] then v_scale[n_kv_head]; else 0 */
+    size_t layer_bytes;   /* one layer block, a multiple of 4096 */
+    size_t page_bytes;    /* n_layer * layer_bytes */
+} st_kv_geometry;
+
+/* Creates a pool. ctx is borrowed for error messages (may be NULL) and must outlive kv.
+ * *out is owned by the caller; release with st_kv_destroy. Returns 0, ST_E_INVAL (a
+ * parameter out of range: the message names it), ST_E_UNSUPPORTED (element type),
+ * ST_E_NOMEM. */
+int st_kv_create(st_ctx *ctx, const st_kv_params *params, st_kv **out);
+/* Frees the pool and every sequence. NULL is a no-op. Views die with it. */
+void st_kv_destroy(st_kv *kv);
+/* Read-only. */
+const st_kv_geometry *st_kv_get_geometry(const st_kv *kv);
+const st_kv_params *st_kv_get_params(const st_kv *kv);
+
+/* ---- counters -------------------------------------------------------------------- */
+typedef struct st_kv_stats {
+    int64_t n_pages;        /* capacity */
+    int64_t pages_used;     /* referenced by a page table or pinned */
+    int64_t pages_free;     /* on the free list */
+    int64_t pages_cached;   /* unreferenced, kept for prefix reuse (evictable, LRU order) */
+    int64_t pages_pinned;   /* pages with pin count > 0 */
+    int64_t n_seqs;         /* live sequences */
+    int64_t forks;          /* st_kv_seq_fork calls that succeeded */
+    int64_t cow_copies;     /* pages copied because a shared page was written */
+    int64_t prefix_hits;    /* attach calls that attached >= 1 page */
+    int64_t prefix_misses;  /* attach calls that attached nothing */
+    int64_t prefix_tokens_reused; /* tokens attached from the cache */
+    int64_t cache_evictions; /* cached pages reclaimed for new allocations */
+    int64_t requants;       /* q8_0 page-head requantizations */
+} st_kv_stats;
+
+/* Read-only. Fills *out (never fails for a valid kv). */
+void st_kv_get_stats(const st_kv *kv, st_kv_stats *out);
+
+/* Admission check: 0 when n_tokens more tokens (ceil(n_tokens/P) pages) can be allocated
+ * while still leaving n_reserve pages obtainable (free or evictable cached); else
+ * ST_E_POOL_FULL with the counts in the message. Read-only. Running sequences may dip
+ * into the reserve (st_kv_seq_reserve ignores it) so admitted work can finish. */
+int st_kv_admit(st_kv *kv, int64_t n_tokens);
+
+/* ---- sequences --------------------------------------------------------------------- */
+
+/* Creates an empty sequence. Returns 0, ST_E_LIMIT (max_seqs live), ST_E_NOMEM. */
+int st_kv_seq_create(st_kv *kv, st_kv_seq_id *out);
+/* Releases the sequence's pages (pinned ones stay until unpinned; keyed ones stay cached).
+ * Returns 0, ST_E_INVAL (bad id), ST_E_STATE (already freed: stale id). */
+int st_kv_seq_free(st_kv *kv, st_kv_seq_id seq);
+/* New sequence sharing every page of src by refcount (no page is copied now: the partial
+ * tail page is shared too and copied by whichever sequence first writes into it, so an
+ * n-way fork costs no pages). Returns 0, ST_E_INVAL/ST_E_STATE (src), ST_E_LIMIT, ST_E_NOMEM. */
+int st_kv_seq_fork(st_kv *kv, st_kv_seq_id src, st_kv_seq_id *dst);
+
+/* Read-only: the sequence's length (next position to reserve) in *len. */
+int st_kv_seq_len(const st_kv *kv, st_kv_seq_id seq, int64_t *len);
+/* Read-only: whether position pos holds a token (reserved and not removed): 1 / 0 in
+ * *valid. Returns 0, ST_E_INVAL (pos < 0 or bad id), ST_E_STATE. */
+int st_kv_seq_valid(const st_kv *kv, st_kv_seq_id seq, int64_t pos, int *valid);
+
+/* Appends n slots at positions [len, len+n) and returns len in *pos0 (may be NULL).
+ * tokens: NULL or [n] token ids (>= 0; negative = unknown) recorded for the prefix cache.
+ * Allocates every page needed up front and makes the tail page exclusive (copying it if
+ * shared), so the st_kv_write calls of this step never allocate. Slot contents are zero
+ * until written. Returns 0, ST_E_INVAL (n < 1, bad id), ST_E_STATE, ST_E_POOL_FULL (the
+ * pool cannot supply the pages: message has needed/free/cached/used/pinned), ST_E_NOMEM. */
+int st_kv_seq_reserve(st_kv *kv, st_kv_seq_id seq, int64_t n, const int32_t *tokens,
+                      int64_t *pos0);
+
+/* Writes layer `layer`'s K and V of positions [pos, pos+n), converting f32 to the KV type.
+ * k, v: [n][n_kv_head][head_dim] f32, borrowed for the call. Every position must be
+ * reserved (< len) and not removed. A write into a page shared with another sequence or
+ * held by the prefix cache copies that page first (copy-on-write; may need a free page).
+ * Returns 0, ST_E_INVAL (range, layer, NULL), ST_E_NOT_FOUND (a removed position),
+ * ST_E_STATE, ST_E_POOL_FULL (copy-on-write could not get a page; nothing written). */
+int st_kv_write(st_kv *kv, st_kv_seq_id seq, int layer, int64_t pos, int64_t n,
+                const float *k, const float *v);
+
+/* Declares that every layer of every reserved position has been written: full pages are
+ * sealed (prefix key computed and registered when their tokens are known; issue 7's
+ * min/max key metadata is computed here). Returns 0, ST_E_INVAL, ST_E_STATE, ST_E_NOMEM. */
+int st_kv_seq_commit(st_kv *kv, st_kv_seq_id seq);
+
+/* Convenience: reserve + write every layer + commit. k, v: [n_layer][n][n_kv_head][head_dim]
+ * f32. Same errors as the three; on error nothing changed. */
+int st_kv_seq_append(st_kv *kv, st_kv_seq_id seq, int64_t n, const int32_t *tokens,
+                     const float *k, const float *v);
+
+/* Read-only: layer `layer`'s K and V of positions [pos, pos+n) as f32 into k, v
+ * ([n][n_kv_head][head_dim], caller-owned; either may be NULL). Returns 0, ST_E_INVAL
+ * (range), ST_E_NOT_FOUND (a removed position: nothing is returned for it), ST_E_STATE. */
+int st_kv_read(const st_kv *kv, st_kv_seq_id seq, int layer, int64_t pos, int64_t n,
+               float *k, float *v);
+
+/* Read-only: the token ids recorded for [pos, pos+n) (-1 where unknown) into tokens[n]. */
+int st_kv_seq_tokens(const st_kv *kv, st_kv_seq_id seq, int64_t pos, int64_t n,
+                     int32_t *tokens);
+
+/* Rewinds to length len (<= current length): positions >= len are dropped (pages wholly
+ * past len released). Returns 0, ST_E_INVAL (len < 0 or > length), ST_E_STATE. */
+int st_kv_seq_truncate(st_kv *kv, st_kv_seq_id seq, int64_t len);
+
+/* Removes positions [p0, p1) (clamped to the length; the length does not change): pages
+ * wholly inside are released and leave holes; a partly covered page keeps a per-token
+ * validity mask in this sequence's table (other sequences sharing the page are
+ * unaffected; no copy is made). Attention never reads a removed token. Returns 0,
+ * ST_E_INVAL (p0 < 0, p1 < p0), ST_E_STATE. */
+int st_kv_seq_remove(st_kv *kv, st_kv_seq_id seq, int64_t p0, int64_t p1);
+
+/* Read-only: layer `layer`'s pages of the sequence in logical order, holes omitted, as
+ * attention views (attn.h): k/v point into the pool, valid is NULL or points into the
+ * sequence's table, n_tokens = slots reserved in that page, pos0 = logical index * P.
+ * *n_out = number of views (also when max is too small: then ST_E_LIMIT and nothing is
+ * written, so max = 0 queries the count). Returns 0, ST_E_LIMIT, ST_E_INVAL, ST_E_STATE.
+ * Lifetime: see the top of this header. */
+int st_kv_seq_views(const st_kv *kv, st_kv_seq_id seq, int layer, st_attn_page *out,
+                    int max, int *n_out);
+
+/* Read-only: the physical page of every logical page (-1 for holes), count in *n_out;
+ * ST_E_LIMIT as for views. */
+int st_kv_seq_pages(const st_kv *kv, st_kv_seq_id seq, st_kv_page_id *out, int max,
+                    int *n_out);
+
+/* ---- pinning ------------------------------------------------------------------------ */
+/* Pins a page (pins are counted). A pinned page is never freed, evicted or (issue 6)
+ * moved; a sequence may still drop its reference (truncate, remove, free): the page is then
+ * released at its last unpin. Returns 0, ST_E_INVAL (id out of range), ST_E_STATE (page
+ * free or only cached: not in use). */
+int st_kv_pin(st_kv *kv, st_kv_page_id page);
+/* Returns 0, ST_E_INVAL, ST_E_STATE (page not pinned: unbalanced unpin). */
+int st_kv_unpin(st_kv *kv, st_kv_page_id page);
+/* Read-only: *refs = page-table references, *pins = pin count (either may be NULL). */
+int st_kv_page_info(const st_kv *kv, st_kv_page_id page, int *refs, int *pins);
+
+/* ---- prefix cache -------------------------------------------------------------------- */
+/* Read-only: how many leading tokens of tokens[n] the cache holds as a run of full pages
+ * (a multiple of P) in *n_cached. Stored tokens are compared, not only hashes. */
+int st_kv_prefix_lookup(const st_kv *kv, const int32_t *tokens, int64_t n, int64_t *n_cached);
+/* Attaches the longest cached run of full pages covering a prefix of tokens[n] to the
+ * EMPTY sequence seq (by refcount; no copy), recording those tokens; *n_attached (may be
+ * NULL) = tokens attached (a multiple of P, possibly 0: a miss). The caller reserves and
+ * computes the rest. Returns 0, ST_E_INVAL, ST_E_STATE (seq not empty or stale). */
+int st_kv_prefix_attach(st_kv *kv, st_kv_seq_id seq, const int32_t *tokens, int64_t n,
+                        int64_t *n_attached);
+/* Read-only: *covers = 1 when positions [0, n) of seq are all present (not removed) and
+ * were recorded with exactly tokens[0..n), else 0. */
+int st_kv_prefix_covers(const st_kv *kv, st_kv_seq_id seq, const int32_t *tokens, int64_t n,
+                        int *covers);
+
+/* ---- snapshot I/O --------------------------------------------------------------------- */
+/* A small I/O interface with swappable backends (memory, FILE*, fd); tests plug in their
+ * own functions to inject faults. Caller-allocated; no backend owns what it was given
+ * except the memory writer's buffer (st_kv_io_mem_release). */
+typedef struct st_kv_io st_kv_io;
+struct st_kv_io {
+    /* Writes all n bytes: 0 or a negative error. */
+    int (*write)(st_kv_io *io, const void *buf, size_t n);
+    /* Reads up to n bytes: the count read (< n only at end of stream) or a negative error. */
+    int64_t (*read)(st_kv_io *io, void *buf, size_t n);
+    void *user;    /* free for custom backends */
+    uint8_t *buf;  /* memory backends: [cap] bytes, [len] used */
+    size_t len, cap, pos;
+    FILE *fp;
+    int fd;
+};
+/* Memory writer (growing buffer, owned by io until st_kv_io_mem_release). */
+void st_kv_io_mem_writer(st_kv_io *io);
+/* Memory reader over buf[n] (borrowed for the reader's life). */
+void st_kv_io_mem_reader(st_kv_io *io, const void *buf, size_t n);
+void st_kv_io_mem_release(st_kv_io *io); /* frees the writer's buffer; safe twice */
+void st_kv_io_file(st_kv_io *io, FILE *fp); /* fp borrowed */
+void st_kv_io_fd(st_kv_io *io, int fd);     /* fd borrowed; retries EINTR and short I/O */
+
+/* ---- snapshots -------------------------------------------------------------------------- */
+/* Serializes sequences seqs[n_seqs] (tables, page contents, validity masks, prefix keys,
+ * token ids, a per-page ledger) into io; the format is in docs/FORMATS.md ("KV snapshot").
+ * max_pages < 0: all pages; else at most max_pages distinct pages are written (in order of
+ * first use, sequences in the order given, logical pages in order) and each sequence is cut
+ * at its first page past that budget. Read-only for kv. Returns 0, ST_E_INVAL (bad or
+ * duplicate ids), ST_E_STATE, ST_E_NOMEM, or the io's error. */
+int st_kv_snapshot_write(st_kv *kv, const st_kv_seq_id *seqs, int n_seqs, int64_t max_pages,
+                         st_kv_io *io);
+/* Reads one snapshot from io, validates everything (magic, version, geometry, fingerprint,
+ * counts, references, masks, token ids, prefix keys, checksums) and only then creates its
+ * sequences as new sequences of kv (ids in out_seqs[max_seqs], count in *n_out). On any
+ * error nothing changed. Returns 0, ST_E_FORMAT (malformed or truncated: the message
+ * names the field and byte offset), ST_E_VERSION, ST_E_CORRUPT (checksum), ST_E_TYPE,
+ * ST_E_LIMIT (out_seqs too small or a count past a limit), ST_E_POOL_FULL, ST_E_NOMEM, or
+ * the io's error. */
+int st_kv_snapshot_read(st_kv *kv, st_kv_io *io, st_kv_seq_id *out_seqs, int max_seqs,
+                        int *n_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_KV_H */

@@ -1,0 +1,179 @@
+/*
+ * Model runtime: llama-family models (llama, qwen2, qwen3) loaded from GGUF and run
+ * through the paged KV cache.
+ *
+ *   st_model   the weights (borrowed from a mapped GGUF) and hyper-parameters; read-only
+ *              after load, shareable by any number of runners and threads.
+ *   st_runner  scratch buffers for one forward at a time over a KV cache (kv.h); runs the
+ *              layers on the context's thread pool. One thread at a time per runner.
+ *
+ * Forward semantics: every token of a batch is appended to its sequence at the sequence's
+ * next position (its current length in the KV cache), in batch order; its K/V are written
+ * to the cache, and attention sees the sequence's past plus the batch tokens before it.
+ * Long batches run in chunks of n_batch tokens. Results are deterministic: identical for
+ * any thread count and for a sequence alone or batched with others (every output element
+ * is computed by the same kernel over the same data in the same order).
+ *
+ * Errors: ST_E_UNSUPPORTED (architecture, tensor type, rope scaling), ST_E_NOT_FOUND
+ * (missing tensor or key), ST_E_FORMAT (mis-shaped tensor, inconsistent hyper-parameters),
+ * ST_E_LIMIT (context over the model's or memory's limit), ST_E_NOMEM; each with a message in
+ * the st_ctx naming the tensor / key / value.
+ */
+#ifndef STRATA_MODEL_H
+#define STRATA_MODEL_H
+
+#include "strata/core.h"
+#include "strata/gguf.h"
+#include "strata/kv.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum st_arch { ST_ARCH_LLAMA = 0, ST_ARCH_QWEN2 = 1, ST_ARCH_QWEN3 = 2, ST_ARCH_COUNT_ } st_arch;
+
+typedef enum st_rope_scaling {
+    ST_ROPE_SCALING_NONE = 0,
+    ST_ROPE_SCALING_LINEAR = 1,
+    ST_ROPE_SCALING_YARN = 2,
+    ST_ROPE_SCALING_LLAMA3 = 3, /* per-dimension factors from the rope_freqs tensor */
+} st_rope_scaling;
+
+/* "llama" / "qwen2" / "qwen3"; NULL for an unknown value. */
+const char *st_arch_name(st_arch a);
+/* Parses an architecture name; -1 when unsupported. */
+int st_arch_parse(const char *name);
+
+typedef struct st_model_hparams {
+    st_arch arch;
+    int32_t n_layer;
+    int32_t n_embd;      /* model width */
+    int32_t n_head;      /* query heads */
+    int32_t n_head_kv;   /* key/value heads (GQA: n_head % n_head_kv == 0) */
+    int32_t head_dim;    /* per-head K and V width */
+    int32_t n_ff;        /* feed-forward width */
+    int32_t n_vocab;
+    int32_t n_ctx_train; /* context length the model was trained for */
+    int32_t n_rot;       /* rotated dims per head (<= head_dim, even) */
+    int rope_neox;       /* 0: rotate pairs (2i, 2i+1) (llama); 1: (i, i + n_rot/2) (qwen) */
+    float rope_base;
+    float rms_eps;
+    st_rope_scaling rope_scaling;
+    float rope_freq_scale;   /* 1 / scaling factor (linear, yarn); 1 otherwise */
+    int32_t rope_n_ctx_orig; /* yarn: original context */
+    float yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
+    int has_qkv_bias;        /* qwen2 (and optional for llama) */
+    int has_qk_norm;         /* qwen3 */
+    int tied_output;         /* output projection is token_embd */
+} st_model_hparams;
+
+typedef struct st_model st_model;
+
+/* Opens path (mmap), reads the hyper-parameters and checks every tensor's presence, type and
+ * shape. *out owned by the caller: st_model_free. */
+int st_model_load(st_ctx *ctx, const char *path, st_model **out);
+void st_model_free(st_model *m); /* NULL is a no-op */
+
+const st_model_hparams *st_model_get_hparams(const st_model *m);
+/* The open GGUF (for the tokenizer: tok.h reads its vocabulary). Borrowed: valid while m lives. */
+st_gguf *st_model_gguf(const st_model *m);
+/* 128-bit fingerprint: XXH3-128 over the architecture, hyper-parameters, tokenizer metadata,
+ * every tensor's name/type/shape and an XXH3 of all tensor data. Keys the KV prefix cache, so
+ * KV computed by one model is never served to another. Computed once at load. */
+void st_model_fingerprint(const st_model *m, uint8_t out[16]);
+/* Bytes of weights one decode step streams (all matrices + one embedding row). */
+uint64_t st_model_weight_bytes(const st_model *m);
+/* Total parameter count. */
+uint64_t st_model_n_params(const st_model *m);
+/* A one-line description: "llama 16L 2048d 32/8h ff 8192 vocab 32000 q8_0 ...". Borrowed. */
+const char *st_model_desc(const st_model *m);
+
+/* Same as st_model_load over a GGUF image in memory (buf borrowed: it must outlive the model);
+ * name is used in messages. */
+int st_model_load_memory(st_ctx *ctx, const void *buf, size_t size, const char *name, st_model **out);
+
+/* ---- synthetic models ------------------------------------------------------------------
+ * A llama-family GGUF with random N(0, 0.02) weights (norm weights 1), deterministic from the
+ * seed whatever the thread count: row r of tensor i is drawn from its own RNG stream keyed by
+ * (seed, i, r). The tokenizer is copied from another GGUF (every tokenizer.* key) or is a
+ * built-in byte-level SPM vocabulary: <unk> <s> </s>, the 256 byte tokens <0x00>..<0xFF>,
+ * then <unused_N> up to n_vocab (so n_vocab >= 259). */
+typedef struct st_synth_params {
+    st_arch arch;
+    int32_t n_layer, n_embd, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
+    float rope_base, rms_eps;
+    st_type type;           /* weight type of every matrix */
+    int q4_k_m;             /* nonzero: llama.cpp's Q4_K_M mix instead of `type` (Q6_K for output
+                               and for attn_v / ffn_down of the layers llama.cpp's use_more_bits
+                               picks, about half; Q4_K elsewhere) */
+    int tied_output;        /* no output.weight: logits use token_embd */
+    int32_t embd_type;      /* -1: token_embd as llama.cpp quantizes it (the weight type; Q4_K in
+                               the Q4_K_M mix); else this st_type */
+    const char *vocab_from; /* GGUF path whose tokenizer is copied, or NULL (byte-level) */
+    uint64_t seed;
+} st_synth_params;
+
+/* The "small" preset (8 layers, 512 dim, 8/2 heads, ff 1536, vocab 32000, q8_0, seed 1,
+ * embd_type -1). Start from this rather than a zeroed struct. */
+st_synth_params st_synth_default_params(void);
+/* Applies a preset's shape: "1b" (16 layers, 2048 dim, 32/8 heads, ff 8192, vocab 32000, rope
+ * base 500000, ctx 4096), "small" (8 layers, 512 dim, 8/2 heads, ff 1536, vocab 32000, rope base
+ * 500000, ctx 4096), "tiny" (2 layers, 64 dim, 4/2 heads, ff 128, vocab 259, ctx 256).
+ * ST_E_NOT_FOUND for another name. */
+int st_synth_preset(const char *name, st_synth_params *p);
+/* Sets p->type / p->q4_k_m from "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1",
+ * "q4_k", "q5_k", "q6_k", "q4_k_m" (case-insensitive). ST_E_NOT_FOUND otherwise. */
+int st_synth_parse_type(const char *s, st_synth_params *p);
+/* Writes the model to path (atomically). ctx gives the thread pool and error messages.
+ * Returns 0, ST_E_INVAL (a shape that does not fit: named), ST_E_NOMEM, -errno, or the
+ * vocab file's error. */
+int st_synth_write(st_ctx *ctx, const st_synth_params *p, const char *path);
+/* Same into a malloc'd GGUF image (*buf owned by the caller: free()). */
+int st_synth_write_memory(st_ctx *ctx, const st_synth_params *p, void **buf, size_t *size);
+
+/* ---- forward --------------------------------------------------------------------------- */
+
+typedef struct st_batch {
+    int32_t n_tokens;
+    const int32_t *tokens;      /* [n_tokens] token ids */
+    const st_kv_seq_id *seq;    /* [n_tokens] KV sequences; each sequence's tokens form one
+                                   contiguous run of the batch. NULL: all are seq_single */
+    st_kv_seq_id seq_single;
+    const uint8_t *want_logits; /* [n_tokens] nonzero: output this token's logits; NULL: only the
+                                   last token of each sequence's run */
+} st_batch;
+
+typedef struct st_runner_params {
+    int32_t n_batch; /* tokens per chunk (prefill matrix width); 0 = 256 */
+    int32_t n_ctx;   /* longest sequence this runner computes; 0 = the model's n_ctx_train */
+} st_runner_params;
+
+typedef struct st_runner st_runner;
+
+st_runner_params st_runner_default_params(void);
+
+/* Creates a runner for model m over kv (both borrowed; they must outlive the runner and the
+ * KV geometry must match the model: n_layer, n_head_kv, head_dim). ctx supplies the thread
+ * pool and receives error messages; borrowed. Returns 0, ST_E_INVAL (geometry mismatch,
+ * named), ST_E_LIMIT (n_ctx over the model's n_ctx_train), ST_E_NOMEM. */
+int st_runner_create(st_ctx *ctx, const st_model *m, st_kv *kv, const st_runner_params *p,
+                     st_runner **out);
+void st_runner_destroy(st_runner *r); /* NULL is a no-op */
+
+/* Runs the batch. How it is cut (this is what makes results independent of batching): each
+ * sequence with several tokens is run alone in chunks of n_batch tokens counted from the
+ * start of its run; all single-token runs go together through one decode step.
+ * logits (may be NULL when no token wants logits) receives one row of n_vocab floats per
+ * token that wants logits, in batch order. Returns 0; ST_E_INVAL (token id out of range,
+ * a sequence's tokens not contiguous, bad sequence id, empty batch); ST_E_LIMIT (a sequence
+ * would exceed n_ctx: "prompt longer than the context"); ST_E_POOL_FULL / other kv.h errors.
+ * On error every sequence is truncated back to its length before the call. */
+int st_runner_forward(st_runner *r, const st_batch *b, float *logits);
+
+/* Seconds spent in the last forward (for statistics). */
+double st_runner_last_seconds(const st_runner *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

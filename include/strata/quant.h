@@ -1,0 +1,202 @@
+/*
+ * strata quant: tensor element types bit-compatible with ggml's block layouts, their
+ * reference quantize/dequantize, dot-product kernels per ISA, and threaded
+ * matrix-vector / matrix-matrix products.
+ *
+ * Types with kernels: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K
+ * (weights), and Q8_0, Q8_1, Q8_K, F32 (activations). st_type_has_kernels() says
+ * which ones this build supports.
+ *
+ * How a product runs. A weight row of type W is multiplied with an activation row of
+ * W's "vec_dot type" (st_type_vec_dot_type(W)):
+ *     weight type        activation (vec_dot) type
+ *     F32, F16, BF16     F32   (matvec is bound by weight bytes: f32 activations cost
+ *                              nothing measurable and keep full precision)
+ *     Q8_0, Q4_0, Q5_0   Q8_0  (as ggml)
+ *     Q4_1, Q5_1         Q8_1  (as ggml: the block sum lets the weight's min fold in)
+ *     Q4_K, Q5_K, Q6_K   Q8_K  (as ggml)
+ * The caller quantizes the activation row once (st_quantize_act) and reuses it for
+ * every weight matrix of the same type and width (Wq, Wk, Wv; W1, W3).
+ *
+ * Determinism. Every output element y[r] (or Y[t][r]) is computed by the same kernel
+ * with the same operation order whatever the thread count, the row split, the tile
+ * position, and whether it came from st_matvec or st_matmul: results are bit-identical
+ * for any number of threads and for a token alone or in a batch (same ISA).
+ * Different ISAs give results that differ by float rounding only.
+ *
+ * Threads: the kernel tables are immutable; every function here may be called from any
+ * thread. st_matvec/st_matmul use the given pool and follow its rules (one caller at a
+ * time per pool).
+ */
+#ifndef STRATA_QUANT_H
+#define STRATA_QUANT_H
+
+#include "strata/core.h"
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- block layouts (ggml-common.h, byte for byte; little-endian) ----------------- */
+#define ST_QK4_0 32
+#define ST_QK4_1 32
+#define ST_QK5_0 32
+#define ST_QK5_1 32
+#define ST_QK8_0 32
+#define ST_QK8_1 32
+
+/* 4.5 bits per weight: x = d * (q - 8), q in 0..15.
+ * qs[j] low nibble holds element j, high nibble element j + 16. */
+typedef struct __attribute__((packed)) st_block_q4_0 {
+    uint16_t d;               /* fp16 scale */
+    uint8_t qs[ST_QK4_0 / 2]; /* [16] nibbles */
+} st_block_q4_0;
+
+/* 5 bits per weight: x = d * q + m, q in 0..15. Nibble order as q4_0. */
+typedef struct __attribute__((packed)) st_block_q4_1 {
+    uint16_t d;               /* fp16 scale */
+    uint16_t m;               /* fp16 min */
+    uint8_t qs[ST_QK4_1 / 2]; /* [16] nibbles */
+} st_block_q4_1;
+
+/* 5.5 bits per weight: x = d * (q - 16), q in 0..31; bit 4 of element j is bit j of
+ * qh (read as a little-endian uint32), the low 4 bits are nibbles as in q4_0. */
+typedef struct __attribute__((packed)) st_block_q5_0 {
+    uint16_t d;               /* fp16 scale */
+    uint8_t qh[4];            /* high bits, element j -> bit j */
+    uint8_t qs[ST_QK5_0 / 2]; /* [16] low nibbles */
+} st_block_q5_0;
+
+/* 6 bits per weight: x = d * q + m, q in 0..31, bits as q5_0. */
+typedef struct __attribute__((packed)) st_block_q5_1 {
+    uint16_t d;               /* fp16 scale */
+    uint16_t m;               /* fp16 min */
+    uint8_t qh[4];            /* high bits */
+    uint8_t qs[ST_QK5_1 / 2]; /* [16] low nibbles */
+} st_block_q5_1;
+
+/* 8.5 bits per weight: x = d * q, q in -127..127. */
+typedef struct __attribute__((packed)) st_block_q8_0 {
+    uint16_t d;             /* fp16 scale */
+    int8_t qs[ST_QK8_0];    /* [32] */
+} st_block_q8_0;
+
+/* 9 bits per weight (activation type): x = d * q; s = d * sum(qs) (fp16). */
+typedef struct __attribute__((packed)) st_block_q8_1 {
+    uint16_t d;             /* fp16 scale */
+    uint16_t s;             /* fp16 d * sum(qs) */
+    int8_t qs[ST_QK8_1];    /* [32] */
+} st_block_q8_1;
+
+_Static_assert(sizeof(st_block_q4_0) == 18, "q4_0 block size");
+_Static_assert(sizeof(st_block_q4_1) == 20, "q4_1 block size");
+_Static_assert(sizeof(st_block_q5_0) == 22, "q5_0 block size");
+_Static_assert(sizeof(st_block_q5_1) == 24, "q5_1 block size");
+_Static_assert(sizeof(st_block_q8_0) == 34, "q8_0 block size");
+_Static_assert(sizeof(st_block_q8_1) == 36, "q8_1 block size");
+/* The K-quant blocks (q4_K 144, q5_K 176, q6_K 210, q8_K 292 bytes per 256) are
+ * declared privately in src/quant/kquants.h. */
+
+/* ---- type traits ------------------------------------------------------------------ */
+/* True when t is a block-quantized type (q4_0 ... q8_K); false for f32/f16/bf16/unknown. */
+bool st_type_is_quantized(st_type t);
+/* True when this build has quantize/dequantize and dot kernels for t as a weight type
+ * (or, for q8_1 and q8_K, as an activation type). */
+bool st_type_has_kernels(st_type t);
+/* Activation type a weight row of type t is multiplied with (table above);
+ * ST_TYPE_COUNT_ when t has no kernels. */
+st_type st_type_vec_dot_type(st_type t);
+/* Elements per block and bytes per block: st_type_block_size / st_type_size (core.h). */
+
+/* ---- reference conversions (scalar, exact ggml semantics) ------------------------- */
+/* Quantizes n floats of x into y (st_row_bytes(t, n) bytes, caller-owned) with the
+ * scalar reference quantizer (as ggml's quantize_row_*_ref). F32/F16/BF16 convert.
+ * Returns 0; ST_E_UNSUPPORTED when t has no kernels; ST_E_INVAL when n < 0, n is not
+ * a multiple of the block size, or a pointer is NULL. */
+int st_quantize_row(st_type t, const float *x, void *y, int64_t n);
+/* Dequantizes n elements of x (type t) into y[n]. Same errors as st_quantize_row. */
+int st_dequantize_row(st_type t, const void *x, float *y, int64_t n);
+
+/* ---- kernel tables ---------------------------------------------------------------- */
+/* s = dot(x, y) over n elements: x a row of the weight type, y a row of its vec_dot
+ * type. n is a multiple of the block size (not checked in the hot path). */
+typedef void (*st_vec_dot_fn)(int n, float *s, const void *x, const void *y);
+/* Row conversion of k elements (k a multiple of the block size). */
+typedef void (*st_from_float_fn)(const float *x, void *y, int64_t k);
+typedef void (*st_to_float_fn)(const void *x, float *y, int64_t k);
+/* Tile of dot products: s[c * bs + r] = dot(x + r * bx, y + c * by) for r < nr and
+ * c < nc (nr, nc in 1..ST_TILE_MAX; bx, by in bytes; bs in floats). Each element is
+ * bit-identical to what the same table's vec_dot returns for that pair. */
+typedef void (*st_tile_fn)(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                           size_t by, int nr, int nc);
+#define ST_TILE_MAX 4
+
+typedef struct st_type_kernels {
+    st_type vec_dot_type;    /* activation type; ST_TYPE_COUNT_ when unsupported */
+    st_from_float_fn from_float; /* f32 -> this type (SIMD where it exists; used for
+                                  * activations; may round ties differently from
+                                  * the reference quantizer) */
+    st_to_float_fn to_float;     /* this type -> f32 */
+    st_vec_dot_fn vec_dot;       /* weight row of this type . row of vec_dot_type */
+    st_tile_fn tile;             /* NULL: products loop over vec_dot */
+} st_type_kernels;
+
+typedef struct st_kernels {
+    st_isa isa;                 /* the ISA this table really uses */
+    bool vnni;                  /* AVX512-VNNI kernels in use */
+    st_type_kernels type[ST_TYPE_COUNT_]; /* indexed by st_type; unsupported rows NULL */
+} st_kernels;
+
+/* The immutable kernel table for isa (pass st_ctx_isa(ctx)). Never NULL. An ISA the CPU
+ * cannot run falls back to the best one it can (AVX-512 kernels need VNNI and BF16
+ * besides F/BW/VL/DQ; without them the AVX2 table is returned); ->isa says which.
+ * Valid for the life of the process; shared by all threads. */
+const st_kernels *st_kernels_get(st_isa isa);
+
+/* ---- activations ------------------------------------------------------------------- */
+/* Bytes of one quantized activation row of `cols` elements for weights of type wtype;
+ * 0 when wtype has no kernels or cols is not a multiple of its block size. */
+size_t st_act_bytes(st_type wtype, int64_t cols);
+/* Quantizes x[cols] into xq (st_act_bytes(wtype, cols) bytes, caller-owned) for
+ * products with weights of type wtype. Returns 0, ST_E_UNSUPPORTED, ST_E_INVAL. */
+int st_quantize_act(const st_kernels *k, st_type wtype, const float *x, void *xq, int64_t cols);
+/* Same for n_rows rows: X is [n_rows][cols] f32 (row stride ldx floats), Xq receives
+ * n_rows rows of st_act_bytes(wtype, cols) bytes each, packed. Rows are split over
+ * the pool's threads (tp may be NULL: calling thread only). Same errors. */
+int st_quantize_act_rows(st_threadpool *tp, const st_kernels *k, st_type wtype, const float *X,
+                         int64_t ldx, int64_t n_rows, int64_t cols, void *Xq);
+
+/* ---- products ---------------------------------------------------------------------- */
+/* y[r] = dot(W row r, xq) for r < rows. W: [rows][cols] of wtype, rows packed
+ * (st_row_bytes(wtype, cols) bytes each, borrowed); xq: one activation row from
+ * st_quantize_act(k, wtype, ...); y: [rows] floats, caller-owned. Rows are split
+ * statically over the pool's threads (tp NULL: calling thread only).
+ * Returns 0; ST_E_UNSUPPORTED when wtype has no kernels; ST_E_INVAL for NULL pointers,
+ * rows < 0 or cols not a positive multiple of the block size. */
+int st_matvec(st_threadpool *tp, const st_kernels *k, st_type wtype, const void *W, int64_t rows,
+              int64_t cols, const void *xq, float *y);
+
+/* Several matrix-vector products with one activation row in a single pool dispatch
+ * (e.g. Wq, Wk, Wv of one layer): y[i][r] = dot(W[i] row r, xq) for i < n_mat. All
+ * matrices have type wtype and `cols` columns; W[i] has rows[i] rows. The rows of all
+ * matrices are split together over the threads. y[i] bit-identical to st_matvec.
+ * Returns 0, ST_E_UNSUPPORTED, ST_E_INVAL (as st_matvec, or n_mat < 0). */
+int st_matvec_multi(st_threadpool *tp, const st_kernels *k, st_type wtype, int n_mat,
+                    const void *const *W, const int64_t *rows, int64_t cols, const void *xq,
+                    float *const *y);
+
+/* Y[t][r] = dot(W row r, Xq row t) for t < n_tok, r < rows: Xq holds n_tok activation
+ * rows (st_act_bytes each, packed, e.g. from st_quantize_act_rows); Y is [n_tok][ldy]
+ * floats, ldy >= rows (only the first `rows` of each Y row are written). Weight rows
+ * are split over threads; each thread walks token x row tiles so a weight tile is
+ * read from memory once per tile of tokens. Y[t] is bit-identical to st_matvec of
+ * Xq row t. Same errors as st_matvec, plus ST_E_INVAL for n_tok < 0 or ldy < rows. */
+int st_matmul(st_threadpool *tp, const st_kernels *k, st_type wtype, const void *W, int64_t rows,
+              int64_t cols, int64_t n_tok, const void *Xq, float *Y, int64_t ldy);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_QUANT_H */

@@ -1,0 +1,57 @@
+/*
+ * Token sampling: greedy, temperature, top-k, top-p, min-p, repetition penalty.
+ *
+ * The chain follows llama.cpp's default order, so a given seed and settings pick from the
+ * same candidate set llama.cpp would:
+ *     repetition penalty -> top-k -> top-p -> min-p -> temperature -> draw
+ * temp <= 0 is greedy (argmax after the penalty; ties go to the lowest id).
+ *
+ * Reproducible: the RNG (xoshiro256**) lives in the sampler object, seeded from params.seed;
+ * no global state. The same seed, settings and logits give the same tokens on every machine
+ * (candidate order is fully determined: logit descending, then id ascending).
+ *
+ * Thread rules: a sampler is used by one thread at a time; different samplers are independent.
+ */
+#ifndef STRATA_SAMPLE_H
+#define STRATA_SAMPLE_H
+
+#include "strata/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct st_sampler_params {
+    float temp;            /* <= 0: greedy. default 0.8 */
+    int32_t top_k;         /* <= 0: off. default 40 */
+    float top_p;           /* >= 1: off. default 0.95 */
+    float min_p;           /* <= 0: off. default 0.05 */
+    float repeat_penalty;  /* 1: off. default 1.0 (as llama.cpp today) */
+    int32_t repeat_last_n; /* tokens of history the penalty looks at; default 64 */
+    uint64_t seed;         /* RNG seed; default 0xC0FFEE */
+} st_sampler_params;
+
+typedef struct st_sampler st_sampler;
+
+st_sampler_params st_sampler_default_params(void);
+
+/* Creates a sampler for a vocabulary of n_vocab tokens. Returns 0, ST_E_INVAL (n_vocab < 1,
+ * negative temp/top-p/min-p, penalty <= 0, repeat_last_n < 0) or ST_E_NOMEM. *out owned by
+ * the caller: st_sampler_destroy. */
+int st_sampler_create(const st_sampler_params *p, int32_t n_vocab, st_sampler **out);
+void st_sampler_destroy(st_sampler *s); /* NULL is a no-op */
+
+/* Picks a token from logits[n_vocab] (borrowed; not modified). Returns the token id (>= 0).
+ * Does not record it in the history: call st_sampler_accept for the token actually used. */
+int32_t st_sampler_sample(st_sampler *s, const float *logits);
+
+/* Appends a token to the repetition-penalty history (prompt tokens too, as llama.cpp does). */
+void st_sampler_accept(st_sampler *s, int32_t token);
+
+/* Clears the history and reseeds the RNG from the original seed. */
+void st_sampler_reset(st_sampler *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

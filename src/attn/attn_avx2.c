@@ -1,0 +1,248 @@
+/* AVX2 + FMA + F16C block kernel (head_dim a multiple of 8). Same structure as the AVX-512
+ * kernel with 8-lane vectors: 16-slot blocks are scored as two halves of 8 (8 accumulators
+ * and an 8x8 transpose-add), and V is converted once into an f32 tile, then accumulated for
+ * 4 rows x 16 dims in 8 registers (AVX2 has only 16). */
+#include "attn_int.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+#define AI static inline __attribute__((always_inline))
+
+/* exp(x) for x <= 0 (and -inf): relative error about 2e-7; exp(0) == 1 exactly. */
+AI __m256 exp256(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* n in [-126, 0]: 2^n is a normal float built from its exponent field */
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+AI __m256 load8(st_type T, const void *base, size_t i) {
+    switch (T) {
+    case ST_TYPE_F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)));
+    case ST_TYPE_BF16:
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i))), 16));
+    case ST_TYPE_Q8_0:
+        return _mm256_cvtepi32_ps(
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const int8_t *)base + i))));
+    default:
+        return _mm256_loadu_ps((const float *)base + i);
+    }
+}
+
+/* Lanes whose bit is set in the low 8 bits of m: all ones. */
+AI __m256 lane_mask(uint32_t m) {
+    const __m256i bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    __m256i x = _mm256_and_si256(_mm256_set1_epi32((int)m), bits);
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(x, bits));
+}
+
+AI float hmax8(__m256 v) {
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_max_ss(x, _mm_shuffle_ps(x, x, 1));
+    return _mm_cvtss_f32(x);
+}
+
+AI float hsum8(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+    return _mm_cvtss_f32(x);
+}
+
+/* a[j] holds 8 partial products of score j; returns the 8 scores in order. */
+AI __m256 hsum8x8(__m256 *a) {
+    __m256 x[4], y[2];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        x[i] = _mm256_add_ps(_mm256_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                             _mm256_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++) {
+        __m256d e = _mm256_castps_pd(x[2 * i]), f = _mm256_castps_pd(x[2 * i + 1]);
+        y[i] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(e, f)),
+                             _mm256_castpd_ps(_mm256_unpackhi_pd(e, f)));
+    }
+    return _mm256_add_ps(_mm256_permute2f128_ps(y[0], y[1], 0x20),
+                         _mm256_permute2f128_ps(y[0], y[1], 0x31));
+}
+
+AI float row_scores(const attn_tile *t, const float *kf, int r, uint32_t rm, float ks) {
+    const int D = t->D;
+    const float *q = t->q + (size_t)r * D;
+    float *p = t->p + (size_t)r * ATTN_BLK;
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    for (int h = 0; h < 2; h++) {
+        const float *k = kf + (size_t)h * 8 * D;
+        __m256 a[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_ps();
+        for (int d = 0; d < D; d += 8) {
+            __m256 qv = _mm256_load_ps(q + d);
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (size_t)j * D + d), a[j]);
+        }
+        __m256 s = _mm256_mul_ps(hsum8x8(a), _mm256_set1_ps(ks));
+        s = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, lane_mask(rm >> (8 * h)));
+        _mm256_store_ps(p + 8 * h, s);
+        mx = _mm256_max_ps(mx, s);
+    }
+    return hmax8(mx);
+}
+
+/* acc[r0..r0+RB) [d0, d0+16) = acc * alpha + sum over slots j in u of p[r][j] * vf[j]. */
+AI void v_accum(const attn_tile *t, const float *vf, int r0, int d0, uint32_t u, const int RB) {
+    const int D = t->D;
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) {
+        __m256 al = _mm256_set1_ps(t->bm[r0 + i]);
+        acc[i][0] = _mm256_mul_ps(_mm256_load_ps(t->acc + (size_t)(r0 + i) * D + d0), al);
+        acc[i][1] = _mm256_mul_ps(_mm256_load_ps(t->acc + (size_t)(r0 + i) * D + d0 + 8), al);
+    }
+    for (; u; u &= u - 1) {
+        int j = __builtin_ctz(u);
+        __m256 v0 = _mm256_loadu_ps(vf + (size_t)j * D + d0), v1 = _mm256_loadu_ps(vf + (size_t)j * D + d0 + 8);
+#pragma GCC unroll 4
+        for (int i = 0; i < RB; i++) {
+            __m256 pb = _mm256_broadcast_ss(t->p + (size_t)(r0 + i) * ATTN_BLK + j);
+            acc[i][0] = _mm256_fmadd_ps(pb, v0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(pb, v1, acc[i][1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) {
+        _mm256_store_ps(t->acc + (size_t)(r0 + i) * D + d0, acc[i][0]);
+        _mm256_store_ps(t->acc + (size_t)(r0 + i) * D + d0 + 8, acc[i][1]);
+    }
+}
+
+/* Same as v_accum for the 8 dims [d0, d0+8) (head_dim an odd multiple of 8). */
+AI void v_accum8(const attn_tile *t, const float *vf, int r, int d0, uint32_t u) {
+    const int D = t->D;
+    __m256 acc = _mm256_mul_ps(_mm256_load_ps(t->acc + (size_t)r * D + d0), _mm256_set1_ps(t->bm[r]));
+    for (; u; u &= u - 1) {
+        int j = __builtin_ctz(u);
+        acc = _mm256_fmadd_ps(_mm256_broadcast_ss(t->p + (size_t)r * ATTN_BLK + j),
+                              _mm256_loadu_ps(vf + (size_t)j * D + d0), acc);
+    }
+    _mm256_store_ps(t->acc + (size_t)r * D + d0, acc);
+}
+
+AI void block_impl(const attn_tile *t, const attn_blk *b, const st_type T) {
+    const int D = t->D, R = t->R;
+    const float *kf = t->kf;
+    if (T == ST_TYPE_F32 && b->n == ATTN_BLK) {
+        kf = (const float *)b->k;
+    } else {
+        for (int j = 0; j < b->n; j++)
+            for (int d = 0; d < D; d += 8)
+                _mm256_store_ps(t->kf + (size_t)j * D + d, load8(T, b->k, (size_t)j * D + d));
+    }
+    uint32_t any = 0;
+    for (int r = 0; r < R; r++) {
+        uint32_t rm = attn_row_mask(t, b, r);
+        t->rm[r] = rm;
+        any |= rm;
+        t->bm[r] = rm ? row_scores(t, kf, r, rm, b->ks) : -INFINITY;
+    }
+    if (!any) return;
+    for (int r0 = 0; r0 < R; r0 += 8) {
+        int nr = R - r0 < 8 ? R - r0 : 8;
+        float mb[8], bb[8];
+        for (int i = 0; i < 8; i++) {
+            mb[i] = i < nr ? t->m[r0 + i] : -INFINITY;
+            bb[i] = i < nr ? t->bm[r0 + i] : -INFINITY;
+        }
+        __m256 m = _mm256_loadu_ps(mb), mn = _mm256_max_ps(m, _mm256_loadu_ps(bb));
+        __m256 fresh = _mm256_cmp_ps(m, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ);
+        __m256 al = _mm256_andnot_ps(fresh, exp256(_mm256_sub_ps(m, mn)));
+        _mm256_storeu_ps(mb, mn);
+        _mm256_storeu_ps(bb, al);
+        for (int i = 0; i < nr; i++) t->m[r0 + i] = mb[i], t->bm[r0 + i] = bb[i];
+    }
+    for (int r = 0; r < R; r++) {
+        float *p = t->p + (size_t)r * ATTN_BLK;
+        __m256 mr = _mm256_set1_ps(t->m[r]), vs = _mm256_set1_ps(b->vs);
+        __m256 e0 = _mm256_and_ps(lane_mask(t->rm[r]), exp256(_mm256_sub_ps(_mm256_load_ps(p), mr)));
+        __m256 e1 = _mm256_and_ps(lane_mask(t->rm[r] >> 8), exp256(_mm256_sub_ps(_mm256_load_ps(p + 8), mr)));
+        t->l[r] = t->l[r] * t->bm[r] + hsum8(_mm256_add_ps(e0, e1));
+        _mm256_store_ps(p, _mm256_mul_ps(e0, vs));
+        _mm256_store_ps(p + 8, _mm256_mul_ps(e1, vs));
+    }
+    const float *vf = (const float *)b->v;
+    if (T != ST_TYPE_F32) {
+        for (uint32_t u = any; u; u &= u - 1) {
+            int j = __builtin_ctz(u);
+            for (int d = 0; d < D; d += 8)
+                _mm256_store_ps(t->vf + (size_t)j * D + d, load8(T, b->v, (size_t)j * D + d));
+        }
+        vf = t->vf;
+    }
+    int r0 = 0;
+    for (; r0 + 4 <= R; r0 += 4) {
+        int d0 = 0;
+        for (; d0 + 16 <= D; d0 += 16) v_accum(t, vf, r0, d0, any, 4);
+        for (int i = 0; d0 < D && i < 4; i++) v_accum8(t, vf, r0 + i, d0, any);
+    }
+    for (; r0 < R; r0++) {
+        int d0 = 0;
+        for (; d0 + 16 <= D; d0 += 16) v_accum(t, vf, r0, d0, any, 1);
+        if (d0 < D) v_accum8(t, vf, r0, d0, any);
+    }
+}
+
+static void block_avx2(const attn_tile *t, const attn_blk *b) {
+    switch (t->type) {
+    case ST_TYPE_F16: block_impl(t, b, ST_TYPE_F16); break;
+    case ST_TYPE_BF16: block_impl(t, b, ST_TYPE_BF16); break;
+    case ST_TYPE_Q8_0: block_impl(t, b, ST_TYPE_Q8_0); break;
+    default: block_impl(t, b, ST_TYPE_F32); break;
+    }
+}
+
+static void quest_avx2(int D, int G, const float *q, const float *kmin, const float *kmax,
+                       int64_t stride, int32_t n_pages, float *bound) {
+    for (int32_t p = 0; p < n_pages; p++) {
+        const float *mn = kmin + p * stride, *mx = kmax + p * stride;
+        float best = -INFINITY;
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * D;
+            __m256 s = _mm256_setzero_ps();
+            int d = 0;
+            for (; d + 8 <= D; d += 8) {
+                __m256 qv = _mm256_loadu_ps(qg + d);
+                s = _mm256_add_ps(s, _mm256_max_ps(_mm256_mul_ps(qv, _mm256_loadu_ps(mn + d)),
+                                                   _mm256_mul_ps(qv, _mm256_loadu_ps(mx + d))));
+            }
+            float v = hsum8(s);
+            for (; d < D; d++) {
+                float a = qg[d] * mn[d], c = qg[d] * mx[d];
+                v += a > c ? a : c;
+            }
+            if (v > best) best = v;
+        }
+        bound[p] = best;
+    }
+}
+
+const st_attn_kernels st_attn_kernels_avx2_ = {
+    .isa = ST_ISA_AVX2,
+    .d_mult = 8,
+    .block = block_avx2,
+    .quest = quest_avx2,
+};

@@ -1,0 +1,236 @@
+/* AVX-512 block kernel (head_dim a multiple of 16).
+ *
+ * Per block of 16 slots: K is converted once into an f32 tile (L1) laid out
+ * [head_dim/16][16 slots][16 dims], each row's 16 scores
+ * come from 16 FMA accumulators folded by a transpose-add tree (45 ops for 16 dot
+ * products, instead of a horizontal sum per score); the online-softmax update runs over
+ * 16 rows per vector; V is accumulated for 4 rows x 64 dims in 16 registers, converting
+ * each V element once when R <= 4 (decode with GQA <= 4) and from an f32 tile otherwise. */
+#include "attn_int.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+#define AI static inline __attribute__((always_inline))
+
+/* exp(x) for x <= 0 (and -inf): relative error about 2e-7; exp(0) == 1 exactly. */
+AI __m512 exp512(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* 16 consecutive elements of type T at element index i, as f32 (q8_0 unscaled). */
+AI __m512 load16(st_type T, const void *base, size_t i) {
+    switch (T) {
+    case ST_TYPE_F16:
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + i)));
+    case ST_TYPE_BF16:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + i))), 16));
+    case ST_TYPE_Q8_0:
+        return _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((const int8_t *)base + i))));
+    default:
+        return _mm512_loadu_ps((const float *)base + i);
+    }
+}
+
+/* a[j] holds 16 partial products of score j; returns the 16 scores in order. */
+AI __m512 hsum16x16(__m512 *a) {
+    __m512 x[8], y[4];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        x[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                             _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        __m512d e = _mm512_castps_pd(x[2 * i]), f = _mm512_castps_pd(x[2 * i + 1]);
+        y[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(e, f)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(e, f)));
+    }
+    __m512 u01 = _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                               _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    __m512 u23 = _mm512_add_ps(_mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                               _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* Row r against the K tile kt [D/16][16 slots][16 dims] (one base pointer and constant
+ * offsets for the 16 slots, so the loop needs no per-slot address registers), then its
+ * online-softmax update, all in registers: p[r] gets exp(score - m_new) * vs (0 where
+ * masked), bm[r] gets alpha = exp(m_old - m_new), m and l are updated. Going through
+ * memory between rows would stall on store forwarding (scalar stores, vector reload). */
+AI void row_update(const attn_tile *t, const float *restrict kt, int r, uint32_t rm, float ks,
+                   float vs) {
+    const int D = t->D;
+    const float *restrict q = t->q + (size_t)r * D;
+    __m512 a[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++) a[j] = _mm512_setzero_ps();
+    for (int d = 0; d < D; d += 16, kt += 256) {
+        __m512 qv = _mm512_load_ps(q + d);
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) a[j] = _mm512_fmadd_ps(qv, _mm512_load_ps(kt + 16 * j), a[j]);
+    }
+    __m512 s = _mm512_mul_ps(hsum16x16(a), _mm512_set1_ps(ks));
+    s = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), (__mmask16)rm, s);
+    const float m_old = t->m[r];
+    float alpha = 1.0f, m_new = m_old;
+    /* a new max is rare after the first blocks: test lanes, reduce only then */
+    if (_mm512_cmp_ps_mask(s, _mm512_set1_ps(m_old), _CMP_GT_OQ)) {
+        m_new = _mm512_reduce_max_ps(s);
+        alpha = m_old == -INFINITY ? 0.0f : _mm_cvtss_f32(_mm512_castps512_ps128(
+                                                exp512(_mm512_set1_ps(m_old - m_new))));
+        t->m[r] = m_new;
+    }
+    __m512 e = _mm512_maskz_mov_ps((__mmask16)rm, exp512(_mm512_sub_ps(s, _mm512_set1_ps(m_new))));
+    t->l[r] = t->l[r] * alpha + _mm512_reduce_add_ps(e);
+    t->bm[r] = alpha;
+    _mm512_store_ps(t->p + (size_t)r * ATTN_BLK, _mm512_mul_ps(e, _mm512_set1_ps(vs)));
+}
+
+/* acc[r0..r0+RB) [d0, d0 + 16*ND) = acc * alpha + sum over slots j in u of p[r][j] * v[j]. */
+AI void v_accum(const attn_tile *t, st_type VT, const void *v, int r0, int d0, uint32_t u,
+                const int RB, const int ND) {
+    const int D = t->D;
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) {
+        __m512 al = _mm512_set1_ps(t->bm[r0 + i]);
+#pragma GCC unroll 4
+        for (int k = 0; k < ND; k++)
+            acc[i][k] = _mm512_mul_ps(_mm512_load_ps(t->acc + (size_t)(r0 + i) * D + d0 + 16 * k), al);
+    }
+    if (u == 0xffff) { /* full block: straight-line, no bit scanning */
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) {
+            __m512 vv[4];
+#pragma GCC unroll 4
+            for (int k = 0; k < ND; k++) vv[k] = load16(VT, v, (size_t)j * D + d0 + 16 * k);
+#pragma GCC unroll 4
+            for (int i = 0; i < RB; i++) {
+                __m512 pb = _mm512_set1_ps(t->p[(size_t)(r0 + i) * ATTN_BLK + j]);
+#pragma GCC unroll 4
+                for (int k = 0; k < ND; k++) acc[i][k] = _mm512_fmadd_ps(pb, vv[k], acc[i][k]);
+            }
+        }
+        u = 0;
+    }
+    for (; u; u &= u - 1) {
+        int j = __builtin_ctz(u);
+        __m512 vv[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < ND; k++) vv[k] = load16(VT, v, (size_t)j * D + d0 + 16 * k);
+#pragma GCC unroll 4
+        for (int i = 0; i < RB; i++) {
+            __m512 pb = _mm512_set1_ps(t->p[(size_t)(r0 + i) * ATTN_BLK + j]);
+#pragma GCC unroll 4
+            for (int k = 0; k < ND; k++) acc[i][k] = _mm512_fmadd_ps(pb, vv[k], acc[i][k]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++)
+#pragma GCC unroll 4
+        for (int k = 0; k < ND; k++) _mm512_store_ps(t->acc + (size_t)(r0 + i) * D + d0 + 16 * k, acc[i][k]);
+}
+
+AI void v_all(const attn_tile *t, st_type VT, const void *v, uint32_t u) {
+    const int D = t->D, R = t->R;
+    int r0 = 0;
+    for (; r0 + 4 <= R; r0 += 4) {
+        int d0 = 0;
+        for (; d0 + 64 <= D; d0 += 64) v_accum(t, VT, v, r0, d0, u, 4, 4);
+        for (; d0 < D; d0 += 16) v_accum(t, VT, v, r0, d0, u, 4, 1);
+    }
+    for (; r0 < R; r0++) {
+        int d0 = 0;
+        for (; d0 + 64 <= D; d0 += 64) v_accum(t, VT, v, r0, d0, u, 1, 4);
+        for (; d0 < D; d0 += 16) v_accum(t, VT, v, r0, d0, u, 1, 1);
+    }
+}
+
+AI void block_impl(const attn_tile *t, const attn_blk *b, const st_type T) {
+    const int D = t->D, R = t->R;
+    float *restrict kt = t->kf;
+    const void *k = b->k;
+    for (int j = 0; j < b->n; j++)
+        for (int d = 0; d < D; d += 16)
+            _mm512_store_ps(kt + (size_t)d * 16 + 16 * j, load16(T, k, (size_t)j * D + d));
+    uint32_t any = 0;
+    for (int r = 0; r < R; r++) {
+        uint32_t rm = attn_row_mask(t, b, r);
+        any |= rm;
+        if (rm) {
+            row_update(t, kt, r, rm, b->ks, b->vs);
+        } else { /* nothing for this row: p = 0, alpha = 1, state unchanged */
+            t->bm[r] = 1.0f;
+            _mm512_store_ps(t->p + (size_t)r * ATTN_BLK, _mm512_setzero_ps());
+        }
+    }
+    if (!any) return;
+    if (T == ST_TYPE_F32 || R <= 4) {
+        v_all(t, T, b->v, any);
+    } else {
+        for (uint32_t u = any; u; u &= u - 1) {
+            int j = __builtin_ctz(u);
+            for (int d = 0; d < D; d += 16)
+                _mm512_store_ps(t->vf + (size_t)j * D + d, load16(T, b->v, (size_t)j * D + d));
+        }
+        v_all(t, ST_TYPE_F32, t->vf, any);
+    }
+}
+
+static void block_avx512(const attn_tile *t, const attn_blk *b) {
+    switch (t->type) {
+    case ST_TYPE_F16: block_impl(t, b, ST_TYPE_F16); break;
+    case ST_TYPE_BF16: block_impl(t, b, ST_TYPE_BF16); break;
+    case ST_TYPE_Q8_0: block_impl(t, b, ST_TYPE_Q8_0); break;
+    default: block_impl(t, b, ST_TYPE_F32); break;
+    }
+}
+
+static void quest_avx512(int D, int G, const float *q, const float *kmin, const float *kmax,
+                         int64_t stride, int32_t n_pages, float *bound) {
+    for (int32_t p = 0; p < n_pages; p++) {
+        const float *mn = kmin + p * stride, *mx = kmax + p * stride;
+        float best = -INFINITY;
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * D;
+            __m512 s = _mm512_setzero_ps();
+            int d = 0;
+            for (; d + 16 <= D; d += 16) {
+                __m512 qv = _mm512_loadu_ps(qg + d);
+                s = _mm512_add_ps(s, _mm512_max_ps(_mm512_mul_ps(qv, _mm512_loadu_ps(mn + d)),
+                                                   _mm512_mul_ps(qv, _mm512_loadu_ps(mx + d))));
+            }
+            if (d < D) {
+                __mmask16 m = (__mmask16)((1u << (D - d)) - 1);
+                __m512 qv = _mm512_maskz_loadu_ps(m, qg + d);
+                s = _mm512_add_ps(s, _mm512_max_ps(_mm512_mul_ps(qv, _mm512_maskz_loadu_ps(m, mn + d)),
+                                                   _mm512_mul_ps(qv, _mm512_maskz_loadu_ps(m, mx + d))));
+            }
+            float v = _mm512_reduce_add_ps(s);
+            if (v > best) best = v;
+        }
+        bound[p] = best;
+    }
+}
+
+const st_attn_kernels st_attn_kernels_avx512_ = {
+    .isa = ST_ISA_AVX512,
+    .d_mult = 16,
+    .block = block_avx512,
+    .quest = quest_avx512,
+};

@@ -1,0 +1,80 @@
+/* Private to src/attn: the per-ISA block kernel interface shared by attn.c (driver) and the
+ * scalar / AVX2 / AVX-512 kernels. */
+#ifndef STRATA_ATTN_INT_H
+#define STRATA_ATTN_INT_H
+
+#include "strata/attn.h"
+
+/* Tokens per kernel call: one AVX-512 vector of scores. */
+#define ATTN_BLK 16
+
+/* The online-softmax state of R query rows that share one KV head (a GQA group, times the
+ * queries of a chunk tile), plus the scratch one kernel call needs. Row r is query
+ * r / n_group, head r % n_group of the group. All float arrays are 64-byte aligned. */
+typedef struct attn_tile {
+    st_type type;       /* KV element type */
+    int R;              /* rows */
+    int D;              /* head_dim */
+    const float *q;     /* [R][D] queries, already multiplied by the score scale */
+    const int64_t *lim; /* [R] last position row r may attend, or NULL (decode: no limit) */
+    float *m;           /* [R] running max of the scores (-inf before any token) */
+    float *l;           /* [R] running sum of exp(score - m) */
+    float *acc;         /* [R][D] running sum of exp(score - m) * v */
+    /* scratch, contents undefined between calls */
+    float *p;       /* [R][ATTN_BLK] scores, then probabilities */
+    float *bm;      /* [R + 16] block max per row, then alpha */
+    uint32_t *rm;   /* [R] row masks */
+    float *kf;      /* [ATTN_BLK * D] K block converted to f32 (layout up to the kernel) */
+    float *vf;      /* [ATTN_BLK][D] V block converted to f32 */
+} attn_tile;
+
+/* One block of <= ATTN_BLK consecutive slots of one KV head of one page. */
+typedef struct attn_blk {
+    const void *k;  /* [n][D] elements of the KV type (slot 0 of the block) */
+    const void *v;  /* [n][D] */
+    float ks, vs;   /* q8_0 page-head scales; 1 for the float types */
+    uint32_t mask;  /* bit j: slot j is valid (bits >= n are 0); nonzero */
+    int n;          /* slots in the block, 1..ATTN_BLK */
+    int64_t pos0;   /* position of slot 0 */
+} attn_blk;
+
+typedef struct st_attn_kernels {
+    st_isa isa;
+    int d_mult; /* head_dim must be a multiple of this, else the scalar table is used */
+    /* Folds one block into the tile's online-softmax state. */
+    void (*block)(const attn_tile *t, const attn_blk *b);
+    /* st_attn_quest_bounds with validated arguments; d_mult does not apply. */
+    void (*quest)(int D, int G, const float *q, const float *kmin, const float *kmax,
+                  int64_t stride, int32_t n_pages, float *bound);
+} st_attn_kernels;
+
+extern const st_attn_kernels st_attn_kernels_scalar_;
+extern const st_attn_kernels st_attn_kernels_avx2_;
+extern const st_attn_kernels st_attn_kernels_avx512_;
+
+/* Row r's mask for a block: the block's valid slots whose position is <= lim[r]. */
+static inline uint32_t attn_row_mask(const attn_tile *t, const attn_blk *b, int r) {
+    if (!t->lim) return b->mask;
+    int64_t last = t->lim[r] - b->pos0; /* last slot index allowed */
+    if (last < 0) return 0;
+    if (last >= ATTN_BLK - 1) return b->mask;
+    return b->mask & ((2u << last) - 1u);
+}
+
+/* Element i of a row of KV type t, dequantized except for the q8_0 scale. */
+static inline float attn_elem(st_type t, const void *base, size_t i) {
+    switch (t) {
+    case ST_TYPE_F32: return ((const float *)base)[i];
+    case ST_TYPE_F16: return st_fp16_to_fp32(((const uint16_t *)base)[i]);
+    case ST_TYPE_BF16: return st_bf16_to_fp32(((const uint16_t *)base)[i]);
+    case ST_TYPE_Q8_0: return (float)((const int8_t *)base)[i];
+    default: ST_ASSERT(0 && "attn: unsupported KV type");
+    }
+    return 0;
+}
+
+static inline size_t attn_elem_size(st_type t) {
+    return t == ST_TYPE_F32 ? 4 : t == ST_TYPE_Q8_0 ? 1 : 2;
+}
+
+#endif

@@ -1,0 +1,74 @@
+/* Scalar reference kernels: the twins every SIMD kernel is tested against. Plain C, f32
+ * accumulators, libm expf; written for clarity, not speed. */
+#include "attn_int.h"
+
+#include <math.h>
+
+static void block_scalar(const attn_tile *t, const attn_blk *b) {
+    const int D = t->D;
+    uint32_t any = 0;
+    for (int r = 0; r < t->R; r++) {
+        uint32_t rm = attn_row_mask(t, b, r);
+        t->rm[r] = rm;
+        any |= rm;
+        float bmax = -INFINITY;
+        const float *q = t->q + (size_t)r * D;
+        for (uint32_t u = rm; u; u &= u - 1) {
+            int j = __builtin_ctz(u);
+            float s = 0;
+            for (int d = 0; d < D; d++) s += q[d] * attn_elem(t->type, b->k, (size_t)j * D + d);
+            s *= b->ks;
+            t->p[r * ATTN_BLK + j] = s;
+            if (s > bmax) bmax = s;
+        }
+        t->bm[r] = bmax;
+    }
+    if (!any) return;
+    for (int r = 0; r < t->R; r++) {
+        uint32_t rm = t->rm[r];
+        if (!rm) continue;
+        float m_new = t->m[r] > t->bm[r] ? t->m[r] : t->bm[r];
+        float alpha = t->m[r] == -INFINITY ? 0.0f : expf(t->m[r] - m_new);
+        float *p = t->p + r * ATTN_BLK;
+        float sum = 0;
+        for (uint32_t u = rm; u; u &= u - 1) {
+            int j = __builtin_ctz(u);
+            p[j] = expf(p[j] - m_new);
+            sum += p[j];
+        }
+        t->m[r] = m_new;
+        t->l[r] = t->l[r] * alpha + sum;
+        float *acc = t->acc + (size_t)r * D;
+        for (int d = 0; d < D; d++) acc[d] *= alpha;
+        for (uint32_t u = rm; u; u &= u - 1) {
+            int j = __builtin_ctz(u);
+            float w = p[j] * b->vs;
+            for (int d = 0; d < D; d++) acc[d] += w * attn_elem(t->type, b->v, (size_t)j * D + d);
+        }
+    }
+}
+
+static void quest_scalar(int D, int G, const float *q, const float *kmin, const float *kmax,
+                         int64_t stride, int32_t n_pages, float *bound) {
+    for (int32_t p = 0; p < n_pages; p++) {
+        const float *mn = kmin + p * stride, *mx = kmax + p * stride;
+        float best = -INFINITY;
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * D;
+            float s = 0;
+            for (int d = 0; d < D; d++) {
+                float a = qg[d] * mn[d], c = qg[d] * mx[d];
+                s += a > c ? a : c;
+            }
+            if (s > best) best = s;
+        }
+        bound[p] = best;
+    }
+}
+
+const st_attn_kernels st_attn_kernels_scalar_ = {
+    .isa = ST_ISA_SCALAR,
+    .d_mult = 1,
+    .block = block_scalar,
+    .quest = quest_scalar,
+};

@@ -1,0 +1,173 @@
+/* Shared CLI helpers for the model commands. */
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+int st_cli_int(const char *s, long long lo, long long hi, long long *out) {
+    if (!s || !*s) return ST_E_USAGE;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return ST_E_USAGE;
+    *out = v;
+    return 0;
+}
+
+int st_cli_float(const char *s, double lo, double hi, double *out) {
+    if (!s || !*s) return ST_E_USAGE;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !(v >= lo && v <= hi)) return ST_E_USAGE;
+    *out = v;
+    return 0;
+}
+
+int st_cli_read_file(const char *path, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return -errno;
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    for (;;) {
+        if (!b) {
+            fclose(f);
+            return ST_E_NOMEM;
+        }
+        n += fread(b + n, 1, cap - n - 1, f);
+        if (n < cap - 1) break;
+        cap *= 2;
+        char *nb = realloc(b, cap);
+        if (!nb) free(b);
+        b = nb;
+    }
+    int err = ferror(f) ? -EIO : 0;
+    fclose(f);
+    if (err) {
+        free(b);
+        return err;
+    }
+    b[n] = 0;
+    *out = b;
+    *len = n;
+    return 0;
+}
+
+unsigned long long st_cli_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024ull;
+}
+
+void st_cli_progress_begin(st_cli_progress *p, const char *label) {
+    p->t0 = st_time_now();
+    p->active = isatty(2);
+    p->shown = 0;
+    p->label = label;
+}
+
+void st_cli_progress_update(st_cli_progress *p, long long done, long long total) {
+    if (!p->active || total <= 0) return;
+    double el = st_time_now() - p->t0;
+    if (el < 1.0 && !p->shown) return;
+    int w = 40, fill = (int)(w * done / total);
+    char bar[64];
+    for (int i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
+    bar[w] = 0;
+    double rate = el > 0 ? done / el : 0;
+    fprintf(stderr, "\r%s [%s] %lld/%lld (%.0f tok/s)", p->label, bar, done, total, rate);
+    p->shown = 1;
+}
+
+void st_cli_progress_end(st_cli_progress *p) {
+    if (p->shown) fprintf(stderr, "\r\033[K");
+    p->shown = 0;
+}
+
+int st_cli_kv_type(const char *s, st_type *out) {
+    if (!strcasecmp(s, "f16")) *out = ST_TYPE_F16;
+    else if (!strcasecmp(s, "bf16")) *out = ST_TYPE_BF16;
+    else if (!strcasecmp(s, "f32")) *out = ST_TYPE_F32;
+    else if (!strcasecmp(s, "q8_0")) *out = ST_TYPE_Q8_0;
+    else return ST_E_USAGE;
+    return 0;
+}
+
+void st_cli_session_close(st_cli_session *s) {
+    st_runner_destroy(s->runner);
+    st_kv_destroy(s->kv);
+    st_tok_free(s->tok);
+    st_model_free(s->model);
+    free(s->synth_buf);
+    st_ctx_destroy(s->ctx);
+    memset(s, 0, sizeof *s);
+}
+
+static int fail(const char *cmd, st_cli_session *s, int rc, const char *what) {
+    const char *detail = s->ctx ? st_ctx_error(s->ctx) : "";
+    if (*detail)
+        fprintf(stderr, "strata %s: %s\n", cmd, detail);
+    else
+        fprintf(stderr, "strata %s: %s: %s\n", cmd, what, st_strerror(rc));
+    st_cli_session_close(s);
+    return st_cli_exit_code(rc);
+}
+
+int st_cli_session_open(const char *cmd, const st_cli_session_opts *o, st_cli_session *s) {
+    memset(s, 0, sizeof *s);
+    st_ctx_params cp = st_ctx_default_params();
+    cp.n_threads = o->n_threads;
+    int rc = st_ctx_create(&cp, &s->ctx);
+    if (rc) return fail(cmd, s, rc, "creating the context");
+    if (o->model_path) {
+        rc = st_model_load(s->ctx, o->model_path, &s->model);
+    } else {
+        size_t n = 0;
+        rc = st_synth_write_memory(s->ctx, o->synth, &s->synth_buf, &n);
+        if (!rc) rc = st_model_load_memory(s->ctx, s->synth_buf, n, "(built-in synthetic model)", &s->model);
+    }
+    if (rc) return fail(cmd, s, rc, o->model_path ? o->model_path : "synthetic model");
+    const st_model_hparams *hp = st_model_get_hparams(s->model);
+    int32_t n_ctx = o->n_ctx ? o->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    if (n_ctx > hp->n_ctx_train) {
+        st_seterr(s->ctx, ST_E_LIMIT, "context %d is larger than the model's %d tokens", n_ctx, hp->n_ctx_train);
+        return fail(cmd, s, ST_E_LIMIT, "context");
+    }
+    s->n_ctx = n_ctx;
+    if (o->need_tok && (rc = st_tok_load(s->ctx, st_model_gguf(s->model), NULL, &s->tok)))
+        return fail(cmd, s, rc, "tokenizer");
+    st_kv_params kp = st_kv_default_params();
+    kp.n_layer = hp->n_layer, kp.n_kv_head = hp->n_head_kv, kp.head_dim = hp->head_dim;
+    kp.page_size = o->page_size ? o->page_size : 16;
+    kp.type = o->kv_type;
+    int32_t n_seqs = o->n_seqs > 0 ? o->n_seqs : 1;
+    kp.n_pages = ((int64_t)n_ctx + kp.page_size - 1) / kp.page_size * n_seqs + n_seqs;
+    st_model_fingerprint(s->model, kp.fingerprint.b);
+    /* refuse a pool that cannot fit in memory before allocating it */
+    size_t eb = kp.type == ST_TYPE_F32 ? 4 : kp.type == ST_TYPE_Q8_0 ? 1 : 2;
+    unsigned long long need = (unsigned long long)kp.n_pages * kp.page_size * hp->n_layer * hp->n_head_kv *
+                              hp->head_dim * 2 * eb, avail = st_cli_mem_available();
+    if (avail && need > avail) {
+        st_seterr(s->ctx, ST_E_LIMIT, "context %d needs %llu MiB of KV cache, more than the %llu MiB of memory "
+                  "available", n_ctx, need >> 20, avail >> 20);
+        return fail(cmd, s, ST_E_LIMIT, "context");
+    }
+    if ((rc = st_kv_create(s->ctx, &kp, &s->kv))) return fail(cmd, s, rc, "KV cache");
+    st_runner_params rp = st_runner_default_params();
+    rp.n_ctx = n_ctx;
+    if (o->n_batch > 0) rp.n_batch = o->n_batch;
+    if ((rc = st_runner_create(s->ctx, s->model, s->kv, &rp, &s->runner))) return fail(cmd, s, rc, "runner");
+    return 0;
+}

@@ -1,0 +1,61 @@
+/* Helpers shared by the model commands (run, perplexity, mkmodel, bench): number parsing,
+ * a progress bar, and opening a model with its KV cache and runner. */
+#ifndef STRATA_CLI_UTIL_H
+#define STRATA_CLI_UTIL_H
+
+#include "strata/model.h"
+#include "strata/tok.h"
+
+#include <stdio.h>
+
+/* Strict parsers: the whole string must be a number in [lo, hi]. Return 0 or ST_E_USAGE. */
+int st_cli_int(const char *s, long long lo, long long hi, long long *out);
+int st_cli_float(const char *s, double lo, double hi, double *out);
+/* Reads a whole file (NUL-terminated). *out malloc'd. Returns 0 or -errno. */
+int st_cli_read_file(const char *path, char **out, size_t *len);
+/* MemAvailable from /proc/meminfo in bytes (0 when unknown). */
+unsigned long long st_cli_mem_available(void);
+
+/* A progress bar on stderr, drawn only when stderr is a terminal and the job has run for
+ * more than a second. */
+typedef struct st_cli_progress {
+    double t0;
+    int active, shown;
+    const char *label;
+} st_cli_progress;
+void st_cli_progress_begin(st_cli_progress *p, const char *label);
+void st_cli_progress_update(st_cli_progress *p, long long done, long long total);
+void st_cli_progress_end(st_cli_progress *p);
+
+/* A model ready to run one or more sequences. */
+typedef struct st_cli_session {
+    st_ctx *ctx;
+    void *synth_buf;   /* GGUF image of a built-in synthetic model, else NULL */
+    st_model *model;
+    st_tok *tok;
+    st_kv *kv;
+    st_runner *runner;
+    int32_t n_ctx;
+} st_cli_session;
+
+typedef struct st_cli_session_opts {
+    const char *model_path; /* NULL: synth (must be set) */
+    const st_synth_params *synth;
+    int n_threads;          /* 0: default */
+    int32_t n_ctx;          /* 0: min(model's, 4096) */
+    int32_t n_seqs;         /* sequences the KV pool is sized for (>= 1) */
+    int page_size;          /* 0: 16 */
+    st_type kv_type;
+    int32_t n_batch;        /* 0: 256 */
+    int need_tok;           /* load the tokenizer */
+} st_cli_session_opts;
+
+/* Opens everything; on error prints one line "strata <cmd>: <message>" to stderr and
+ * returns the exit code (2 bad input, 1 internal), with nothing left open. */
+int st_cli_session_open(const char *cmd, const st_cli_session_opts *o, st_cli_session *s);
+void st_cli_session_close(st_cli_session *s);
+
+/* Parses f16 | bf16 | f32 | q8_0. Returns 0 or ST_E_USAGE. */
+int st_cli_kv_type(const char *s, st_type *out);
+
+#endif

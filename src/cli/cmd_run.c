@@ -1,0 +1,219 @@
+/* strata run: generate text from a GGUF model (or the built-in synthetic one).
+ * Only the generated text goes to stdout; statistics and messages go to stderr. */
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "strata/sample.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: strata run [-m FILE] [-p PROMPT | -f FILE] [-n N] [-c CTX] [-t THREADS] [--temp T]\n"
+            "                  [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
+            "                  [--seed S] [--kv-page P] [--kv-type f16|bf16|f32|q8_0] [-b N_BATCH]\n"
+            "Without -m, runs a built-in synthetic model (random weights, byte-level tokenizer).\n"
+            "--temp 0 is greedy. Defaults: -n 128, -c min(model, 4096), --temp 0.8, --top-k 40,\n"
+            "--top-p 0.95, --min-p 0.05, --repeat-penalty 1.0, --kv-page 16, --kv-type f16.\n");
+}
+
+typedef struct run_opts {
+    const char *model, *prompt, *prompt_file;
+    long long n_predict, n_ctx, n_threads, kv_page, n_batch;
+    st_type kv_type;
+    st_sampler_params sp;
+} run_opts;
+
+static int bad(const char *opt, const char *val) {
+    fprintf(stderr, "strata run: bad value '%s' for %s\n", val ? val : "(missing)", opt);
+    return ST_EXIT_INPUT;
+}
+
+static int parse(int argc, char **argv, run_opts *o) {
+    o->n_predict = 128, o->kv_page = 16, o->kv_type = ST_TYPE_F16;
+    o->sp = st_sampler_default_params();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double d;
+        long long n;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return -1;
+        }
+        int takes = 1;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->prompt_file = v;
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            if (st_cli_int(v, 0, 1 << 30, &o->n_predict)) return bad(a, v);
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            if (st_cli_int(v, 1, 1 << 30, &o->n_ctx)) return bad(a, v);
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (st_cli_int(v, 1, 1024, &o->n_threads)) return bad(a, v);
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
+            if (st_cli_int(v, 1, 1 << 16, &o->n_batch)) return bad(a, v);
+        } else if (!strcmp(a, "--temp")) {
+            if (st_cli_float(v, 0, 1e6, &d)) return bad(a, v);
+            o->sp.temp = (float)d;
+        } else if (!strcmp(a, "--top-k")) {
+            if (st_cli_int(v, 0, 1 << 30, &n)) return bad(a, v);
+            o->sp.top_k = (int32_t)n;
+        } else if (!strcmp(a, "--top-p")) {
+            if (st_cli_float(v, 0, 1, &d)) return bad(a, v);
+            o->sp.top_p = (float)d;
+        } else if (!strcmp(a, "--min-p")) {
+            if (st_cli_float(v, 0, 1, &d)) return bad(a, v);
+            o->sp.min_p = (float)d;
+        } else if (!strcmp(a, "--repeat-penalty")) {
+            if (st_cli_float(v, 1e-6, 1e6, &d)) return bad(a, v);
+            o->sp.repeat_penalty = (float)d;
+        } else if (!strcmp(a, "--repeat-last-n")) {
+            if (st_cli_int(v, 0, 1 << 20, &n)) return bad(a, v);
+            o->sp.repeat_last_n = (int32_t)n;
+        } else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {
+            if (st_cli_int(v, 0, (long long)(~0ull >> 1), &n)) return bad(a, v);
+            o->sp.seed = (uint64_t)n;
+        } else if (!strcmp(a, "--kv-page")) {
+            if (st_cli_int(v, 8, 256, &o->kv_page) || (o->kv_page & (o->kv_page - 1))) return bad(a, v);
+        } else if (!strcmp(a, "--kv-type")) {
+            if (!v || st_cli_kv_type(v, &o->kv_type)) return bad(a, v);
+        } else {
+            fprintf(stderr, "strata run: unknown option '%s' (strata run --help lists them)\n", a);
+            return ST_EXIT_INPUT;
+        }
+        if (takes && !v) return bad(a, v);
+        i += takes;
+    }
+    if (o->prompt && o->prompt_file) {
+        fprintf(stderr, "strata run: give -p or -f, not both\n");
+        return ST_EXIT_INPUT;
+    }
+    return 0;
+}
+
+/* The built-in default: small enough to make and run in a few seconds on any machine. */
+static st_synth_params builtin_model(void) {
+    st_synth_params p = st_synth_default_params();
+    p.n_layer = 4, p.n_embd = 256, p.n_head = 4, p.n_head_kv = 2, p.n_ff = 768, p.n_vocab = 512;
+    p.n_ctx = 2048, p.rope_base = 10000.0f, p.type = ST_TYPE_Q8_0, p.seed = 42;
+    return p;
+}
+
+static int emit(st_detok *d, int32_t id) {
+    const char *out;
+    size_t n;
+    if (st_detok_feed(d, id, &out, &n) == 0 && n) {
+        fwrite(out, 1, n, stdout);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt, int n_prompt) {
+    const st_model_hparams *hp = st_model_get_hparams(s->model);
+    st_sampler *smp = NULL;
+    st_detok *dt = NULL;
+    float *logits = malloc((size_t)hp->n_vocab * sizeof(float));
+    st_kv_seq_id seq;
+    int rc = st_sampler_create(&o->sp, hp->n_vocab, &smp);
+    if (!rc) rc = st_detok_create(s->tok, 0, &dt);
+    if (!rc) rc = st_kv_seq_create(s->kv, &seq);
+    if (!rc && !logits) rc = ST_E_NOMEM;
+    for (int i = 0; i < n_prompt && !rc; i++) st_sampler_accept(smp, prompt[i]);
+    /* prefill, chunk by chunk so the progress bar can move */
+    const int chunk = o->n_batch > 0 ? (int)o->n_batch : 256;
+    st_cli_progress pb;
+    st_cli_progress_begin(&pb, "prefill");
+    double t0 = st_time_now();
+    for (int i = 0; i < n_prompt && !rc; i += chunk) {
+        int n = n_prompt - i < chunk ? n_prompt - i : chunk;
+        st_batch b = {.n_tokens = n, .tokens = prompt + i, .seq_single = seq};
+        rc = st_runner_forward(s->runner, &b, logits);
+        st_cli_progress_update(&pb, i + n, n_prompt);
+    }
+    st_cli_progress_end(&pb);
+    double t_prefill = st_time_now() - t0, t_decode = 0;
+    long long n_gen = 0, max_gen = o->n_predict;
+    if (max_gen > s->n_ctx - n_prompt) max_gen = s->n_ctx - n_prompt;
+    while (!rc && n_gen < max_gen) {
+        int32_t t = st_sampler_sample(smp, logits);
+        st_sampler_accept(smp, t);
+        n_gen++;
+        if (st_tok_is_eog(s->tok, t)) break;
+        emit(dt, t);
+        if (n_gen == max_gen) break;
+        double t1 = st_time_now();
+        st_batch b = {.n_tokens = 1, .tokens = &t, .seq_single = seq};
+        rc = st_runner_forward(s->runner, &b, logits);
+        t_decode += st_time_now() - t1;
+    }
+    const char *tail;
+    size_t nt;
+    if (dt && st_detok_flush(dt, &tail, &nt) == 0 && nt) fwrite(tail, 1, nt, stdout);
+    printf("\n");
+    fflush(stdout);
+    if (rc) {
+        fprintf(stderr, "strata run: %s\n", *st_ctx_error(s->ctx) ? st_ctx_error(s->ctx) : st_strerror(rc));
+    } else {
+        st_kv_stats ks;
+        st_kv_get_stats(s->kv, &ks);
+        fprintf(stderr, "prompt tokens: %d   prefill: %.1f tok/s (%.3f s)\n", n_prompt,
+                t_prefill > 0 ? n_prompt / t_prefill : 0.0, t_prefill);
+        fprintf(stderr, "generated tokens: %lld   decode: %.1f tok/s (%.3f s)\n", n_gen,
+                t_decode > 0 ? (n_gen - 1) / t_decode : 0.0, t_decode);
+        fprintf(stderr, "KV pages used: %lld of %lld (page %d tokens, %s)\n", (long long)ks.pages_used,
+                (long long)ks.n_pages, st_kv_get_geometry(s->kv)->page_size,
+                st_type_name(st_kv_get_geometry(s->kv)->type));
+    }
+    st_detok_free(dt);
+    st_sampler_destroy(smp);
+    free(logits);
+    return rc ? st_cli_exit_code(rc) : 0;
+}
+
+int st_cmd_run(int argc, char **argv) {
+    run_opts o;
+    memset(&o, 0, sizeof o);
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    char *text = NULL;
+    size_t text_len = 0;
+    if (o.prompt_file && (rc = st_cli_read_file(o.prompt_file, &text, &text_len))) {
+        fprintf(stderr, "strata run: cannot read %s: %s\n", o.prompt_file, st_strerror(rc));
+        return ST_EXIT_INPUT;
+    }
+    st_synth_params synth = builtin_model();
+    st_cli_session_opts so = {.model_path = o.model, .synth = &synth, .n_threads = (int)o.n_threads,
+                              .n_ctx = (int32_t)o.n_ctx, .n_seqs = 1, .page_size = (int)o.kv_page,
+                              .kv_type = o.kv_type, .n_batch = (int32_t)o.n_batch, .need_tok = 1};
+    if (!o.model)
+        fprintf(stderr, "strata run: no -m given: running the built-in synthetic model (random weights, "
+                        "byte-level tokenizer; the text it writes is noise)\n");
+    st_cli_session s;
+    if ((rc = st_cli_session_open("run", &so, &s))) {
+        free(text);
+        return rc;
+    }
+    if (!o.model) fprintf(stderr, "model: %s\n", st_model_desc(s.model));
+    const char *prompt = text ? text : o.prompt ? o.prompt : "Once upon a time";
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    rc = st_tok_encode_alloc(s.tok, prompt, text ? text_len : strlen(prompt), true, true, &ids, &n_ids);
+    free(text);
+    if (rc) {
+        fprintf(stderr, "strata run: tokenizing the prompt: %s\n", st_strerror(rc));
+        st_cli_session_close(&s);
+        return st_cli_exit_code(rc);
+    }
+    if (n_ids == 0 || n_ids >= s.n_ctx) {
+        fprintf(stderr, "strata run: the prompt is %d tokens, %s the context of %d tokens\n", n_ids,
+                n_ids ? "longer than (or as long as)" : "empty: no room in", s.n_ctx);
+        free(ids);
+        st_cli_session_close(&s);
+        return ST_EXIT_INPUT;
+    }
+    rc = generate(&s, &o, ids, n_ids);
+    free(ids);
+    st_cli_session_close(&s);
+    return rc;
+}

@@ -1,0 +1,135 @@
+/* Element conversion between f32 rows and a page's layer block (f32, f16, bf16, q8_0).
+ *
+ * q8_0 (this library's variant, see kv.h): int8 values, one f32 scale per page per KV head
+ * for K and one for V. A token whose abs-max does not fit the current scale (absmax > 127 *
+ * scale) makes that page-head requantize with scale' = max(absmax / 127, 2 * scale): the
+ * doubling bounds the accumulated rounding error of any element by one step of the final
+ * scale (the series s0/2 + s1/2 + ... with s_{i+1} >= 2 s_i sums to < s_final). */
+#include "kv_int.h"
+
+#include <math.h>
+
+/* Round and clamp to [-127, 127]; NaN (garbage in) becomes 0 rather than undefined. */
+static int8_t to_i8(float v) {
+    v = roundf(v);
+    if (!(v == v)) return 0;
+    if (v > 127.0f) v = 127.0f;
+    if (v < -127.0f) v = -127.0f;
+    return (int8_t)v;
+}
+
+/* Quantize the head's row x[head_dim] into slot `slot` of q ([P][head_dim] int8 of one head),
+ * requantizing the whole head's slab first when its scale is too small. */
+static int q8_store(int8_t *q, float *scale, int P, int D, int slot, const float *x) {
+    float amax = 0.0f;
+    for (int d = 0; d < D; d++) {
+        float a = fabsf(x[d]);
+        if (a > amax) amax = a;
+    }
+    int requant = 0;
+    if (amax > *scale * 127.0f) {
+        float ns = amax / 127.0f;
+        if (ns < 2.0f * *scale) ns = 2.0f * *scale;
+        if (*scale > 0.0f) {
+            const float r = *scale / ns;
+            for (int i = 0; i < P * D; i++) q[i] = to_i8((float)q[i] * r);
+            requant = 1;
+        }
+        *scale = ns;
+    }
+    const float inv = *scale > 0.0f ? 1.0f / *scale : 0.0f;
+    int8_t *row = q + (size_t)slot * D;
+    for (int d = 0; d < D; d++) {
+        row[d] = to_i8(x[d] * inv);
+    }
+    return requant;
+}
+
+static void store_rows(st_kv *kv, uint8_t *base, float *scales, int slot, const float *x) {
+    const int H = kv->p.n_kv_head, P = kv->p.page_size, D = kv->p.head_dim;
+    for (int h = 0; h < H; h++) {
+        const float *xr = x + (size_t)h * D;
+        size_t off = ((size_t)h * P + slot) * D;
+        switch (kv->p.type) {
+        case ST_TYPE_F32: memcpy((float *)base + off, xr, (size_t)D * sizeof(float)); break;
+        case ST_TYPE_F16: {
+            uint16_t *o = (uint16_t *)base + off;
+            for (int d = 0; d < D; d++) o[d] = st_fp32_to_fp16(xr[d]);
+            break;
+        }
+        case ST_TYPE_BF16: {
+            uint16_t *o = (uint16_t *)base + off;
+            for (int d = 0; d < D; d++) o[d] = st_fp32_to_bf16(xr[d]);
+            break;
+        }
+        case ST_TYPE_Q8_0:
+            kv->st.requants +=
+                q8_store((int8_t *)base + (size_t)h * P * D, &scales[h], P, D, slot, xr);
+            break;
+        default: ST_ASSERT(0);
+        }
+    }
+}
+
+static void load_rows(const st_kv *kv, const uint8_t *base, const float *scales, int slot,
+                      float *x) {
+    const int H = kv->p.n_kv_head, P = kv->p.page_size, D = kv->p.head_dim;
+    for (int h = 0; h < H; h++) {
+        float *xr = x + (size_t)h * D;
+        size_t off = ((size_t)h * P + slot) * D;
+        switch (kv->p.type) {
+        case ST_TYPE_F32: memcpy(xr, (const float *)base + off, (size_t)D * sizeof(float)); break;
+        case ST_TYPE_F16: {
+            const uint16_t *o = (const uint16_t *)base + off;
+            for (int d = 0; d < D; d++) xr[d] = st_fp16_to_fp32(o[d]);
+            break;
+        }
+        case ST_TYPE_BF16: {
+            const uint16_t *o = (const uint16_t *)base + off;
+            for (int d = 0; d < D; d++) xr[d] = st_bf16_to_fp32(o[d]);
+            break;
+        }
+        case ST_TYPE_Q8_0: {
+            const int8_t *o = (const int8_t *)base + off;
+            for (int d = 0; d < D; d++) xr[d] = (float)o[d] * scales[h];
+            break;
+        }
+        default: ST_ASSERT(0);
+        }
+    }
+}
+
+void kv_store_token(st_kv *kv, uint8_t *blk, int slot, const float *k, const float *v) {
+    float *ks = NULL, *vs = NULL;
+    if (kv->p.type == ST_TYPE_Q8_0) {
+        ks = (float *)(blk + kv->g.scale_offset);
+        vs = ks + kv->p.n_kv_head;
+    }
+    store_rows(kv, blk, ks, slot, k);
+    store_rows(kv, blk + kv->g.v_offset, vs, slot, v);
+}
+
+void kv_load_token(const st_kv *kv, const uint8_t *blk, int slot, float *k, float *v) {
+    const float *ks = NULL, *vs = NULL;
+    if (kv->p.type == ST_TYPE_Q8_0) {
+        ks = (const float *)(blk + kv->g.scale_offset);
+        vs = ks + kv->p.n_kv_head;
+    }
+    if (k) load_rows(kv, blk, ks, slot, k);
+    if (v) load_rows(kv, blk + kv->g.v_offset, vs, slot, v);
+}
+
+/* Zeroes slots [s0, s1) of every layer and head (K and V); scales are kept. */
+void kv_zero_slots(st_kv *kv, int32_t page, int s0, int s1) {
+    if (s1 <= s0) return;
+    const int H = kv->p.n_kv_head, P = kv->p.page_size, D = kv->p.head_dim;
+    const size_t es = kv->g.elem_bytes;
+    for (int l = 0; l < kv->p.n_layer; l++) {
+        uint8_t *blk = kv_layer_data(kv, page, l);
+        for (int h = 0; h < H; h++) {
+            size_t off = ((size_t)h * P + s0) * D * es, nb = (size_t)(s1 - s0) * D * es;
+            memset(blk + off, 0, nb);
+            memset(blk + kv->g.v_offset + off, 0, nb);
+        }
+    }
+}

@@ -1,0 +1,590 @@
+/* KV snapshots: a versioned, checksummed stream of sequences (page tables, masks, token
+ * ids), their pages (contents, prefix keys, ledger) — byte layout in docs/FORMATS.md,
+ * "KV snapshot". The reader stages everything in private memory and checks it all (every
+ * count against a named limit, every record's XXH3-64, the trailer) before it touches the
+ * pool, so a rejected stream changes nothing. Memory it allocates grows only with the bytes
+ * actually read, so a tiny stream claiming huge counts cannot make it allocate much. */
+#include "kv_int.h"
+
+#include <stdlib.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the snapshot format stores page contents in host order: little-endian hosts only"
+#endif
+
+#define SNAP_MAGIC "STKVSNAP"
+#define SNAP_END_MAGIC "STKVEND1"
+#define SNAP_VERSION 1u
+#define SNAP_HEADER_BYTES 80u
+#define SNAP_PAGE_HEAD 48u  /* bytes of a page record before its tokens */
+#define SNAP_SEQ_HEAD 32u   /* bytes of a sequence record before its entries */
+#define SNAP_FLAG_CUT 1u
+#define SNAP_PF_SEALED 1u
+#define SNAP_PF_KEY 2u
+
+/* ---- little-endian buffer ------------------------------------------------------------ */
+typedef struct wbuf {
+    uint8_t *b;
+    size_t n, cap;
+    int oom;
+} wbuf;
+
+static void put(wbuf *w, const void *p, size_t n) {
+    if (w->oom || n == 0) return;
+    if (w->n + n > w->cap) {
+        size_t cap = w->cap ? w->cap : 256;
+        while (cap < w->n + n) cap *= 2;
+        uint8_t *b = realloc(w->b, cap);
+        if (!b) {
+            w->oom = 1;
+            return;
+        }
+        w->b = b;
+        w->cap = cap;
+    }
+    memcpy(w->b + w->n, p, n);
+    w->n += n;
+}
+static void put_u32(wbuf *w, uint32_t v) { put(w, &v, 4); }
+static void put_u64(wbuf *w, uint64_t v) { put(w, &v, 8); }
+static uint32_t get_u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t get_u64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+static int mask_words(int P) { return (P + 63) / 64; }
+static size_t layer_payload(const st_kv *kv) {
+    return 2 * kv->g.kv_bytes + (kv->p.type == ST_TYPE_Q8_0 ? 8u * kv->p.n_kv_head : 0);
+}
+static size_t page_record_bytes(const st_kv *kv) {
+    return SNAP_PAGE_HEAD + 4u * kv->p.page_size + kv->p.n_layer * layer_payload(kv) + 8;
+}
+static size_t entry_bytes(int P) { return 16 + 8u * mask_words(P); }
+
+/* Appends the record checksum and writes the record. */
+static int flush_record(st_kv_io *io, wbuf *w, uint64_t *sums, size_t i) {
+    if (w->oom) return ST_E_NOMEM;
+    uint64_t h = XXH3_64bits(w->b, w->n);
+    put_u64(w, h);
+    if (w->oom) return ST_E_NOMEM;
+    sums[i] = h;
+    int rc = io->write(io, w->b, w->n);
+    w->n = 0;
+    return rc;
+}
+
+/* ---- writer ---------------------------------------------------------------------------- */
+
+static void put_page(const st_kv *kv, wbuf *w, int32_t idx, int32_t id) {
+    const kv_page *pg = &kv->pages[id];
+    const int P = kv->p.page_size;
+    put_u32(w, (uint32_t)idx);
+    uint8_t b[4] = {pg->resident, (uint8_t)kv->p.type,
+                    (uint8_t)((pg->sealed ? SNAP_PF_SEALED : 0) | (pg->has_key ? SNAP_PF_KEY : 0)),
+                    0};
+    put(w, b, 4);
+    put_u64(w, pg->last_use);
+    st_kv_key zero;
+    memset(&zero, 0, sizeof zero);
+    put(w, pg->has_key ? pg->key.b : zero.b, 16);
+    put(w, pg->has_key ? pg->parent.b : zero.b, 16);
+    for (int j = 0; j < P; j++)
+        put_u32(w, pg->has_key ? (uint32_t)kv->page_tokens[(size_t)id * P + j] : UINT32_MAX);
+    for (int l = 0; l < kv->p.n_layer; l++) {
+        const uint8_t *blk = kv_layer_data(kv, id, l);
+        put(w, blk, kv->g.kv_bytes);
+        put(w, blk + kv->g.v_offset, kv->g.kv_bytes);
+        if (kv->p.type == ST_TYPE_Q8_0) put(w, blk + kv->g.scale_offset, 8u * kv->p.n_kv_head);
+    }
+}
+
+static void put_seq(const st_kv *kv, wbuf *w, uint32_t idx, const kv_seq *s, int64_t cut,
+                    const int32_t *snap_idx) {
+    const int P = kv->p.page_size;
+    int64_t len = cut < s->n_ent ? cut * P : s->len;
+    int64_t seal_from = s->seal_from < cut ? s->seal_from : cut;
+    put_u32(w, idx);
+    put_u32(w, 0);
+    put_u64(w, (uint64_t)len);
+    put_u64(w, (uint64_t)cut);
+    put_u64(w, (uint64_t)seal_from);
+    for (int64_t i = 0; i < cut; i++) {
+        const kv_entry *e = &s->ent[i];
+        put_u32(w, (uint32_t)(e->page >= 0 ? snap_idx[e->page] : -1));
+        put_u32(w, (uint32_t)e->n_tokens);
+        put_u32(w, (uint32_t)e->has_mask);
+        put_u32(w, 0);
+        put(w, e->mask, 8u * mask_words(P));
+    }
+    put(w, s->tokens, (size_t)len * 4);
+}
+
+int st_kv_snapshot_write(st_kv *kv, const st_kv_seq_id *seqs, int n_seqs, int64_t max_pages,
+                         st_kv_io *io) {
+    if (!io || !io->write || n_seqs < 0 || (n_seqs > 0 && !seqs) || n_seqs > ST_KV_MAX_SEQS)
+        return st_seterr(kv->ctx, ST_E_INVAL, "kv snapshot: bad arguments (io, seqs, n_seqs %d)",
+                         n_seqs);
+    kv_seq **ss = calloc((size_t)n_seqs + 1, sizeof *ss);
+    int32_t *snap_idx = malloc((size_t)kv->n_pages * sizeof *snap_idx);
+    int32_t *order = malloc((size_t)kv->n_pages * sizeof *order);
+    int64_t *cut = calloc((size_t)n_seqs + 1, sizeof *cut);
+    uint64_t *sums = malloc(((size_t)kv->n_pages + (size_t)n_seqs + 1) * sizeof *sums);
+    wbuf w = {0};
+    int rc = 0;
+    if (!ss || !snap_idx || !order || !cut || !sums) {
+        rc = st_seterr(kv->ctx, ST_E_NOMEM, "kv snapshot: out of memory");
+        goto done;
+    }
+    for (int j = 0; j < n_seqs; j++) {
+        if ((rc = kv_seq_get(kv, seqs[j], &ss[j])) != 0) goto done;
+        for (int i = 0; i < j; i++)
+            if (ss[i] == ss[j]) {
+                rc = st_seterr(kv->ctx, ST_E_INVAL, "kv snapshot: sequence %d listed twice",
+                               seqs[j]);
+                goto done;
+            }
+    }
+    for (int32_t i = 0; i < kv->n_pages; i++) snap_idx[i] = -1;
+    int32_t n_snap = 0;
+    uint32_t flags = 0;
+    for (int j = 0; j < n_seqs; j++) {
+        const kv_seq *s = ss[j];
+        cut[j] = s->n_ent;
+        for (int64_t i = 0; i < s->n_ent; i++) {
+            int32_t pg = s->ent[i].page;
+            if (pg < 0 || snap_idx[pg] >= 0) continue;
+            if (max_pages >= 0 && n_snap >= max_pages) {
+                cut[j] = i;
+                flags |= SNAP_FLAG_CUT;
+                break;
+            }
+            snap_idx[pg] = n_snap;
+            order[n_snap++] = pg;
+        }
+    }
+    /* header */
+    put(&w, SNAP_MAGIC, 8);
+    put_u32(&w, SNAP_VERSION);
+    put_u32(&w, SNAP_HEADER_BYTES);
+    put_u32(&w, (uint32_t)kv->p.n_layer);
+    put_u32(&w, (uint32_t)kv->p.n_kv_head);
+    put_u32(&w, (uint32_t)kv->p.head_dim);
+    put_u32(&w, (uint32_t)kv->p.page_size);
+    put_u32(&w, (uint32_t)kv->p.type);
+    put_u32(&w, flags);
+    put_u64(&w, layer_payload(kv));
+    put(&w, kv->p.fingerprint.b, 16);
+    put_u32(&w, (uint32_t)n_seqs);
+    put_u32(&w, (uint32_t)n_snap);
+    size_t k = 0;
+    if ((rc = flush_record(io, &w, sums, k++)) != 0) goto io_err;
+    for (int32_t i = 0; i < n_snap; i++) {
+        put_page(kv, &w, i, order[i]);
+        if ((rc = flush_record(io, &w, sums, k++)) != 0) goto io_err;
+    }
+    for (int j = 0; j < n_seqs; j++) {
+        put_seq(kv, &w, (uint32_t)j, ss[j], cut[j], snap_idx);
+        if ((rc = flush_record(io, &w, sums, k++)) != 0) goto io_err;
+    }
+    put(&w, SNAP_END_MAGIC, 8);
+    put_u64(&w, XXH3_64bits(sums, k * sizeof *sums));
+    rc = w.oom ? ST_E_NOMEM : io->write(io, w.b, w.n);
+io_err:
+    if (rc) rc = st_seterr(kv->ctx, rc, "kv snapshot: write failed: %s", st_strerror(rc));
+done:
+    free(w.b);
+    free(ss);
+    free(snap_idx);
+    free(order);
+    free(cut);
+    free(sums);
+    return rc;
+}
+
+/* ---- reader ---------------------------------------------------------------------------- */
+
+typedef struct rd {
+    st_kv *kv;
+    st_kv_io *io;
+    uint64_t off; /* bytes consumed so far */
+} rd;
+
+/* Reads exactly n bytes or fails: ST_E_FORMAT naming what was being read where. */
+static int read_exact(rd *r, void *buf, size_t n, const char *what) {
+    int64_t got = r->io->read(r->io, buf, n);
+    if (got < 0)
+        return st_seterr(r->kv->ctx, (int)got, "kv snapshot: read error at byte %llu (%s): %s",
+                         (unsigned long long)r->off, what, st_strerror((int)got));
+    if ((size_t)got < n)
+        return st_seterr(r->kv->ctx, ST_E_FORMAT,
+                         "kv snapshot: truncated at byte %llu: %s needs %zu more byte(s)",
+                         (unsigned long long)(r->off + (uint64_t)got), what, n - (size_t)got);
+    r->off += n;
+    return 0;
+}
+
+/* Reads n bytes appended to w, in chunks, so memory follows the bytes that really exist. */
+static int read_grow(rd *r, wbuf *w, uint64_t n, const char *what) {
+    uint8_t chunk[65536];
+    while (n > 0) {
+        size_t c = n < sizeof chunk ? (size_t)n : sizeof chunk;
+        int rc = read_exact(r, chunk, c, what);
+        if (rc) return rc;
+        put(w, chunk, c);
+        if (w->oom) return st_seterr(r->kv->ctx, ST_E_NOMEM, "kv snapshot: out of memory");
+        n -= c;
+    }
+    return 0;
+}
+
+static int check_sum(rd *r, const uint8_t *rec, size_t n, const char *what, uint64_t start,
+                     uint64_t *sum) {
+    uint64_t want = get_u64(rec + n), got = XXH3_64bits(rec, n);
+    *sum = want;
+    if (want != got)
+        return st_seterr(r->kv->ctx, ST_E_CORRUPT,
+                         "kv snapshot: %s at byte %llu: checksum %016llx, computed %016llx", what,
+                         (unsigned long long)start, (unsigned long long)want,
+                         (unsigned long long)got);
+    return 0;
+}
+
+#define BAD(code, ...) return st_seterr(r->kv->ctx, code, __VA_ARGS__)
+
+static int read_header(rd *r, uint32_t *n_seqs, uint32_t *n_pages, uint64_t *sum) {
+    st_kv *kv = r->kv;
+    uint8_t h[SNAP_HEADER_BYTES];
+    int rc = read_exact(r, h, sizeof h, "header");
+    if (rc) return rc;
+    if (memcmp(h, SNAP_MAGIC, 8) != 0) BAD(ST_E_FORMAT, "kv snapshot: bad magic at byte 0");
+    if (get_u32(h + 8) != SNAP_VERSION)
+        BAD(ST_E_VERSION, "kv snapshot: version %u at byte 8, this build reads %u",
+            get_u32(h + 8), SNAP_VERSION);
+    if (get_u32(h + 12) != SNAP_HEADER_BYTES)
+        BAD(ST_E_FORMAT, "kv snapshot: header_bytes %u at byte 12, want %u", get_u32(h + 12),
+            SNAP_HEADER_BYTES);
+    if ((rc = check_sum(r, h, SNAP_HEADER_BYTES - 8, "header", 0, sum)) != 0) return rc;
+    static const char *const names[] = {"n_layer", "n_kv_head", "head_dim", "page_size"};
+    const int want[] = {kv->p.n_layer, kv->p.n_kv_head, kv->p.head_dim, kv->p.page_size};
+    for (int i = 0; i < 4; i++)
+        if (get_u32(h + 16 + 4 * i) != (uint32_t)want[i])
+            BAD(ST_E_FORMAT, "kv snapshot: %s %u at byte %d, the pool's is %d", names[i],
+                get_u32(h + 16 + 4 * i), 16 + 4 * i, want[i]);
+    if (get_u32(h + 32) != (uint32_t)kv->p.type)
+        BAD(ST_E_TYPE, "kv snapshot: element type %u at byte 32, the pool's is %d (%s)",
+            get_u32(h + 32), (int)kv->p.type, st_type_name(kv->p.type));
+    if (get_u32(h + 36) & ~SNAP_FLAG_CUT)
+        BAD(ST_E_FORMAT, "kv snapshot: unknown flags %#x at byte 36", get_u32(h + 36));
+    if (get_u64(h + 40) != layer_payload(kv))
+        BAD(ST_E_FORMAT, "kv snapshot: layer payload %llu bytes at byte 40, want %zu",
+            (unsigned long long)get_u64(h + 40), layer_payload(kv));
+    if (memcmp(h + 48, kv->p.fingerprint.b, 16) != 0)
+        BAD(ST_E_FORMAT, "kv snapshot: model fingerprint at byte 48 differs from the pool's "
+            "(KV made by another model or configuration)");
+    *n_seqs = get_u32(h + 64);
+    *n_pages = get_u32(h + 68);
+    if (*n_pages > (uint32_t)kv->n_pages)
+        BAD(ST_E_LIMIT, "kv snapshot: n_pages %u at byte 68 exceeds the pool's %d pages",
+            *n_pages, kv->n_pages);
+    if (*n_seqs > (uint32_t)kv->p.max_seqs)
+        BAD(ST_E_LIMIT, "kv snapshot: n_seqs %u at byte 64 exceeds max_seqs %d", *n_seqs,
+            kv->p.max_seqs);
+    return 0;
+}
+
+/* One page record into pg (ledger), tok[P] and data[n_layer * layer_payload]. */
+static int read_page(rd *r, uint32_t i, uint8_t *rec, kv_page *pg, int32_t *tok, uint8_t *data,
+                     uint64_t *sum) {
+    st_kv *kv = r->kv;
+    const int P = kv->p.page_size;
+    const size_t n = page_record_bytes(kv);
+    const uint64_t start = r->off;
+    int rc = read_exact(r, rec, n, "page record");
+    if (rc) return rc;
+    if ((rc = check_sum(r, rec, n - 8, "page record", start, sum)) != 0) return rc;
+    if (get_u32(rec) != i)
+        BAD(ST_E_FORMAT, "kv snapshot: page record at byte %llu has index %u, want %u",
+            (unsigned long long)start, get_u32(rec), i);
+    uint8_t resident = rec[4], type = rec[5], fl = rec[6];
+    if (resident > 1 || rec[7] != 0 || (fl & ~(SNAP_PF_SEALED | SNAP_PF_KEY)) ||
+        ((fl & SNAP_PF_KEY) && !(fl & SNAP_PF_SEALED)))
+        BAD(ST_E_FORMAT, "kv snapshot: page %u at byte %llu: bad ledger bytes %u %u %u %u", i,
+            (unsigned long long)start + 4, resident, type, fl, rec[7]);
+    if (type != (uint8_t)kv->p.type)
+        BAD(ST_E_TYPE, "kv snapshot: page %u at byte %llu: element type %u, the pool's is %d",
+            i, (unsigned long long)start + 5, type, (int)kv->p.type);
+    memset(pg, 0, sizeof *pg);
+    pg->resident = 1;
+    pg->sealed = (fl & SNAP_PF_SEALED) != 0;
+    pg->has_key = (fl & SNAP_PF_KEY) != 0;
+    pg->last_use = get_u64(rec + 8);
+    memcpy(pg->key.b, rec + 16, 16);
+    memcpy(pg->parent.b, rec + 32, 16);
+    for (int j = 0; j < P; j++) {
+        tok[j] = (int32_t)get_u32(rec + SNAP_PAGE_HEAD + 4 * j);
+        if (pg->has_key ? tok[j] < 0 : tok[j] != -1)
+            BAD(ST_E_FORMAT, "kv snapshot: page %u: token %d = %d at byte %llu", i, j, tok[j],
+                (unsigned long long)(start + SNAP_PAGE_HEAD + 4 * j));
+    }
+    if (pg->has_key) {
+        st_kv_key k = kv_key_compute(kv, &pg->parent, tok);
+        if (memcmp(k.b, pg->key.b, 16) != 0)
+            BAD(ST_E_CORRUPT, "kv snapshot: page %u: prefix key at byte %llu does not match "
+                "its tokens", i, (unsigned long long)start + 16);
+    } else if (memcmp(rec + 16, (const uint8_t[32]){0}, 32) != 0) {
+        BAD(ST_E_FORMAT, "kv snapshot: page %u: key bytes set without the key flag", i);
+    }
+    const uint8_t *d = rec + SNAP_PAGE_HEAD + 4u * P;
+    memcpy(data, d, kv->p.n_layer * layer_payload(kv));
+    if (kv->p.type == ST_TYPE_Q8_0)
+        for (int l = 0; l < kv->p.n_layer; l++)
+            for (int h = 0; h < 2 * kv->p.n_kv_head; h++) {
+                float sc;
+                memcpy(&sc, d + l * layer_payload(kv) + 2 * kv->g.kv_bytes + 4u * h, 4);
+                if (!(sc >= 0.0f && sc < 3.0e38f))
+                    BAD(ST_E_FORMAT, "kv snapshot: page %u layer %d: q8_0 scale %d is %g", i,
+                        l, h, (double)sc);
+            }
+    return 0;
+}
+
+static int check_entry(rd *r, uint32_t j, int64_t i, const kv_entry *e, const kv_seq *s,
+                       uint32_t n_pages) {
+    const int P = r->kv->p.page_size;
+    int64_t want = i + 1 < s->n_ent ? P : s->len - i * P;
+    if (e->page < -1 || e->page >= (int32_t)n_pages || e->n_tokens != want ||
+        (e->has_mask != 0 && e->has_mask != 1) || e->pad_ != 0)
+        BAD(ST_E_FORMAT, "kv snapshot: sequence %u entry %lld: page %d n_tokens %d (want %lld) "
+            "mask flag %d", j, (long long)i, e->page, e->n_tokens, (long long)want,
+            e->has_mask);
+    int any = 0;
+    for (int b = 0; b < ST_KV_PAGE_SIZE_MAX; b++) {
+        int bit = (int)((e->mask[b >> 6] >> (b & 63)) & 1);
+        if (bit && (!e->has_mask || b >= e->n_tokens))
+            BAD(ST_E_FORMAT, "kv snapshot: sequence %u entry %lld: mask bit %d set", j,
+                (long long)i, b);
+        any |= bit;
+    }
+    if (e->page >= 0 && e->has_mask && !any && e->n_tokens == P)
+        BAD(ST_E_FORMAT, "kv snapshot: sequence %u entry %lld: fully removed page not a hole",
+            j, (long long)i);
+    return 0;
+}
+
+static int read_seq(rd *r, uint32_t j, uint32_t n_pages, wbuf *w, kv_seq *s, uint64_t *sum) {
+    st_kv *kv = r->kv;
+    const int P = kv->p.page_size;
+    const uint64_t start = r->off;
+    w->n = 0;
+    int rc = read_grow(r, w, SNAP_SEQ_HEAD, "sequence record");
+    if (rc) return rc;
+    const uint8_t *h = w->b;
+    uint64_t len = get_u64(h + 8), n_ent = get_u64(h + 16), seal_from = get_u64(h + 24);
+    if (get_u32(h) != j || get_u32(h + 4) != 0 ||
+        len > (uint64_t)ST_KV_MAX_PAGES * (uint64_t)P || n_ent != (len + P - 1) / P ||
+        seal_from > n_ent)
+        BAD(ST_E_FORMAT, "kv snapshot: sequence record %u at byte %llu: index %u, len %llu, "
+            "n_ent %llu, seal_from %llu inconsistent", j, (unsigned long long)start,
+            get_u32(h), (unsigned long long)len, (unsigned long long)n_ent,
+            (unsigned long long)seal_from);
+    const size_t eb = entry_bytes(P);
+    if ((rc = read_grow(r, w, n_ent * eb + len * 4 + 8, "sequence record")) != 0) return rc;
+    const size_t body = SNAP_SEQ_HEAD + n_ent * eb + len * 4;
+    if ((rc = check_sum(r, w->b, body, "sequence record", start, sum)) != 0) return rc;
+    s->len = (int64_t)len;
+    s->n_ent = (int64_t)n_ent;
+    s->seal_from = (int64_t)seal_from;
+    if (kv_seq_grow(s, s->n_ent, s->len)) BAD(ST_E_NOMEM, "kv snapshot: out of memory");
+    for (int64_t i = 0; i < s->n_ent; i++) {
+        const uint8_t *p = w->b + SNAP_SEQ_HEAD + (size_t)i * eb;
+        kv_entry *e = &s->ent[i];
+        memset(e, 0, sizeof *e);
+        e->page = (int32_t)get_u32(p);
+        e->n_tokens = (int32_t)get_u32(p + 4);
+        e->has_mask = (int32_t)get_u32(p + 8);
+        e->pad_ = (int32_t)get_u32(p + 12);
+        memcpy(e->mask, p + 16, 8u * mask_words(P));
+        if ((rc = check_entry(r, j, i, e, s, n_pages)) != 0) return rc;
+        if (e->page < 0) e->has_mask = 0;
+    }
+    if (len) memcpy(s->tokens, w->b + SNAP_SEQ_HEAD + n_ent * eb, len * 4);
+    for (uint64_t t = 0; t < len; t++)
+        if (s->tokens[t] < -1)
+            BAD(ST_E_FORMAT, "kv snapshot: sequence %u: token id %d at position %llu", j,
+                s->tokens[t], (unsigned long long)t);
+    return 0;
+}
+
+/* Staged snapshot: everything read, nothing applied. */
+typedef struct staged {
+    uint32_t n_seqs, n_pages;
+    kv_page *pages;  /* [n_pages] ledger */
+    int32_t *tokens; /* [n_pages][P] */
+    uint8_t *data;   /* [n_pages][n_layer * layer_payload] */
+    kv_seq *seqs;    /* [n_seqs], entries name snapshot page indices */
+} staged;
+
+static void staged_free(staged *st) {
+    for (uint32_t j = 0; st->seqs && j < st->n_seqs; j++) {
+        free(st->seqs[j].ent);
+        free(st->seqs[j].tokens);
+    }
+    free(st->seqs);
+    free(st->pages);
+    free(st->tokens);
+    free(st->data);
+}
+
+/* Cross-record checks: every page referenced; keyed pages agree with the tokens of the
+ * sequences that hold them. */
+static int cross_check(rd *r, const staged *st) {
+    const int P = r->kv->p.page_size;
+    uint8_t *seen = calloc(st->n_pages + 1, 1);
+    if (!seen) BAD(ST_E_NOMEM, "kv snapshot: out of memory");
+    int rc = 0;
+    for (uint32_t j = 0; j < st->n_seqs && !rc; j++) {
+        const kv_seq *s = &st->seqs[j];
+        for (int64_t i = 0; i < s->n_ent && !rc; i++) {
+            const kv_entry *e = &s->ent[i];
+            if (e->page < 0) continue;
+            seen[e->page] = 1;
+            const kv_page *pg = &st->pages[e->page];
+            if (pg->has_key &&
+                memcmp(s->tokens + i * P, st->tokens + (size_t)e->page * P,
+                       (size_t)e->n_tokens * 4) != 0)
+                rc = st_seterr(r->kv->ctx, ST_E_FORMAT, "kv snapshot: sequence %u page %lld: "
+                               "token ids differ from keyed page %d's", j, (long long)i,
+                               e->page);
+        }
+    }
+    for (uint32_t i = 0; i < st->n_pages && !rc; i++)
+        if (!seen[i])
+            rc = st_seterr(r->kv->ctx, ST_E_FORMAT,
+                           "kv snapshot: page %u is referenced by no sequence", i);
+    free(seen);
+    return rc;
+}
+
+/* Cannot fail: pages (kv_need), sequence slots and every allocation were secured first. */
+static void apply(st_kv *kv, staged *st, int32_t *phys, st_kv_seq_id *out) {
+    const int P = kv->p.page_size;
+    const size_t lp = layer_payload(kv);
+    uint64_t min_use = UINT64_MAX, base = kv->tick;
+    for (uint32_t i = 0; i < st->n_pages; i++)
+        if (st->pages[i].last_use < min_use) min_use = st->pages[i].last_use;
+    for (uint32_t i = 0; i < st->n_pages; i++) {
+        const kv_page *sp = &st->pages[i];
+        int32_t id = kv_page_alloc(kv);
+        phys[i] = id;
+        kv_page *pg = &kv->pages[id];
+        for (int l = 0; l < kv->p.n_layer; l++) {
+            uint8_t *blk = kv_layer_data(kv, id, l);
+            const uint8_t *d = st->data + ((size_t)i * kv->p.n_layer + l) * lp;
+            memcpy(blk, d, kv->g.kv_bytes);
+            memcpy(blk + kv->g.v_offset, d + kv->g.kv_bytes, kv->g.kv_bytes);
+            if (kv->p.type == ST_TYPE_Q8_0)
+                memcpy(blk + kv->g.scale_offset, d + 2 * kv->g.kv_bytes, 8u * kv->p.n_kv_head);
+        }
+        pg->sealed = sp->sealed;
+        pg->has_key = sp->has_key;
+        pg->key = sp->key;
+        pg->parent = sp->parent;
+        /* Keep the ledger's order of use, placed after everything the pool already did. */
+        uint64_t d = sp->last_use - min_use;
+        pg->last_use = base + 1 + (d < (1ull << 40) ? d : (1ull << 40));
+        if (pg->last_use > kv->tick) kv->tick = pg->last_use;
+        if (pg->has_key) {
+            memcpy(kv->page_tokens + (size_t)id * P, st->tokens + (size_t)i * P, (size_t)P * 4);
+            if (kv_index_find(kv, &pg->key, &pg->parent, kv->page_tokens + (size_t)id * P) < 0)
+                kv_index_insert(kv, id);
+        }
+    }
+    for (uint32_t j = 0; j < st->n_seqs; j++) {
+        kv_seq *s;
+        int rc = kv_seq_new(kv, &s);
+        ST_ASSERT(rc == 0); /* slots pre-checked */
+        kv_seq *src = &st->seqs[j];
+        s->ent = src->ent;
+        s->tokens = src->tokens;
+        s->cap_ent = src->cap_ent;
+        s->cap_tok = src->cap_tok;
+        s->n_ent = src->n_ent;
+        s->len = src->len;
+        s->seal_from = src->seal_from;
+        src->ent = NULL;
+        src->tokens = NULL;
+        for (int64_t i = 0; i < s->n_ent; i++)
+            if (s->ent[i].page >= 0) {
+                s->ent[i].page = phys[s->ent[i].page];
+                kv_page_ref(kv, s->ent[i].page);
+            }
+        out[j] = s->id;
+    }
+    for (uint32_t i = 0; i < st->n_pages; i++) kv_page_unref(kv, phys[i]); /* alloc's ref */
+}
+
+int st_kv_snapshot_read(st_kv *kv, st_kv_io *io, st_kv_seq_id *out_seqs, int max_seqs,
+                        int *n_out) {
+    if (n_out) *n_out = 0;
+    if (!io || !io->read || !n_out || max_seqs < 0 || (max_seqs > 0 && !out_seqs))
+        return st_seterr(kv->ctx, ST_E_INVAL, "kv snapshot: bad arguments");
+    rd r = {kv, io, 0};
+    staged st;
+    memset(&st, 0, sizeof st);
+    uint64_t hsum = 0;
+    int rc = read_header(&r, &st.n_seqs, &st.n_pages, &hsum);
+    if (rc) return rc;
+    if (st.n_seqs > (uint32_t)max_seqs)
+        return st_seterr(kv->ctx, ST_E_LIMIT, "kv snapshot: %u sequences, room for %d ids",
+                         st.n_seqs, max_seqs);
+    if ((int64_t)st.n_seqs > kv->p.max_seqs - kv->n_seqs)
+        return st_seterr(kv->ctx, ST_E_LIMIT, "kv snapshot: %u sequences but only %d more "
+                         "may live (max_seqs %d)", st.n_seqs, kv->p.max_seqs - kv->n_seqs,
+                         kv->p.max_seqs);
+    if ((rc = kv_need(kv, st.n_pages, "snapshot restore")) != 0) return rc;
+    /* Staging is bounded by the pool's own size: n_pages <= capacity was checked. */
+    const int P = kv->p.page_size;
+    const size_t pdata = (size_t)kv->p.n_layer * layer_payload(kv);
+    wbuf w = {0};
+    uint8_t *rec = malloc(page_record_bytes(kv));
+    uint64_t *sums = malloc(((size_t)st.n_pages + st.n_seqs + 1) * sizeof *sums);
+    int32_t *phys = malloc((st.n_pages + 1) * sizeof *phys);
+    st.seqs = calloc(st.n_seqs + 1, sizeof *st.seqs);
+    st.pages = calloc(st.n_pages + 1, sizeof *st.pages);
+    st.tokens = malloc(((size_t)st.n_pages * P + 1) * sizeof *st.tokens);
+    st.data = malloc((size_t)st.n_pages * pdata + 1);
+    if (!rec || !sums || !phys || !st.seqs || !st.pages || !st.tokens || !st.data) {
+        rc = st_seterr(kv->ctx, ST_E_NOMEM, "kv snapshot: out of memory staging %u pages",
+                       st.n_pages);
+        goto out;
+    }
+    size_t k = 0;
+    sums[k++] = hsum;
+    for (uint32_t i = 0; i < st.n_pages; i++, k++)
+        if ((rc = read_page(&r, i, rec, &st.pages[i], st.tokens + (size_t)i * P,
+                            st.data + (size_t)i * pdata, &sums[k])) != 0)
+            goto out;
+    for (uint32_t j = 0; j < st.n_seqs; j++, k++)
+        if ((rc = read_seq(&r, j, st.n_pages, &w, &st.seqs[j], &sums[k])) != 0) goto out;
+    uint8_t tr[16];
+    const uint64_t tr_off = r.off;
+    if ((rc = read_exact(&r, tr, sizeof tr, "trailer")) != 0) goto out;
+    if (memcmp(tr, SNAP_END_MAGIC, 8) != 0) {
+        rc = st_seterr(kv->ctx, ST_E_FORMAT, "kv snapshot: bad trailer magic at byte %llu",
+                       (unsigned long long)tr_off);
+        goto out;
+    }
+    if (get_u64(tr + 8) != XXH3_64bits(sums, k * sizeof *sums)) {
+        rc = st_seterr(kv->ctx, ST_E_CORRUPT, "kv snapshot: trailer checksum at byte %llu "
+                       "does not match the records", (unsigned long long)tr_off + 8);
+        goto out;
+    }
+    if ((rc = cross_check(&r, &st)) != 0) goto out;
+    apply(kv, &st, phys, out_seqs);
+    *n_out = (int)st.n_seqs;
+out:
+    free(rec);
+    free(sums);
+    free(phys);
+    free(w.b);
+    staged_free(&st);
+    return rc;
+}

@@ -1,0 +1,466 @@
+/* The forward pass: embeddings -> n_layer x (RMSNorm, QKV, RoPE, paged GQA attention, output
+ * projection, RMSNorm, SwiGLU FFN) -> RMSNorm -> logits, over chunks of tokens.
+ *
+ * A chunk is either one sequence's run of consecutive tokens (prefill: matrix-matrix
+ * products, st_attn_chunk) or a set of sequences with one token each (decode:
+ * matrix-vector products, st_attn_decode_batch). Every per-token computation reads only
+ * that token's row, and the quant and attention kernels guarantee bit-identical rows
+ * whatever the thread count or batch width, so a sequence's logits do not depend on what
+ * else is in the batch as long as its own runs are cut the same way (st_runner_forward cuts
+ * each run at multiples of n_batch from its start). */
+#include "model/model_int.h"
+#include "strata/attn.h"
+#include "strata/quant.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct span {
+    st_kv_seq_id seq;
+    int32_t i0, n;  /* tokens [i0, i0+n) of the chunk */
+    int64_t pos0;   /* position of token i0 */
+} span;
+
+struct st_runner {
+    st_ctx *ctx;
+    st_threadpool *tp;
+    const st_model *m;
+    st_kv *kv;
+    const st_kernels *kern;
+    st_attn_ws *ws;
+    st_attn_geom ag;
+    int32_t n_batch, n_ctx;
+    int32_t E, HQ, HK, F;   /* widths: embd, all query heads, all kv heads, ffn */
+    float *x;               /* [n_batch][E] residual stream */
+    float *xn;              /* [n_batch][max(E, HQ)] normed input of a projection */
+    float *q;               /* [n_batch][HQ] */
+    float *k, *v;           /* [n_batch][HK] */
+    float *att;             /* [n_batch][HQ] attention output */
+    float *tmp;             /* [n_batch][E] projection output */
+    float *g, *u;           /* [n_batch][F] */
+    uint8_t *actq;          /* [n_batch][act_row_max] quantized activations */
+    size_t act_row_max;
+    float *rope;            /* [n_batch][n_rot] cos/sin pairs */
+    st_attn_page *views;    /* [views_cap] */
+    int views_cap;
+    st_attn_seq *aseq;      /* [n_batch] */
+    double last_s;
+};
+
+st_runner_params st_runner_default_params(void) {
+    st_runner_params p = {.n_batch = 256, .n_ctx = 0};
+    return p;
+}
+
+static size_t max_act_bytes(const st_model *m, int64_t cols_max) {
+    size_t b = 0;
+    static const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16, ST_TYPE_Q8_0, ST_TYPE_Q4_1, ST_TYPE_Q4_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        int64_t bs = st_type_block_size(st_type_vec_dot_type(types[i]));
+        if (bs <= 0) continue;
+        size_t a = st_act_bytes(types[i], (cols_max + bs - 1) / bs * bs);
+        if (a > b) b = a;
+    }
+    (void)m;
+    return b;
+}
+
+void st_runner_destroy(st_runner *r) {
+    if (!r) return;
+    st_attn_ws_destroy(r->ws);
+    st_free_aligned(r->x);
+    st_free_aligned(r->xn);
+    st_free_aligned(r->q);
+    st_free_aligned(r->k);
+    st_free_aligned(r->v);
+    st_free_aligned(r->att);
+    st_free_aligned(r->tmp);
+    st_free_aligned(r->g);
+    st_free_aligned(r->u);
+    st_free_aligned(r->actq);
+    free(r->rope);
+    free(r->views);
+    free(r->aseq);
+    free(r);
+}
+
+static float *falloc(size_t n) { return st_alloc_aligned((n ? n : 1) * sizeof(float), 64); }
+
+int st_runner_create(st_ctx *ctx, const st_model *m, st_kv *kv, const st_runner_params *p, st_runner **out) {
+    if (!out || !m || !kv) return ST_E_INVAL;
+    *out = NULL;
+    st_runner_params rp = p ? *p : st_runner_default_params();
+    const st_model_hparams *hp = &m->hp;
+    if (rp.n_batch <= 0) rp.n_batch = 256;
+    if (rp.n_ctx <= 0) rp.n_ctx = hp->n_ctx_train;
+    if (rp.n_ctx > hp->n_ctx_train)
+        return st_seterr(ctx, ST_E_LIMIT, "context %d is larger than the model's %d", rp.n_ctx, hp->n_ctx_train);
+    const st_kv_geometry *kg = st_kv_get_geometry(kv);
+    if (kg->n_layer != hp->n_layer || kg->n_kv_head != hp->n_head_kv || kg->head_dim != hp->head_dim)
+        return st_seterr(ctx, ST_E_INVAL, "KV geometry %d layers x %d heads x %d dims does not match the model's "
+                         "%d x %d x %d", kg->n_layer, kg->n_kv_head, kg->head_dim, hp->n_layer, hp->n_head_kv,
+                         hp->head_dim);
+    st_runner *r = calloc(1, sizeof *r);
+    if (!r) return ST_E_NOMEM;
+    r->ctx = ctx;
+    r->tp = st_ctx_threadpool(ctx);
+    r->m = m;
+    r->kv = kv;
+    r->kern = st_kernels_get(st_ctx_isa(ctx));
+    r->n_batch = rp.n_batch;
+    r->n_ctx = rp.n_ctx;
+    r->E = hp->n_embd;
+    r->HQ = hp->n_head * hp->head_dim;
+    r->HK = hp->n_head_kv * hp->head_dim;
+    r->F = hp->n_ff;
+    r->ag = (st_attn_geom){.n_head = hp->n_head, .n_kv_head = hp->n_head_kv, .head_dim = hp->head_dim,
+                           .page_size = kg->page_size, .type = kg->type, .scale = 0};
+    const size_t NB = (size_t)rp.n_batch, EQ = (size_t)(r->E > r->HQ ? r->E : r->HQ);
+    int64_t cols_max = r->E > r->HQ ? r->E : r->HQ;
+    if (r->F > cols_max) cols_max = r->F;
+    r->act_row_max = max_act_bytes(m, cols_max);
+    r->x = falloc(NB * r->E);
+    r->xn = falloc(NB * EQ);
+    r->q = falloc(NB * r->HQ);
+    r->k = falloc(NB * r->HK);
+    r->v = falloc(NB * r->HK);
+    r->att = falloc(NB * r->HQ);
+    r->tmp = falloc(NB * r->E);
+    r->g = falloc(NB * r->F);
+    r->u = falloc(NB * r->F);
+    r->actq = st_alloc_aligned(NB * r->act_row_max + 64, 64);
+    r->rope = malloc(NB * (size_t)(hp->n_rot ? hp->n_rot : 1) * sizeof(float));
+    r->aseq = calloc(NB, sizeof *r->aseq);
+    int rc = st_attn_ws_create(st_ctx_isa(ctx), &r->ws);
+    if (rc || !r->x || !r->xn || !r->q || !r->k || !r->v || !r->att || !r->tmp || !r->g || !r->u || !r->actq ||
+        !r->rope || !r->aseq) {
+        st_runner_destroy(r);
+        return rc ? rc : ST_E_NOMEM;
+    }
+    *out = r;
+    return 0;
+}
+
+double st_runner_last_seconds(const st_runner *r) { return r->last_s; }
+
+/* ---- elementwise pieces (as ggml computes them) ------------------------------------------- */
+
+static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float mean = (float)(sum / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (int64_t i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+}
+
+static void add_bias(float *y, const st_wt *b, int32_t n_tok, int64_t ld) {
+    if (!b->data) return;
+    const float *bv = b->data;
+    for (int32_t t = 0; t < n_tok; t++)
+        for (int64_t i = 0; i < b->ne0; i++) y[t * ld + i] += bv[i];
+}
+
+/* ---- projections ------------------------------------------------------------------------- */
+
+/* Ys[i][t][rows_i] = W_i . X[t] for i < n_w (all W_i have X's width `cols`). Quantizes X once
+ * per distinct activation type; single-token steps batch equal-typed weights in one dispatch. */
+static int project(st_runner *r, int32_t n_tok, const float *X, int64_t cols, const st_wt *const *W,
+                   float *const *Y, int n_w) {
+    st_type have = ST_TYPE_COUNT_;
+    size_t arow = 0;
+    for (int i = 0; i < n_w;) {
+        const st_wt *w = W[i];
+        st_type vdt = st_type_vec_dot_type(w->type);
+        if (vdt != have) {
+            int rc = st_quantize_act_rows(n_tok > 1 ? r->tp : NULL, r->kern, w->type, X, cols, n_tok, cols, r->actq);
+            if (rc) return st_seterr(r->ctx, rc, "quantizing activations for %s: %s", w->name, st_strerror(rc));
+            have = vdt;
+            arow = st_act_bytes(w->type, cols);
+        }
+        if (n_tok == 1) {
+            int j = i + 1;
+            while (j < n_w && W[j]->type == w->type) j++;
+            const void *wd[4];
+            int64_t rows[4];
+            float *ys[4];
+            int nm = j - i > 4 ? 4 : j - i;
+            for (int t = 0; t < nm; t++) {
+                wd[t] = W[i + t]->data;
+                rows[t] = W[i + t]->ne1;
+                ys[t] = Y[i + t];
+            }
+            int rc = nm == 1 ? st_matvec(r->tp, r->kern, w->type, w->data, w->ne1, cols, r->actq, Y[i])
+                             : st_matvec_multi(r->tp, r->kern, w->type, nm, wd, rows, cols, r->actq, ys);
+            if (rc) return st_seterr(r->ctx, rc, "matvec %s: %s", w->name, st_strerror(rc));
+            i += nm;
+        } else {
+            int rc = st_matmul(r->tp, r->kern, w->type, w->data, w->ne1, cols, n_tok, r->actq, Y[i], w->ne1);
+            if (rc) return st_seterr(r->ctx, rc, "matmul %s: %s", w->name, st_strerror(rc));
+            i++;
+        }
+    }
+    (void)arow;
+    return 0;
+}
+
+/* ---- attention ---------------------------------------------------------------------------- */
+
+static int fetch_views(st_runner *r, st_kv_seq_id seq, int layer, int off, int *nv) {
+    for (;;) {
+        int rc = st_kv_seq_views(r->kv, seq, layer, r->views + off, r->views_cap - off, nv);
+        if (rc == 0) return 0;
+        if (rc != ST_E_LIMIT) return rc;
+        int cap = r->views_cap * 2 > off + *nv ? r->views_cap * 2 : off + *nv + 64;
+        st_attn_page *nvw = realloc(r->views, (size_t)cap * sizeof *nvw);
+        if (!nvw) return ST_E_NOMEM;
+        r->views = nvw;
+        r->views_cap = cap;
+    }
+}
+
+static int attention(st_runner *r, int layer, const span *sp, int n_sp, int decode) {
+    /* views may be reallocated while gathering: record offsets first, point afterwards */
+    int off = 0, rc;
+    for (int s = 0; s < n_sp; s++) {
+        int nv = 0;
+        if ((rc = fetch_views(r, sp[s].seq, layer, off, &nv))) return st_seterr(r->ctx, rc, "KV views: %s", st_strerror(rc));
+        r->aseq[s] = (st_attn_seq){.pages = NULL, .n_pages = nv};
+        r->aseq[s].sel_stride = off; /* temporarily: the offset */
+        off += nv;
+    }
+    for (int s = 0; s < n_sp; s++) {
+        r->aseq[s].pages = r->views + r->aseq[s].sel_stride;
+        r->aseq[s].sel_stride = 0;
+    }
+    if (decode) {
+        rc = st_attn_decode_batch(r->ctx, r->ws, &r->ag, r->aseq, n_sp, r->q, r->att);
+    } else {
+        ST_ASSERT(n_sp == 1);
+        rc = st_attn_chunk(r->ctx, r->ws, &r->ag, &r->aseq[0], r->q, sp[0].n, sp[0].pos0, r->att);
+    }
+    return rc;
+}
+
+/* ---- one chunk ---------------------------------------------------------------------------- */
+
+static void embed(st_runner *r, const int32_t *tokens, int32_t n) {
+    const st_wt *e = &r->m->tok_embd;
+    for (int32_t t = 0; t < n; t++) {
+        int rc = st_dequantize_row(e->type, (const uint8_t *)e->data + (size_t)tokens[t] * e->row_bytes,
+                                   r->x + (size_t)t * r->E, r->E);
+        ST_ASSERT(rc == 0);
+    }
+}
+
+static void qk_norm_rope(st_runner *r, const st_layer *ly, int32_t n) {
+    const st_model_hparams *hp = &r->m->hp;
+    const int hd = hp->head_dim;
+    for (int32_t t = 0; t < n; t++) {
+        float *q = r->q + (size_t)t * r->HQ, *k = r->k + (size_t)t * r->HK;
+        if (ly->q_norm.data) {
+            for (int h = 0; h < hp->n_head; h++) rmsnorm(q + h * hd, q + h * hd, ly->q_norm.data, hd, hp->rms_eps);
+            for (int h = 0; h < hp->n_head_kv; h++) rmsnorm(k + h * hd, k + h * hd, ly->k_norm.data, hd, hp->rms_eps);
+        }
+        const float *cs = r->rope + (size_t)t * hp->n_rot;
+        st_rope_apply(hp, cs, q, hp->n_head);
+        st_rope_apply(hp, cs, k, hp->n_head_kv);
+    }
+}
+
+static int layer_forward(st_runner *r, int il, const span *sp, int n_sp, int32_t n, int decode) {
+    const st_model_hparams *hp = &r->m->hp;
+    const st_layer *ly = &r->m->layers[il];
+    const int32_t E = r->E, HQ = r->HQ, HK = r->HK, F = r->F;
+    int rc;
+    for (int32_t t = 0; t < n; t++)
+        rmsnorm(r->xn + (size_t)t * E, r->x + (size_t)t * E, ly->attn_norm.data, E, hp->rms_eps);
+    const st_wt *wqkv[3] = {&ly->wq, &ly->wk, &ly->wv};
+    float *yqkv[3] = {r->q, r->k, r->v};
+    if ((rc = project(r, n, r->xn, E, wqkv, yqkv, 3))) return rc;
+    add_bias(r->q, &ly->bq, n, HQ);
+    add_bias(r->k, &ly->bk, n, HK);
+    add_bias(r->v, &ly->bv, n, HK);
+    qk_norm_rope(r, ly, n);
+    for (int s = 0; s < n_sp; s++) {
+        rc = st_kv_write(r->kv, sp[s].seq, il, sp[s].pos0, sp[s].n, r->k + (size_t)sp[s].i0 * HK,
+                         r->v + (size_t)sp[s].i0 * HK);
+        if (rc) return st_seterr(r->ctx, rc, "KV write (layer %d): %s", il, st_strerror(rc));
+    }
+    if ((rc = attention(r, il, sp, n_sp, decode))) return rc;
+    const st_wt *wo[1] = {&ly->wo};
+    float *yo[1] = {r->tmp};
+    if ((rc = project(r, n, r->att, HQ, wo, yo, 1))) return rc;
+    add_bias(r->tmp, &ly->bo, n, E);
+    for (size_t i = 0; i < (size_t)n * E; i++) r->x[i] += r->tmp[i];
+
+    for (int32_t t = 0; t < n; t++)
+        rmsnorm(r->xn + (size_t)t * E, r->x + (size_t)t * E, ly->ffn_norm.data, E, hp->rms_eps);
+    const st_wt *wgu[2] = {&ly->w_gate, &ly->w_up};
+    float *ygu[2] = {r->g, r->u};
+    if ((rc = project(r, n, r->xn, E, wgu, ygu, 2))) return rc;
+    for (size_t i = 0; i < (size_t)n * F; i++) {
+        const float gv = r->g[i];
+        r->g[i] = gv / (1.0f + expf(-gv)) * r->u[i];
+    }
+    const st_wt *wd[1] = {&ly->w_down};
+    float *yd[1] = {r->tmp};
+    if ((rc = project(r, n, r->g, F, wd, yd, 1))) return rc;
+    for (size_t i = 0; i < (size_t)n * E; i++) r->x[i] += r->tmp[i];
+    return 0;
+}
+
+/* Logits of the chunk tokens with out_row[t] >= 0, written to logits + out_row[t] * n_vocab.
+ * Consecutive destination rows go through one product. */
+static int output(st_runner *r, int32_t n, const int32_t *out_row, float *logits) {
+    const st_model_hparams *hp = &r->m->hp;
+    const st_wt *wout[1] = {&r->m->output};
+    for (int32_t t = 0; t < n;) {
+        if (out_row[t] < 0) {
+            t++;
+            continue;
+        }
+        int32_t t1 = t + 1;
+        while (t1 < n && out_row[t1] == out_row[t1 - 1] + 1) t1++;
+        for (int32_t j = t; j < t1; j++)
+            rmsnorm(r->xn + (size_t)(j - t) * r->E, r->x + (size_t)j * r->E, r->m->output_norm.data, r->E,
+                    hp->rms_eps);
+        float *y[1] = {logits + (size_t)out_row[t] * hp->n_vocab};
+        /* project writes [n][n_vocab] packed: exactly consecutive logits rows */
+        int rc = project(r, t1 - t, r->xn, r->E, wout, y, 1);
+        if (rc) return rc;
+        t = t1;
+    }
+    return 0;
+}
+
+/* Runs n tokens (spans sp[0..n_sp) cover [0, n) in order). decode: every span has 1 token. */
+static int run_chunk(st_runner *r, const int32_t *tokens, span *sp, int n_sp, int32_t n, int decode,
+                     const int32_t *out_row, float *logits) {
+    const st_model_hparams *hp = &r->m->hp;
+    int rc;
+    for (int s = 0; s < n_sp; s++) {
+        rc = st_kv_seq_reserve(r->kv, sp[s].seq, sp[s].n, tokens + sp[s].i0, &sp[s].pos0);
+        if (rc) return st_seterr(r->ctx, rc, "KV reserve of %d tokens: %s", sp[s].n, st_strerror(rc));
+        for (int32_t t = 0; t < sp[s].n; t++)
+            st_rope_cache(hp, r->m->rope_freqs.data, sp[s].pos0 + t, r->rope + (size_t)(sp[s].i0 + t) * hp->n_rot);
+    }
+    embed(r, tokens, n);
+    for (int il = 0; il < hp->n_layer; il++)
+        if ((rc = layer_forward(r, il, sp, n_sp, n, decode))) return rc;
+    for (int s = 0; s < n_sp; s++)
+        if ((rc = st_kv_seq_commit(r->kv, sp[s].seq))) return st_seterr(r->ctx, rc, "KV commit: %s", st_strerror(rc));
+    return output(r, n, out_row, logits);
+}
+
+/* ---- public entry ------------------------------------------------------------------------- */
+
+typedef struct run {
+    st_kv_seq_id seq;
+    int32_t i0, n;
+    int64_t len0; /* sequence length before the call */
+} run;
+
+/* Splits the batch into runs of one sequence; checks ids, contiguity, lengths. */
+static int plan_runs(st_runner *r, const st_batch *b, run **out, int *n_out) {
+    run *rs = malloc((size_t)b->n_tokens * sizeof *rs);
+    if (!rs) return ST_E_NOMEM;
+    int nr = 0, rc = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        if (b->tokens[i] < 0 || b->tokens[i] >= r->m->hp.n_vocab) {
+            rc = st_seterr(r->ctx, ST_E_INVAL, "token %d at batch index %d is outside the vocabulary [0, %d)",
+                           b->tokens[i], i, r->m->hp.n_vocab);
+            goto fail;
+        }
+        st_kv_seq_id s = b->seq ? b->seq[i] : b->seq_single;
+        if (nr && rs[nr - 1].seq == s) {
+            rs[nr - 1].n++;
+            continue;
+        }
+        for (int j = 0; j < nr; j++)
+            if (rs[j].seq == s) {
+                rc = st_seterr(r->ctx, ST_E_INVAL, "batch index %d: the tokens of sequence %d are not contiguous",
+                               i, s);
+                goto fail;
+            }
+        rs[nr] = (run){.seq = s, .i0 = i, .n = 1};
+        if ((rc = st_kv_seq_len(r->kv, s, &rs[nr].len0))) {
+            rc = st_seterr(r->ctx, rc, "batch index %d: sequence %d: %s", i, s, st_strerror(rc));
+            goto fail;
+        }
+        nr++;
+    }
+    for (int j = 0; j < nr; j++)
+        if (rs[j].len0 + rs[j].n > r->n_ctx) {
+            rc = st_seterr(r->ctx, ST_E_LIMIT, "sequence %d: %lld + %d tokens exceed the context of %d tokens",
+                           rs[j].seq, (long long)rs[j].len0, rs[j].n, r->n_ctx);
+            goto fail;
+        }
+    *out = rs;
+    *n_out = nr;
+    return 0;
+fail:
+    free(rs);
+    return rc;
+}
+
+int st_runner_forward(st_runner *r, const st_batch *b, float *logits) {
+    if (!r || !b || b->n_tokens <= 0 || !b->tokens) return r ? st_seterr(r->ctx, ST_E_INVAL, "empty batch") : ST_E_INVAL;
+    double t0 = st_time_now();
+    run *rs = NULL;
+    int nr = 0;
+    int rc = plan_runs(r, b, &rs, &nr);
+    if (rc) return rc;
+    int32_t *out_row = malloc((size_t)b->n_tokens * sizeof *out_row);
+    span *sp = malloc((size_t)r->n_batch * sizeof *sp);
+    int32_t *tok = malloc((size_t)r->n_batch * sizeof *tok), *orow = malloc((size_t)r->n_batch * sizeof *orow);
+    if (!out_row || !sp || !tok || !orow) {
+        rc = ST_E_NOMEM;
+        goto done;
+    }
+    int32_t n_out = 0;
+    for (int j = 0; j < nr; j++)
+        for (int32_t i = rs[j].i0; i < rs[j].i0 + rs[j].n; i++) {
+            int want = b->want_logits ? b->want_logits[i] != 0 : i == rs[j].i0 + rs[j].n - 1;
+            out_row[i] = want ? n_out++ : -1;
+        }
+    if (n_out && !logits) {
+        rc = st_seterr(r->ctx, ST_E_INVAL, "%d tokens want logits but no logits buffer was given", n_out);
+        goto done;
+    }
+    /* multi-token runs: alone, in chunks of n_batch from the run's start */
+    for (int j = 0; j < nr && !rc; j++) {
+        if (rs[j].n == 1) continue;
+        for (int32_t c = 0; c < rs[j].n && !rc; c += r->n_batch) {
+            int32_t n = rs[j].n - c < r->n_batch ? rs[j].n - c : r->n_batch;
+            sp[0] = (span){.seq = rs[j].seq, .i0 = 0, .n = n};
+            rc = run_chunk(r, b->tokens + rs[j].i0 + c, sp, 1, n, 0, out_row + rs[j].i0 + c, logits);
+        }
+    }
+    /* single-token runs: together, n_batch sequences per decode step */
+    for (int j = 0; j < nr && !rc;) {
+        int n = 0;
+        for (; j < nr && n < r->n_batch; j++) {
+            if (rs[j].n != 1) continue;
+            sp[n] = (span){.seq = rs[j].seq, .i0 = n, .n = 1};
+            tok[n] = b->tokens[rs[j].i0];
+            orow[n] = out_row[rs[j].i0];
+            n++;
+        }
+        if (n) rc = run_chunk(r, tok, sp, n, n, 1, orow, logits);
+    }
+done:
+    if (rc)
+        for (int j = 0; j < nr; j++) {
+            int64_t len;
+            if (st_kv_seq_len(r->kv, rs[j].seq, &len) == 0 && len > rs[j].len0)
+                st_kv_seq_truncate(r->kv, rs[j].seq, rs[j].len0);
+        }
+    free(rs);
+    free(out_row);
+    free(sp);
+    free(tok);
+    free(orow);
+    r->last_s = st_time_now() - t0;
+    return rc;
+}

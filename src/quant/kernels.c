@@ -1,0 +1,138 @@
+/* Kernel dispatch tables (one static const table per ISA), type traits and the
+ * reference conversion entry points.
+ *
+ * The K-quant kernels come from src/quant/kquants*.c (helper-owned). ST_KQ_SIMD says
+ * whether their AVX2 / AVX-512 dots and Q8_K quantizers are linked in; without them
+ * the SIMD tables use the scalar K-quant kernels. */
+#include "quant_int.h"
+
+#include "quant/kquants.h"
+
+#define ST_KQ_SIMD 1
+
+#define ROW_(vdt, from, to, dot, tl) {.vec_dot_type = (vdt), .from_float = (from), .to_float = (to), .vec_dot = (dot), .tile = (tl)}
+#define NOT_ ST_TYPE_COUNT_
+
+/* Rows every table shares apart from the ISA-specific entries. */
+#define KQ_ROWS_(q8k_from, dot4, dot5, dot6)                                                        \
+    [ST_TYPE_Q4_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q4_K_ref, st_dequantize_row_q4_K, dot4, NULL), \
+    [ST_TYPE_Q5_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q5_K_ref, st_dequantize_row_q5_K, dot5, NULL), \
+    [ST_TYPE_Q6_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q6_K_ref, st_dequantize_row_q6_K, dot6, NULL), \
+    [ST_TYPE_Q8_K] = ROW_(NOT_, q8k_from, st_dequantize_row_q8_K, NULL, NULL)
+
+static const st_kernels kernels_scalar = {
+    .isa = ST_ISA_SCALAR,
+    .vnni = false,
+    .type = {
+        [ST_TYPE_F32] = ROW_(ST_TYPE_F32, st_quantize_row_f32_ref, st_dequantize_row_f32, st_vec_dot_f32_f32_scalar, NULL),
+        [ST_TYPE_F16] = ROW_(ST_TYPE_F32, st_quantize_row_f16_ref, st_dequantize_row_f16, st_vec_dot_f16_f32_scalar, NULL),
+        [ST_TYPE_BF16] = ROW_(ST_TYPE_F32, st_quantize_row_bf16_ref, st_dequantize_row_bf16, st_vec_dot_bf16_f32_scalar, NULL),
+        [ST_TYPE_Q4_0] = ROW_(ST_TYPE_Q8_0, st_quantize_row_q4_0_ref, st_dequantize_row_q4_0, st_vec_dot_q4_0_q8_0_scalar, NULL),
+        [ST_TYPE_Q4_1] = ROW_(ST_TYPE_Q8_1, st_quantize_row_q4_1_ref, st_dequantize_row_q4_1, st_vec_dot_q4_1_q8_1_scalar, NULL),
+        [ST_TYPE_Q5_0] = ROW_(ST_TYPE_Q8_0, st_quantize_row_q5_0_ref, st_dequantize_row_q5_0, st_vec_dot_q5_0_q8_0_scalar, NULL),
+        [ST_TYPE_Q5_1] = ROW_(ST_TYPE_Q8_1, st_quantize_row_q5_1_ref, st_dequantize_row_q5_1, st_vec_dot_q5_1_q8_1_scalar, NULL),
+        [ST_TYPE_Q8_0] = ROW_(ST_TYPE_Q8_0, st_quantize_row_q8_0_ref, st_dequantize_row_q8_0, st_vec_dot_q8_0_q8_0_scalar, NULL),
+        [ST_TYPE_Q8_1] = ROW_(NOT_, st_quantize_row_q8_1_ref, st_dequantize_row_q8_1, NULL, NULL),
+        KQ_ROWS_(st_quantize_row_q8_K_ref, st_vec_dot_q4_K_q8_K_scalar, st_vec_dot_q5_K_q8_K_scalar,
+                 st_vec_dot_q6_K_q8_K_scalar),
+    },
+};
+
+#if ST_KQ_SIMD
+#define KQ_AVX2_ KQ_ROWS_(st_quantize_row_q8_K_avx2, st_vec_dot_q4_K_q8_K_avx2, st_vec_dot_q5_K_q8_K_avx2, st_vec_dot_q6_K_q8_K_avx2)
+#define KQ_AVX512_ KQ_ROWS_(st_quantize_row_q8_K_avx512, st_vec_dot_q4_K_q8_K_avx512, st_vec_dot_q5_K_q8_K_avx512, st_vec_dot_q6_K_q8_K_avx512)
+#else
+#define KQ_AVX2_ KQ_ROWS_(st_quantize_row_q8_K_ref, st_vec_dot_q4_K_q8_K_scalar, st_vec_dot_q5_K_q8_K_scalar, st_vec_dot_q6_K_q8_K_scalar)
+#define KQ_AVX512_ KQ_AVX2_
+#endif
+
+static const st_kernels kernels_avx2 = {
+    .isa = ST_ISA_AVX2,
+    .vnni = false,
+    .type = {
+        [ST_TYPE_F32] = ROW_(ST_TYPE_F32, st_quantize_row_f32_ref, st_dequantize_row_f32, st_vec_dot_f32_f32_avx2, NULL),
+        [ST_TYPE_F16] = ROW_(ST_TYPE_F32, st_quantize_row_f16_ref, st_dequantize_row_f16_avx2, st_vec_dot_f16_f32_avx2, NULL),
+        [ST_TYPE_BF16] = ROW_(ST_TYPE_F32, st_quantize_row_bf16_ref, st_dequantize_row_bf16, st_vec_dot_bf16_f32_avx2, NULL),
+        [ST_TYPE_Q4_0] = ROW_(ST_TYPE_Q8_0, st_quantize_row_q4_0_ref, st_dequantize_row_q4_0, st_vec_dot_q4_0_q8_0_avx2, NULL),
+        [ST_TYPE_Q4_1] = ROW_(ST_TYPE_Q8_1, st_quantize_row_q4_1_ref, st_dequantize_row_q4_1, st_vec_dot_q4_1_q8_1_avx2, NULL),
+        [ST_TYPE_Q5_0] = ROW_(ST_TYPE_Q8_0, st_quantize_row_q5_0_ref, st_dequantize_row_q5_0, st_vec_dot_q5_0_q8_0_avx2, NULL),
+        [ST_TYPE_Q5_1] = ROW_(ST_TYPE_Q8_1, st_quantize_row_q5_1_ref, st_dequantize_row_q5_1, st_vec_dot_q5_1_q8_1_avx2, NULL),
+        [ST_TYPE_Q8_0] = ROW_(ST_TYPE_Q8_0, st_quantize_row_q8_0_avx2, st_dequantize_row_q8_0, st_vec_dot_q8_0_q8_0_avx2, NULL),
+        [ST_TYPE_Q8_1] = ROW_(NOT_, st_quantize_row_q8_1_avx2, st_dequantize_row_q8_1, NULL, NULL),
+        KQ_AVX2_,
+    },
+};
+
+static const st_kernels kernels_avx512 = {
+    .isa = ST_ISA_AVX512,
+    .vnni = true,
+    .type = {
+        [ST_TYPE_F32] = ROW_(ST_TYPE_F32, st_quantize_row_f32_ref, st_dequantize_row_f32, st_vec_dot_f32_f32_avx512, NULL),
+        [ST_TYPE_F16] = ROW_(ST_TYPE_F32, st_quantize_row_f16_ref, st_dequantize_row_f16_avx2, st_vec_dot_f16_f32_avx512, NULL),
+        [ST_TYPE_BF16] = ROW_(ST_TYPE_F32, st_quantize_row_bf16_ref, st_dequantize_row_bf16, st_vec_dot_bf16_f32_avx512, NULL),
+        [ST_TYPE_Q4_0] = ROW_(ST_TYPE_Q8_0, st_quantize_row_q4_0_ref, st_dequantize_row_q4_0, st_vec_dot_q4_0_q8_0_avx512, st_tile_q4_0_q8_0_avx512),
+        [ST_TYPE_Q4_1] = ROW_(ST_TYPE_Q8_1, st_quantize_row_q4_1_ref, st_dequantize_row_q4_1, st_vec_dot_q4_1_q8_1_avx512, st_tile_q4_1_q8_1_avx512),
+        [ST_TYPE_Q5_0] = ROW_(ST_TYPE_Q8_0, st_quantize_row_q5_0_ref, st_dequantize_row_q5_0, st_vec_dot_q5_0_q8_0_avx512, st_tile_q5_0_q8_0_avx512),
+        [ST_TYPE_Q5_1] = ROW_(ST_TYPE_Q8_1, st_quantize_row_q5_1_ref, st_dequantize_row_q5_1, st_vec_dot_q5_1_q8_1_avx512, st_tile_q5_1_q8_1_avx512),
+        [ST_TYPE_Q8_0] = ROW_(ST_TYPE_Q8_0, st_quantize_row_q8_0_avx512, st_dequantize_row_q8_0, st_vec_dot_q8_0_q8_0_avx512, st_tile_q8_0_q8_0_avx512),
+        [ST_TYPE_Q8_1] = ROW_(NOT_, st_quantize_row_q8_1_avx512, st_dequantize_row_q8_1, NULL, NULL),
+        KQ_AVX512_,
+    },
+};
+
+static bool cpu_has_avx2(void) { return st_cpu_best_isa() >= ST_ISA_AVX2; }
+
+const st_kernels *st_kernels_get(st_isa isa) {
+    if (isa == ST_ISA_AVX512 && st_cpu_best_isa() == ST_ISA_AVX512 && st_cpu_has_vnni())
+        return &kernels_avx512;
+    if (isa >= ST_ISA_AVX2 && cpu_has_avx2()) return &kernels_avx2;
+    return &kernels_scalar;
+}
+
+/* ---- traits ---- */
+bool st_type_is_quantized(st_type t) {
+    return st_type_block_size(t) > 1;
+}
+
+bool st_type_has_kernels(st_type t) {
+    return (unsigned)t < ST_TYPE_COUNT_ && kernels_scalar.type[t].to_float != NULL;
+}
+
+st_type st_type_vec_dot_type(st_type t) {
+    if ((unsigned)t >= ST_TYPE_COUNT_ || !kernels_scalar.type[t].vec_dot) return ST_TYPE_COUNT_;
+    return kernels_scalar.type[t].vec_dot_type;
+}
+
+static int check_row(st_type t, const void *a, const void *b, int64_t n) {
+    if (!st_type_has_kernels(t)) return ST_E_UNSUPPORTED;
+    if (!a || !b || n < 0 || n % st_type_block_size(t)) return ST_E_INVAL;
+    return 0;
+}
+
+int st_quantize_row(st_type t, const float *x, void *y, int64_t n) {
+    int rc = check_row(t, x, y, n);
+    if (rc) return rc;
+    kernels_scalar.type[t].from_float(x, y, n);
+    return 0;
+}
+
+int st_dequantize_row(st_type t, const void *x, float *y, int64_t n) {
+    int rc = check_row(t, x, y, n);
+    if (rc) return rc;
+    kernels_scalar.type[t].to_float(x, y, n);
+    return 0;
+}
+
+size_t st_act_bytes(st_type wtype, int64_t cols) {
+    const st_type at = st_type_vec_dot_type(wtype);
+    if (at == ST_TYPE_COUNT_ || cols <= 0 || cols % st_type_block_size(wtype)) return 0;
+    return st_row_bytes(at, cols);
+}
+
+int st_quantize_act(const st_kernels *k, st_type wtype, const float *x, void *xq, int64_t cols) {
+    if (!k) return ST_E_INVAL;
+    if (st_type_vec_dot_type(wtype) == ST_TYPE_COUNT_) return ST_E_UNSUPPORTED;
+    if (!x || !xq || !st_act_bytes(wtype, cols)) return ST_E_INVAL;
+    k->type[k->type[wtype].vec_dot_type].from_float(x, xq, cols);
+    return 0;
+}

@@ -1,0 +1,121 @@
+/*
+ * K-quants: super-blocks of QK_K = 256 weights, bit-compatible with ggml's block
+ * layouts (ggml-common.h), so GGUF tensors quantized by llama.cpp decode identically.
+ *
+ * Each super-block holds 8 (Q4_K, Q5_K) or 16 (Q6_K) sub-blocks with their own small
+ * integer scales, themselves scaled by fp16 super-block factors. Dequantization:
+ *   Q4_K / Q5_K: w = d * sc[j] * q - dmin * m[j]     (q in 0..15 / 0..31, 6-bit sc, m)
+ *   Q6_K:        w = d * scales[j] * (q - 32)        (q in 0..63, int8 scales)
+ *   Q8_K:        w = d * qs                          (activation format, float d)
+ * Q8_K also carries bsums[i] = sum of qs[16 i .. 16 i + 15], which the Q4_K / Q5_K dots
+ * use to apply the mins without touching the weights twice.
+ *
+ * Halves are stored as uint16_t (st_fp16_to_fp32 / st_fp32_to_fp16 from core.h).
+ * Rows passed to these functions hold whole super-blocks: k (or n) must be a
+ * multiple of QK_K (ST_ASSERT; a caller bug, never input).
+ *
+ * Inputs to the quantizers must be finite (NaN / inf give unspecified blocks, and the
+ * SIMD and reference Q8_K quantizers may then differ).
+ * All functions are pure and thread-safe; pointers are borrowed for the call only.
+ * The _avx2 variants need AVX2 + FMA + F16C. The _avx512 dots need AVX-512 F/BW/VL/DQ
+ * *and* AVX512-VNNI (st_cpu_has_vnni()); st_quantize_row_q8_K_avx512 needs no VNNI.
+ * The dispatch table in the quant context must check this before picking them.
+ */
+#ifndef STRATA_QUANT_KQUANTS_H
+#define STRATA_QUANT_KQUANTS_H
+
+#include <stdint.h>
+
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+/* 4.5 bits per weight: 8 sub-blocks of 32; 6-bit scale and min per sub-block,
+ * packed 12 bytes for 16 values (see st_kq_get_scale_min). */
+typedef struct {
+    uint16_t d;                   /* fp16 super-block scale of the sub-block scales */
+    uint16_t dmin;                /* fp16 super-block scale of the sub-block mins */
+    uint8_t scales[K_SCALE_SIZE]; /* 8 x 6-bit scales + 8 x 6-bit mins */
+    uint8_t qs[QK_K / 2];         /* 4-bit quants: byte 32 g + l holds element 64 g + l
+                                     (low nibble) and 64 g + 32 + l (high nibble) */
+} st_block_q4_K;
+_Static_assert(sizeof(st_block_q4_K) == 2 * 2 + K_SCALE_SIZE + QK_K / 2, "q4_K block size");
+
+/* 5.5 bits per weight: as Q4_K plus one high bit per weight. */
+typedef struct {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8]; /* bit j of qh[l] is the 5th bit of element 32 j + l */
+    uint8_t qs[QK_K / 2]; /* low 4 bits, laid out as in Q4_K */
+} st_block_q5_K;
+_Static_assert(sizeof(st_block_q5_K) == 2 * 2 + K_SCALE_SIZE + QK_K / 8 + QK_K / 2, "q5_K block size");
+
+/* 6.5625 bits per weight: 16 sub-blocks of 16 with int8 scales. */
+typedef struct {
+    uint8_t ql[QK_K / 2];     /* low 4 bits of the quants */
+    uint8_t qh[QK_K / 4];     /* high 2 bits of the quants */
+    int8_t scales[QK_K / 16]; /* sub-block scales */
+    uint16_t d;               /* fp16 super-block scale */
+} st_block_q6_K;
+_Static_assert(sizeof(st_block_q6_K) == QK_K / 2 + QK_K / 4 + QK_K / 16 + 2, "q6_K block size");
+
+/* 9.125 bits per weight: the activation format the K-quant dots consume. */
+typedef struct {
+    float d;                  /* scale */
+    int8_t qs[QK_K];          /* quants in -127..127 (-128 only for the extreme value) */
+    int16_t bsums[QK_K / 16]; /* sums of groups of 16 quants */
+} st_block_q8_K;
+_Static_assert(sizeof(st_block_q8_K) == 4 + QK_K + QK_K / 16 * 2, "q8_K block size");
+
+/* Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block. */
+static inline void st_kq_get_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* All 8 scales (*sc, byte j = scale j) and mins (*mn) of a Q4_K / Q5_K block at once:
+ * the SIMD kernels' form of st_kq_get_scale_min. */
+static inline void st_kq_unpack_scales_mins(const uint8_t q[K_SCALE_SIZE], uint64_t *sc, uint64_t *mn) {
+    const uint32_t u0 = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
+    const uint32_t u1 = (uint32_t)q[4] | (uint32_t)q[5] << 8 | (uint32_t)q[6] << 16 | (uint32_t)q[7] << 24;
+    const uint32_t u2 = (uint32_t)q[8] | (uint32_t)q[9] << 8 | (uint32_t)q[10] << 16 | (uint32_t)q[11] << 24;
+    const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+    const uint32_t s_hi = (u2 & lo4) | (((u0 >> 6) & lo2) << 4);
+    const uint32_t m_hi = ((u2 >> 4) & lo4) | (((u1 >> 6) & lo2) << 4);
+    *sc = (uint64_t)(u0 & lo6) | (uint64_t)s_hi << 32;
+    *mn = (uint64_t)(u1 & lo6) | (uint64_t)m_hi << 32;
+}
+
+/* ---- scalar reference quantization: x has k floats, y receives k / QK_K blocks ---- */
+void st_quantize_row_q4_K_ref(const float *x, void *y, int64_t k);
+void st_quantize_row_q5_K_ref(const float *x, void *y, int64_t k);
+void st_quantize_row_q6_K_ref(const float *x, void *y, int64_t k);
+void st_quantize_row_q8_K_ref(const float *x, void *y, int64_t k);
+
+/* Activation quantization; bytes identical to st_quantize_row_q8_K_ref (incl. bsums). */
+void st_quantize_row_q8_K_avx2(const float *x, void *y, int64_t k);
+void st_quantize_row_q8_K_avx512(const float *x, void *y, int64_t k);
+
+/* ---- dequantization: x holds k / QK_K blocks, y receives k floats ------------------- */
+void st_dequantize_row_q4_K(const void *x, float *y, int64_t k);
+void st_dequantize_row_q5_K(const void *x, float *y, int64_t k);
+void st_dequantize_row_q6_K(const void *x, float *y, int64_t k);
+void st_dequantize_row_q8_K(const void *x, float *y, int64_t k);
+
+/* ---- dot products: *s = dot(weight row x, Q8_K activations y), n elements ----------- */
+void st_vec_dot_q4_K_q8_K_scalar(int n, float *s, const void *x, const void *y);
+void st_vec_dot_q4_K_q8_K_avx2(int n, float *s, const void *x, const void *y);
+void st_vec_dot_q4_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
+void st_vec_dot_q5_K_q8_K_scalar(int n, float *s, const void *x, const void *y);
+void st_vec_dot_q5_K_q8_K_avx2(int n, float *s, const void *x, const void *y);
+void st_vec_dot_q5_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
+void st_vec_dot_q6_K_q8_K_scalar(int n, float *s, const void *x, const void *y);
+void st_vec_dot_q6_K_q8_K_avx2(int n, float *s, const void *x, const void *y);
+void st_vec_dot_q6_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
+
+#endif /* STRATA_QUANT_KQUANTS_H */

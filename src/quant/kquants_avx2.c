@@ -1,0 +1,216 @@
+/*
+ * K-quant kernels for AVX2 + FMA + F16C.
+ *
+ * Per 32 weights: one maddubs (u8 weights x s8 activations -> int16 pairs) and one
+ * madd with the sub-block scale as int16 words (-> int32), added into 8 int32 lanes;
+ * one int->float convert and FMA per 256-weight block. Mins (Q4_K, Q5_K) and the -32
+ * offset of Q6_K are applied through the Q8_K bsums. A 32-weight sub-block is exactly
+ * one register, so no lane shuffles are needed on the weights.
+ */
+#include "quant/kquants.h"
+
+#include "strata/core.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+/* [d * dy, dmin * dy, ...] from the two consecutive fp16 fields of a Q4_K / Q5_K block:
+ * one convert instead of two scalar ones (the kernels are bound by vector µops). */
+static inline __m128 kq_block_d_dmin(const uint16_t *d_dmin, float dy) {
+    uint32_t bits;
+    memcpy(&bits, d_dmin, sizeof bits);
+    return _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)bits)), _mm_set1_ps(dy));
+}
+
+static inline float kq_hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline int kq_hsum256_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* vpshufb control: int16 words holding byte j of a broadcast 8-byte scale vector */
+#define KQ_WORD_PICK(j) _mm256_set1_epi16((short)(0x8000 | (j)))
+
+static inline __m256i kq_min_pick(void) {
+    return _mm256_setr_epi8(0, -128, 0, -128, 1, -128, 1, -128, 2, -128, 2, -128, 3, -128, 3, -128, 4, -128,
+                            4, -128, 5, -128, 5, -128, 6, -128, 6, -128, 7, -128, 7, -128);
+}
+
+/* sum_j m_j * (bsums[2j] + bsums[2j+1]) as 8 int32 lanes */
+static inline __m256i kq_mins_dot(uint64_t mn, const int16_t *bsums, __m256i mpick) {
+    const __m256i M = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)mn), mpick);
+    return _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), M);
+}
+
+void st_vec_dot_q4_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    ST_ASSERT(n % QK_K == 0);
+    const st_block_q4_K *x = vx;
+    const st_block_q8_K *y = vy;
+    const int nb = n / QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i mpick = kq_min_pick();
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const __m128 dm = kq_block_d_dmin(&x[i].d, y[i].d);
+        uint64_t sc, mn;
+        st_kq_unpack_scales_mins(x[i].scales, &sc, &mn);
+        const __m256i S = _mm256_set1_epi64x((long long)sc);
+        const uint8_t *q = x[i].qs;
+        const int8_t *a = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int g = 0; g < 4; g++) {
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)(q + 32 * g));
+            const __m256i lo = _mm256_and_si256(qv, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);
+            const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(a + 64 * g)));
+            const __m256i p1 =
+                _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(a + 64 * g + 32)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(S, KQ_WORD_PICK(2 * g))));
+            sumi = _mm256_add_epi32(sumi,
+                                    _mm256_madd_epi16(p1, _mm256_shuffle_epi8(S, KQ_WORD_PICK(2 * g + 1))));
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_broadcastss_ps(dm), acc);
+        accm =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(kq_mins_dot(mn, y[i].bsums, mpick)),
+                            _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dm), _mm256_set1_epi32(1)), accm);
+    }
+    *s = kq_hsum256(acc) - kq_hsum256(accm);
+}
+
+void st_vec_dot_q5_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    ST_ASSERT(n % QK_K == 0);
+    const st_block_q5_K *x = vx;
+    const st_block_q8_K *y = vy;
+    const int nb = n / QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b16 = _mm256_set1_epi8(0x10);
+    const __m256i mpick = kq_min_pick();
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const __m128 dm = kq_block_d_dmin(&x[i].d, y[i].d);
+        uint64_t sc, mn;
+        st_kq_unpack_scales_mins(x[i].scales, &sc, &mn);
+        const __m256i S = _mm256_set1_epi64x((long long)sc);
+        /* bit 2g / 2g+1 of qh byte l is the 5th bit of element 64g + l / 64g + 32 + l;
+         * qhs is shifted right by 2 per pair so the wanted bits are always 0 and 1 */
+        __m256i qhs = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        const uint8_t *q = x[i].qs;
+        const int8_t *a = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int g = 0; g < 4; g++) {
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)(q + 32 * g));
+            const __m256i lo =
+                _mm256_or_si256(_mm256_and_si256(qv, m4), _mm256_and_si256(_mm256_slli_epi16(qhs, 4), b16));
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv, 4), m4),
+                                               _mm256_and_si256(_mm256_slli_epi16(qhs, 3), b16));
+            qhs = _mm256_srli_epi16(qhs, 2);
+            const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(a + 64 * g)));
+            const __m256i p1 =
+                _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(a + 64 * g + 32)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(S, KQ_WORD_PICK(2 * g))));
+            sumi = _mm256_add_epi32(sumi,
+                                    _mm256_madd_epi16(p1, _mm256_shuffle_epi8(S, KQ_WORD_PICK(2 * g + 1))));
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_broadcastss_ps(dm), acc);
+        accm =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(kq_mins_dot(mn, y[i].bsums, mpick)),
+                            _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dm), _mm256_set1_epi32(1)), accm);
+    }
+    *s = kq_hsum256(acc) - kq_hsum256(accm);
+}
+
+void st_vec_dot_q6_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    ST_ASSERT(n % QK_K == 0);
+    const st_block_q6_K *x = vx;
+    const st_block_q8_K *y = vy;
+    const int nb = n / QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const float d = y[i].d * _cvtsh_ss(x[i].d);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const int8_t *a = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i L0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
+            const __m256i L1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
+            const __m256i H = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(L0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+            q[1] = _mm256_or_si256(_mm256_and_si256(L1, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4), _mm256_and_si256(H, m30));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+            for (int v = 0; v < 4; v++) {
+                /* register v holds sub-blocks j and j + 1 (one per 128-bit lane) */
+                const int j = 8 * h + 2 * v;
+                const __m128i pick = _mm_set_epi64x(0x0101010101010101ll * (j + 1), 0x0101010101010101ll * j);
+                const __m256i S = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick));
+                const __m256i p =
+                    _mm256_maddubs_epi16(q[v], _mm256_loadu_si256((const __m256i *)(a + 128 * h + 32 * v)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, S));
+            }
+        }
+        /* the stored quants are q + 32: subtract 32 * sum_j scale_j * bsum_j */
+        const __m256i corr =
+            _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), _mm256_cvtepi8_epi16(sc8));
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc);
+    }
+    *s = kq_hsum256(acc);
+}
+
+/* Same arithmetic as st_quantize_row_q8_K_ref, 8 floats at a time: the product
+ * iscale * x rounded by cvtps2dq (nearest even) equals the reference's rounding. */
+void st_quantize_row_q8_K_avx2(const float *x, void *vy, int64_t k) {
+    ST_ASSERT(k % QK_K == 0);
+    st_block_q8_K *y = vy;
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i v127 = _mm256_set1_epi32(127);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) {
+        __m256 vmax = _mm256_setzero_ps();
+        for (int j = 0; j < QK_K; j += 8)
+            vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(x + j), absmask));
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        const float amax = _mm_cvtss_f32(m);
+        if (amax == 0) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        /* the reference keeps the first element of largest magnitude: its sign matters */
+        float max = 0;
+        const __m256 vamax = _mm256_set1_ps(amax);
+        for (int j = 0; j < QK_K; j += 8) {
+            const int mk = _mm256_movemask_ps(
+                _mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), absmask), vamax, _CMP_EQ_OQ));
+            if (mk) {
+                max = x[j + __builtin_ctz((unsigned)mk)];
+                break;
+            }
+        }
+        const float iscale = -127.f / max;
+        const __m256 vis = _mm256_set1_ps(iscale);
+        for (int j = 0; j < QK_K; j += 32) {
+            __m256i v[4];
+            for (int u = 0; u < 4; u++)
+                v[u] = _mm256_min_epi32(
+                    _mm256_cvtps_epi32(_mm256_mul_ps(vis, _mm256_loadu_ps(x + j + 8 * u))), v127);
+            y[i].bsums[j / 16] = (int16_t)kq_hsum256_epi32(_mm256_add_epi32(v[0], v[1]));
+            y[i].bsums[j / 16 + 1] = (int16_t)kq_hsum256_epi32(_mm256_add_epi32(v[2], v[3]));
+            const __m256i b =
+                _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+            _mm256_storeu_si256((__m256i *)(y[i].qs + j), _mm256_permutevar8x32_epi32(b, order));
+        }
+        y[i].d = 1 / iscale;
+    }
+}

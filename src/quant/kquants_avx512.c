@@ -1,0 +1,230 @@
+/*
+ * K-quant kernels for AVX-512 (F, BW, VL, DQ) plus AVX512-VNNI.
+ *
+ * Requires AVX512-VNNI at run time as well (vpdpwssd): dispatch must only pick these
+ * when st_cpu_has_vnni() (every Zen 4/5 and Ice Lake or newer has it).
+ *
+ * Shape of the dots: per 64 weights one maddubs (u8 weights x s8 activations -> pairs
+ * summed into int16) and one vpdpwssd that multiplies by the sub-block scale and adds
+ * into 16 int32 lanes; one int->float convert and FMA per 256-weight block. The mins
+ * (Q4_K, Q5_K) and the -32 offset (Q6_K) are applied through the Q8_K bsums, so the
+ * weights are touched once. Elements are never reordered: a 64-weight group is built
+ * from a 32-byte broadcast load, shifted by 0 in the low half and by 4 in the high half.
+ */
+#include "quant/kquants.h"
+
+#include "strata/core.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+/* [d * dy, dmin * dy, ...] from the two consecutive fp16 fields of a Q4_K / Q5_K block:
+ * one convert instead of two scalar ones (the kernels are bound by vector µops). */
+static inline __m128 kq_block_d_dmin(const uint16_t *d_dmin, float dy) {
+    uint32_t bits;
+    memcpy(&bits, d_dmin, sizeof bits);
+    return _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)bits)), _mm_set1_ps(dy));
+}
+
+static inline float kq_hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 16-bit lanes 0-15 (the low 32 bytes) shift by lo, lanes 16-31 by hi. */
+static inline __m512i kq_halves16(uint64_t lo, uint64_t hi) {
+    const long long l = (long long)(lo * 0x0001000100010001ull), h = (long long)(hi * 0x0001000100010001ull);
+    return _mm512_set_epi64(h, h, h, h, l, l, l, l);
+}
+
+/* Bytes [b, 0x80] repeated in the low 256 bits, [c, 0x80] in the high: a vpshufb control
+ * that turns a broadcast 8-byte scale vector into int16 words s_b | s_c. */
+static inline __m512i kq_word_pick(int b, int c) {
+    return kq_halves16((uint64_t)(0x8000 | b), (uint64_t)(0x8000 | c));
+}
+
+/* Control turning 8 broadcast bytes (m0..m7 in every 64-bit lane) into 8 dwords
+ * [m_j, m_j] as int16 pairs, for a madd against the Q8_K bsums. */
+static inline __m256i kq_min_pick(void) {
+    return _mm256_setr_epi8(0, -128, 0, -128, 1, -128, 1, -128, 2, -128, 2, -128, 3, -128, 3, -128, 4, -128,
+                            4, -128, 5, -128, 5, -128, 6, -128, 6, -128, 7, -128, 7, -128);
+}
+
+/* 64 weights from 32 quant bytes: the low nibbles (sub-block 2k) in the low 256 bits,
+ * the high nibbles (sub-block 2k + 1) in the high 256 bits; element order is kept, so
+ * the matching activations are one contiguous 64-byte load. shr = kq_halves16(0, 4). */
+static inline __m512i kq_nibbles64(const uint8_t *q32, __m512i shr, __m512i m4) {
+    const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)q32));
+    return _mm512_and_si512(_mm512_srlv_epi16(b, shr), m4);
+}
+
+/* acc += scale * (w . a) per int32 lane for 64 weights w (u8) and activations a (s8);
+ * pick selects each half's sub-block scale from S (8 scale bytes in every qword). */
+static inline __m512i kq_group64(__m512i acc, __m512i w, const int8_t *a, __m512i S, __m512i pick) {
+    const __m512i p = _mm512_maddubs_epi16(w, _mm512_loadu_si512(a));
+    return _mm512_dpwssd_epi32(acc, p, _mm512_shuffle_epi8(S, pick));
+}
+
+void st_vec_dot_q4_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
+    ST_ASSERT(n % QK_K == 0);
+    const st_block_q4_K *x = vx;
+    const st_block_q8_K *y = vy;
+    const int nb = n / QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i shr = kq_halves16(0, 4);
+    const __m512i pick0 = kq_word_pick(0, 1), pick1 = kq_word_pick(2, 3);
+    const __m512i pick2 = kq_word_pick(4, 5), pick3 = kq_word_pick(6, 7);
+    const __m256i mpick = kq_min_pick();
+    __m512 acc = _mm512_setzero_ps();
+    __m256 accm = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const __m128 dm = kq_block_d_dmin(&x[i].d, y[i].d);
+        uint64_t sc, mn;
+        st_kq_unpack_scales_mins(x[i].scales, &sc, &mn);
+        const __m512i S = _mm512_set1_epi64((long long)sc);
+        const uint8_t *q = x[i].qs;
+        const int8_t *a = y[i].qs;
+        __m512i sumi = _mm512_setzero_si512();
+        sumi = kq_group64(sumi, kq_nibbles64(q, shr, m4), a, S, pick0);
+        sumi = kq_group64(sumi, kq_nibbles64(q + 32, shr, m4), a + 64, S, pick1);
+        sumi = kq_group64(sumi, kq_nibbles64(q + 64, shr, m4), a + 128, S, pick2);
+        sumi = kq_group64(sumi, kq_nibbles64(q + 96, shr, m4), a + 192, S, pick3);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(dm), acc);
+        const __m256i M = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)mn), mpick);
+        const __m256i pm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), M);
+        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm),
+                               _mm256_permutexvar_ps(_mm256_set1_epi32(1), _mm256_castps128_ps256(dm)), accm);
+    }
+    *s = _mm512_reduce_add_ps(acc) - kq_hsum256(accm);
+}
+
+void st_vec_dot_q5_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
+    ST_ASSERT(n % QK_K == 0);
+    const st_block_q5_K *x = vx;
+    const st_block_q8_K *y = vy;
+    const int nb = n / QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b16 = _mm512_set1_epi8(16);
+    const __m512i shr = kq_halves16(0, 4);
+    const __m512i pick0 = kq_word_pick(0, 1), pick1 = kq_word_pick(2, 3);
+    const __m512i pick2 = kq_word_pick(4, 5), pick3 = kq_word_pick(6, 7);
+    /* qh bit 2k is the 5th bit of sub-block 2k (low half), bit 2k+1 of sub-block 2k+1 */
+    const __m512i hb0 = kq_halves16(0x0101, 0x0202), hb1 = kq_halves16(0x0404, 0x0808);
+    const __m512i hb2 = kq_halves16(0x1010, 0x2020), hb3 = kq_halves16(0x4040, 0x8080);
+    const __m256i mpick = kq_min_pick();
+    __m512 acc = _mm512_setzero_ps();
+    __m256 accm = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const __m128 dm = kq_block_d_dmin(&x[i].d, y[i].d);
+        uint64_t sc, mn;
+        st_kq_unpack_scales_mins(x[i].scales, &sc, &mn);
+        const __m512i S = _mm512_set1_epi64((long long)sc);
+        const __m512i QH = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].qh));
+        const uint8_t *q = x[i].qs;
+        const int8_t *a = y[i].qs;
+        __m512i sumi = _mm512_setzero_si512();
+        /* a set qh bit adds 16 (the quant's 5th bit) to the nibble below it */
+        __m512i w = kq_nibbles64(q, shr, m4);
+        sumi = kq_group64(sumi, _mm512_mask_add_epi8(w, _mm512_test_epi8_mask(QH, hb0), w, b16), a, S, pick0);
+        w = kq_nibbles64(q + 32, shr, m4);
+        sumi = kq_group64(sumi, _mm512_mask_add_epi8(w, _mm512_test_epi8_mask(QH, hb1), w, b16), a + 64, S,
+                          pick1);
+        w = kq_nibbles64(q + 64, shr, m4);
+        sumi = kq_group64(sumi, _mm512_mask_add_epi8(w, _mm512_test_epi8_mask(QH, hb2), w, b16), a + 128, S,
+                          pick2);
+        w = kq_nibbles64(q + 96, shr, m4);
+        sumi = kq_group64(sumi, _mm512_mask_add_epi8(w, _mm512_test_epi8_mask(QH, hb3), w, b16), a + 192, S,
+                          pick3);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(dm), acc);
+        const __m256i M = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)mn), mpick);
+        const __m256i pm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), M);
+        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm),
+                               _mm256_permutexvar_ps(_mm256_set1_epi32(1), _mm256_castps128_ps256(dm)), accm);
+    }
+    *s = _mm512_reduce_add_ps(acc) - kq_hsum256(accm);
+}
+
+void st_vec_dot_q6_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
+    ST_ASSERT(n % QK_K == 0);
+    const st_block_q6_K *x = vx;
+    const st_block_q8_K *y = vy;
+    const int nb = n / QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+    /* In a half (128 weights): ql byte l low nibble = element l (l < 64), high nibble =
+     * element 64 + l; qh byte l holds bits 4-5 of elements l, 32 + l, 64 + l, 96 + l in
+     * its bit pairs 0-1, 2-3, 4-5, 6-7. These shifts move each pair to bits 4-5. */
+    const __m512i shl_a = kq_halves16(4, 2), shr_b = kq_halves16(0, 2);
+    /* int32 lane 4i..4i+3 of group v belongs to sub-block 4v + i */
+    const __m512i sidx0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i sidx1 = _mm512_add_epi32(sidx0, _mm512_set1_epi32(4));
+    const __m512i sidx2 = _mm512_add_epi32(sidx0, _mm512_set1_epi32(8));
+    const __m512i sidx3 = _mm512_add_epi32(sidx0, _mm512_set1_epi32(12));
+    __m512 acc = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const float d = y[i].d * _cvtsh_ss(x[i].d);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m512i S32 = _mm512_cvtepi8_epi32(sc8);
+        /* (s, s) as int16 pair in every dword: vpdpwssd multiplies both words by s */
+        const __m512i SW = _mm512_ternarylogic_epi32(S32, _mm512_slli_epi32(S32, 16), low16, 0xE4);
+        const int8_t *a = y[i].qs;
+        __m512i sumi = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const __m512i L = _mm512_loadu_si512(x[i].ql + 64 * h);
+            const __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h)));
+            /* A | (B & C) */
+            const __m512i qa =
+                _mm512_ternarylogic_epi32(_mm512_and_si512(L, m4), _mm512_sllv_epi16(H, shl_a), m30, 0xF8);
+            const __m512i qb = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
+                                                         _mm512_srlv_epi16(H, shr_b), m30, 0xF8);
+            const __m512i pa = _mm512_maddubs_epi16(qa, _mm512_loadu_si512(a + 128 * h));
+            const __m512i pb = _mm512_maddubs_epi16(qb, _mm512_loadu_si512(a + 128 * h + 64));
+            sumi = _mm512_dpwssd_epi32(sumi, pa, _mm512_permutexvar_epi32(h ? sidx2 : sidx0, SW));
+            sumi = _mm512_dpwssd_epi32(sumi, pb, _mm512_permutexvar_epi32(h ? sidx3 : sidx1, SW));
+        }
+        /* the stored quants are q + 32: subtract 32 * sum_j scale_j * bsum_j */
+        const __m256i corr =
+            _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), _mm256_cvtepi8_epi16(sc8));
+        sumi = _mm512_sub_epi32(sumi, _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(d), acc);
+    }
+    *s = _mm512_reduce_add_ps(acc);
+}
+
+/* Same arithmetic as st_quantize_row_q8_K_ref, 16 floats at a time: the product
+ * iscale * x rounded by cvtps2dq (nearest even) equals the reference's rounding. */
+void st_quantize_row_q8_K_avx512(const float *x, void *vy, int64_t k) {
+    ST_ASSERT(k % QK_K == 0);
+    st_block_q8_K *y = vy;
+    for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) {
+        __m512 vmax = _mm512_setzero_ps();
+        for (int j = 0; j < QK_K; j += 16)
+            vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(x + j)));
+        const float amax = _mm512_reduce_max_ps(vmax);
+        if (amax == 0) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        /* the reference keeps the first element of largest magnitude: its sign matters */
+        float max = 0;
+        const __m512 vamax = _mm512_set1_ps(amax);
+        for (int j = 0; j < QK_K; j += 16) {
+            const __mmask16 m = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + j)), vamax, _CMP_EQ_OQ);
+            if (m) {
+                max = x[j + __builtin_ctz(m)];
+                break;
+            }
+        }
+        const float iscale = -127.f / max;
+        const __m512 vis = _mm512_set1_ps(iscale);
+        const __m512i v127 = _mm512_set1_epi32(127);
+        for (int g = 0; g < QK_K / 16; g++) {
+            __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(vis, _mm512_loadu_ps(x + 16 * g)));
+            v = _mm512_min_epi32(v, v127);
+            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * g), _mm512_cvtsepi32_epi8(v));
+            y[i].bsums[g] = (int16_t)_mm512_reduce_add_epi32(v);
+        }
+        y[i].d = 1 / iscale;
+    }
+}

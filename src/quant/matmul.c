@@ -1,0 +1,170 @@
+/* Threaded matrix-vector and matrix-matrix products over the kernel tables.
+ *
+ * Work split: weight rows are divided statically over the pool's threads
+ * (st_split_range). Every output element is one call of the table's tile kernel (or
+ * vec_dot), whose per-element arithmetic does not depend on the tile shape, so results
+ * are bit-identical for any thread count and for st_matvec vs st_matmul.
+ *
+ * Matmul blocking (prefill): a thread walks its rows in quads; for each block of TB
+ * tokens (sized so the block's activations stay in L2) it runs 4x4 tiles across the
+ * block, so the 4 weight rows of a quad stay in L1 while the activations stream from
+ * L2. Weights are read from memory once per token block. */
+#include "quant_int.h"
+
+#include <limits.h>
+
+#define MM_ACT_L2_BYTES (256 * 1024) /* activation block budget per token block */
+
+static int check_args(const st_kernels *k, st_type wtype, int64_t rows, int64_t cols) {
+    if (!k) return ST_E_INVAL;
+    if (st_type_vec_dot_type(wtype) == ST_TYPE_COUNT_) return ST_E_UNSUPPORTED;
+    if (rows < 0 || cols <= 0 || cols > INT_MAX || !st_act_bytes(wtype, cols)) return ST_E_INVAL;
+    return 0;
+}
+
+/* y[r0..r1) of one matrix */
+static void mv_rows(const st_type_kernels *tk, const uint8_t *W, size_t rb, int64_t r0, int64_t r1,
+                    int cols, const void *xq, float *y) {
+    int64_t r = r0;
+#ifndef ST_MV_NR
+#define ST_MV_NR ST_TILE_MAX
+#endif
+    if (tk->tile) {
+        for (; r + ST_MV_NR <= r1; r += ST_MV_NR)
+            tk->tile(cols, y + r, 1, W + (size_t)r * rb, rb, xq, 0, ST_MV_NR, 1);
+        if (r < r1) tk->tile(cols, y + r, 1, W + (size_t)r * rb, rb, xq, 0, (int)(r1 - r), 1);
+        return;
+    }
+    for (; r < r1; r++) tk->vec_dot(cols, y + r, W + (size_t)r * rb, xq);
+}
+
+struct mv_job {
+    const st_type_kernels *tk;
+    int n_mat;
+    const void *const *W;
+    const int64_t *rows;
+    int64_t total;
+    size_t rb;
+    int cols;
+    const void *xq;
+    float *const *y;
+};
+
+static void mv_task(void *arg, int ith, int nth) {
+    const struct mv_job *j = arg;
+    int64_t a, b;
+    st_split_range(j->total, ith, nth, &a, &b);
+    int64_t base = 0;
+    for (int m = 0; m < j->n_mat && base < b; base += j->rows[m], m++) {
+        const int64_t lo = a > base ? a - base : 0;
+        const int64_t hi = b - base < j->rows[m] ? b - base : j->rows[m];
+        if (lo < hi) mv_rows(j->tk, j->W[m], j->rb, lo, hi, j->cols, j->xq, j->y[m]);
+    }
+}
+
+int st_matvec_multi(st_threadpool *tp, const st_kernels *k, st_type wtype, int n_mat,
+                    const void *const *W, const int64_t *rows, int64_t cols, const void *xq,
+                    float *const *y) {
+    int rc = check_args(k, wtype, 0, cols);
+    if (rc) return rc;
+    if (n_mat < 0 || (n_mat && (!W || !rows || !y)) || !xq) return ST_E_INVAL;
+    int64_t total = 0;
+    for (int m = 0; m < n_mat; m++) {
+        if (rows[m] < 0 || (rows[m] && (!W[m] || !y[m]))) return ST_E_INVAL;
+        total += rows[m];
+    }
+    struct mv_job j = {&k->type[wtype], n_mat, W, rows, total, st_row_bytes(wtype, cols), (int)cols, xq, y};
+    if (total) st_threadpool_run(tp, mv_task, &j);
+    return 0;
+}
+
+int st_matvec(st_threadpool *tp, const st_kernels *k, st_type wtype, const void *W, int64_t rows,
+              int64_t cols, const void *xq, float *y) {
+    int rc = check_args(k, wtype, rows, cols);
+    if (rc) return rc;
+    if (rows && (!W || !y)) return ST_E_INVAL;
+    return st_matvec_multi(tp, k, wtype, 1, &W, &rows, cols, xq, &y);
+}
+
+struct mm_job {
+    const st_type_kernels *tk;
+    const uint8_t *W;
+    size_t rb; /* bytes per weight row */
+    int64_t rows;
+    int cols;
+    int64_t n_tok;
+    const uint8_t *X;
+    size_t ab; /* bytes per activation row */
+    float *Y;
+    int64_t ldy;
+    int64_t tb; /* tokens per block */
+};
+
+static void mm_task(void *arg, int ith, int nth) {
+    const struct mm_job *j = arg;
+    int64_t r0, r1;
+    st_split_range(j->rows, ith, nth, &r0, &r1);
+    const st_type_kernels *tk = j->tk;
+    for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->tb) {
+        const int64_t t1 = t0 + j->tb < j->n_tok ? t0 + j->tb : j->n_tok;
+        for (int64_t r = r0; r < r1; r += ST_TILE_MAX) {
+            const int nr = r1 - r < ST_TILE_MAX ? (int)(r1 - r) : ST_TILE_MAX;
+            const uint8_t *w = j->W + (size_t)r * j->rb;
+            for (int64_t t = t0; t < t1; t += ST_TILE_MAX) {
+                const int nc = t1 - t < ST_TILE_MAX ? (int)(t1 - t) : ST_TILE_MAX;
+                const uint8_t *x = j->X + (size_t)t * j->ab;
+                float *y = j->Y + t * j->ldy + r;
+                if (tk->tile) {
+                    tk->tile(j->cols, y, (size_t)j->ldy, w, j->rb, x, j->ab, nr, nc);
+                } else {
+                    for (int c = 0; c < nc; c++)
+                        for (int i = 0; i < nr; i++)
+                            tk->vec_dot(j->cols, y + c * j->ldy + i, w + (size_t)i * j->rb, x + (size_t)c * j->ab);
+                }
+            }
+        }
+    }
+}
+
+int st_matmul(st_threadpool *tp, const st_kernels *k, st_type wtype, const void *W, int64_t rows,
+              int64_t cols, int64_t n_tok, const void *Xq, float *Y, int64_t ldy) {
+    int rc = check_args(k, wtype, rows, cols);
+    if (rc) return rc;
+    if (n_tok < 0 || ldy < rows) return ST_E_INVAL;
+    if (!rows || !n_tok) return 0;
+    if (!W || !Xq || !Y) return ST_E_INVAL;
+    const size_t ab = st_act_bytes(wtype, cols);
+    int64_t tb = (int64_t)(MM_ACT_L2_BYTES / ab) / ST_TILE_MAX * ST_TILE_MAX;
+    if (tb < ST_TILE_MAX) tb = ST_TILE_MAX;
+    struct mm_job j = {&k->type[wtype], W, st_row_bytes(wtype, cols), rows, (int)cols, n_tok, Xq, ab, Y, ldy, tb};
+    st_threadpool_run(tp, mm_task, &j);
+    return 0;
+}
+
+struct qa_job {
+    const st_from_float_fn fn;
+    const float *X;
+    int64_t ldx, n_rows, cols;
+    uint8_t *Xq;
+    size_t ab;
+};
+
+static void qa_task(void *arg, int ith, int nth) {
+    const struct qa_job *j = arg;
+    int64_t a, b;
+    st_split_range(j->n_rows, ith, nth, &a, &b);
+    for (int64_t i = a; i < b; i++) j->fn(j->X + i * j->ldx, j->Xq + (size_t)i * j->ab, j->cols);
+}
+
+int st_quantize_act_rows(st_threadpool *tp, const st_kernels *k, st_type wtype, const float *X,
+                         int64_t ldx, int64_t n_rows, int64_t cols, void *Xq) {
+    if (!k) return ST_E_INVAL;
+    if (st_type_vec_dot_type(wtype) == ST_TYPE_COUNT_) return ST_E_UNSUPPORTED;
+    const size_t ab = st_act_bytes(wtype, cols);
+    if (!ab || n_rows < 0 || ldx < cols) return ST_E_INVAL;
+    if (!n_rows) return 0;
+    if (!X || !Xq) return ST_E_INVAL;
+    struct qa_job j = {k->type[k->type[wtype].vec_dot_type].from_float, X, ldx, n_rows, cols, Xq, ab};
+    st_threadpool_run(tp, qa_task, &j);
+    return 0;
+}

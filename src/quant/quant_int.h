@@ -1,0 +1,67 @@
+/* Private to src/quant: the per-ISA kernels the dispatch tables point at.
+ *
+ * Naming: st_<op>_<type>[_<acttype>]_<isa>. Every SIMD kernel has a scalar twin with
+ * the same contract; tests/quant compare them at awkward lengths. The _avx2 / _avx512
+ * functions live in *_avx2.c / *_avx512.c (compiled with that ISA's flags) and may only
+ * be called when the CPU has the ISA: st_kernels_get guarantees that. */
+#ifndef STRATA_QUANT_INT_H
+#define STRATA_QUANT_INT_H
+
+#include "strata/quant.h"
+
+/* ---- scalar reference quantizers (ggml quantize_row_*_ref semantics) ---- */
+void st_quantize_row_f32_ref(const float *x, void *y, int64_t k);
+void st_quantize_row_f16_ref(const float *x, void *y, int64_t k);
+void st_quantize_row_bf16_ref(const float *x, void *y, int64_t k);
+void st_quantize_row_q4_0_ref(const float *x, void *y, int64_t k);
+void st_quantize_row_q4_1_ref(const float *x, void *y, int64_t k);
+void st_quantize_row_q5_0_ref(const float *x, void *y, int64_t k);
+void st_quantize_row_q5_1_ref(const float *x, void *y, int64_t k);
+void st_quantize_row_q8_0_ref(const float *x, void *y, int64_t k);
+void st_quantize_row_q8_1_ref(const float *x, void *y, int64_t k);
+
+void st_dequantize_row_f32(const void *x, float *y, int64_t k);
+void st_dequantize_row_f16(const void *x, float *y, int64_t k);
+void st_dequantize_row_bf16(const void *x, float *y, int64_t k);
+void st_dequantize_row_q4_0(const void *x, float *y, int64_t k);
+void st_dequantize_row_q4_1(const void *x, float *y, int64_t k);
+void st_dequantize_row_q5_0(const void *x, float *y, int64_t k);
+void st_dequantize_row_q5_1(const void *x, float *y, int64_t k);
+void st_dequantize_row_q8_0(const void *x, float *y, int64_t k);
+void st_dequantize_row_q8_1(const void *x, float *y, int64_t k);
+
+/* ---- dots: weight . activation ---- */
+#define ST_DECL_DOTS_(isa)                                                               \
+    void st_vec_dot_f32_f32_##isa(int n, float *s, const void *x, const void *y);         \
+    void st_vec_dot_f16_f32_##isa(int n, float *s, const void *x, const void *y);         \
+    void st_vec_dot_bf16_f32_##isa(int n, float *s, const void *x, const void *y);        \
+    void st_vec_dot_q4_0_q8_0_##isa(int n, float *s, const void *x, const void *y);       \
+    void st_vec_dot_q4_1_q8_1_##isa(int n, float *s, const void *x, const void *y);       \
+    void st_vec_dot_q5_0_q8_0_##isa(int n, float *s, const void *x, const void *y);       \
+    void st_vec_dot_q5_1_q8_1_##isa(int n, float *s, const void *x, const void *y);       \
+    void st_vec_dot_q8_0_q8_0_##isa(int n, float *s, const void *x, const void *y);
+ST_DECL_DOTS_(scalar)
+ST_DECL_DOTS_(avx2)
+ST_DECL_DOTS_(avx512)
+
+/* ---- SIMD activation quantizers (may round exact ties to even where the reference
+ * rounds away from zero, as ggml's SIMD quantizers do) ---- */
+void st_quantize_row_q8_0_avx2(const float *x, void *y, int64_t k);
+void st_quantize_row_q8_1_avx2(const float *x, void *y, int64_t k);
+void st_quantize_row_q8_0_avx512(const float *x, void *y, int64_t k);
+void st_quantize_row_q8_1_avx512(const float *x, void *y, int64_t k);
+void st_dequantize_row_f16_avx2(const void *x, float *y, int64_t k);
+
+/* ---- AVX-512 VNNI tiles (bit-identical per element to the matching _avx512 dot) ---- */
+void st_tile_q4_0_q8_0_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                              size_t by, int nr, int nc);
+void st_tile_q4_1_q8_1_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                              size_t by, int nr, int nc);
+void st_tile_q5_0_q8_0_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                              size_t by, int nr, int nc);
+void st_tile_q5_1_q8_1_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                              size_t by, int nr, int nc);
+void st_tile_q8_0_q8_0_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                              size_t by, int nr, int nc);
+
+#endif

@@ -1,0 +1,596 @@
+/*
+ * The spill store: the cold tier of the KV page pool.
+ *
+ * ==== Design ===========================================================================
+ *
+ * Division of labour. The KV page pool owns PAGE states: which physical page holds
+ * which (sequence, layer, logical page), refcounts, pins, LRU. This store owns SLOTS of
+ * the spill file and the I/O on them. A page slab (one page's K and V for one layer) is
+ * spilled into one slot; the pool remembers (slot, key, gen) for the page and hands them
+ * back to read it. The store never interprets the bytes (except cold coding).
+ *
+ * Page states (kept by the pool) and the function that moves each edge:
+ *
+ *                 pool alloc                 append / CoW / truncate
+ *     FREE ------------------> RESIDENT ----------------------------> DIRTY
+ *       ^                      |  ^   ^                                 |
+ *       | pool free            |  |   | st_spill_read* ok               | evict:
+ *       | (st_spill_release    |  |   |                                 | st_spill_write
+ *       |  if it has a slot)   |  |  LOADING <-- st_spill_read_submit -+ |
+ *       |                      |  |                                   | v
+ *       +----------------------+  +-- evict clean: no I/O at all    ON DISK <--- WRITING
+ *                                     (slot still valid) ---------->   |    (staging copy;
+ *                                                                      |     I/O thread)
+ *                                                   st_spill_read* fails: ERROR
+ *
+ *   FREE      no data. RESIDENT: in RAM, and if it has a slot the slot holds the same
+ *   bytes (clean). DIRTY: in RAM, slot absent or stale (the pool releases a stale slot
+ *   with st_spill_release before the next spill). WRITING: st_spill_write has copied
+ *   the bytes into a staging buffer and returned a slot, so the RAM page is reusable at
+ *   once; the store finishes the write behind (the pool may treat WRITING as ON DISK:
+ *   a read of a WRITING slot is served from the staging copy). ON DISK: only the slot
+ *   holds the data. LOADING: a read was submitted; the destination page is pinned until
+ *   st_spill_read_wait. ERROR: a write or read failed or a checksum did not match; the
+ *   pool fails the sequences that reference the page (ST_E_CORRUPT or the I/O error),
+ *   never computes from it.
+ *
+ * Slot states (kept here, st_slot_state in tier_int.h):
+ *
+ *     FREE --st_spill_write--> WRITING --I/O thread ok--> STORED --st_spill_release--> FREE
+ *                                 |   \--I/O thread err--> FAILED --st_spill_release--> FREE
+ *                                 +--st_spill_release: release_pending, FREE on completion
+ *     STORED --failed fsync (st_spill_flush, do_sync)--> FAILED(-EIO)
+ *
+ * Invariants (asserted where cheap):
+ *   1. A slot index < hwm is either on the free list (state FREE) or allocated; never
+ *      both. n_used + n_free == hwm.
+ *   2. WRITING <=> stage >= 0 and stage[stage].slot == this slot and busy. A staging
+ *      buffer is released only by the I/O thread's completion, under mu, so a reader
+ *      holding mu may copy from it.
+ *   3. A slot is reused only after it is FREE, so a write in flight can never land on a
+ *      reallocated slot (release while WRITING defers the free to the completion).
+ *   4. Every byte returned by a read matched the XXH3-64 recorded when it was written;
+ *      otherwise the caller gets ST_E_CORRUPT and a zeroed buffer, never the bytes.
+ *   5. Errors are values: a failed write is kept on its slot until released; the first
+ *      error since the last flush is also returned by st_spill_flush. The I/O thread
+ *      never aborts and never calls exit().
+ *   6. n_used <= min(max_slots, fs_cap): the disk budget and, once the filesystem said
+ *      ENOSPC, the file extent reached then (only reused slots are written afterwards).
+ *
+ * Why the checksum lives in RAM (a side table) and not in a per-slot header: O_DIRECT
+ * needs every I/O 4096-aligned, so an in-file header would cost a whole 4 KiB block per
+ * slot (up to 2x for small slabs), or a read-modify-write of shared header blocks. The
+ * spill file never outlives its process (gc deletes it; nothing recovers from it), so
+ * the side table is the authority anyway. It detects bit rot, lost and misdirected
+ * writes alike, because the expected value never went through the disk.
+ *
+ * Threads: every public function is thread-safe (one mutex, mu). The I/O thread drains
+ * the write queue and the read tickets in rounds, executing a round without mu: one
+ * io_uring submission for the whole round when available, else pread/pwrite loops
+ * through st_io. Reads are verified and decoded on the I/O thread, so a prefetch costs
+ * the caller nothing until st_spill_read_wait.
+ */
+#include "tier_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+st_spill_params st_spill_default_params(size_t slot_bytes) {
+    st_spill_params p;
+    memset(&p, 0, sizeof p);
+    p.slot_bytes = slot_bytes;
+    return p;
+}
+
+static int default_open(void *arg, const char *path, int direct, st_io **out) {
+    return st_io_fd_open(path, O_RDWR | O_CREAT | O_TRUNC | (direct ? O_DIRECT : 0), 0600, out);
+}
+
+/* The header (layout in docs/FORMATS.md, "spill file"); also the O_DIRECT probe. */
+static int write_header(st_spill *s) {
+    uint8_t *h = st_alloc_aligned(ST_SPILL_HEADER_BYTES, ST_SPILL_ALIGN);
+    if (!h) return ST_E_NOMEM;
+    memset(h, 0, ST_SPILL_HEADER_BYTES);
+    uint32_t v32;
+    uint64_t v64;
+    memcpy(h, ST_SPILL_MAGIC, 8);
+    v32 = ST_SPILL_VERSION, memcpy(h + 8, &v32, 4);
+    v32 = ST_SPILL_HEADER_BYTES, memcpy(h + 12, &v32, 4);
+    v64 = s->slot_bytes, memcpy(h + 16, &v64, 8);
+    v64 = ST_SPILL_HEADER_BYTES, memcpy(h + 24, &v64, 8);
+    v64 = (uint64_t)time(NULL), memcpy(h + 32, &v64, 8);
+    v32 = (uint32_t)getpid(), memcpy(h + 40, &v32, 4);
+    v32 = (uint32_t)s->p.cold, memcpy(h + 44, &v32, 4);
+    v64 = XXH3_64bits(h, 56), memcpy(h + 56, &v64, 8);
+    int rc = st_io_pwrite_full(s->io, h, ST_SPILL_HEADER_BYTES, 0);
+    st_free_aligned(h);
+    return rc;
+}
+
+static void why(st_spill *s, const char *fmt, const char *arg) {
+    size_t n = strlen(s->why);
+    if (n + 2 >= sizeof s->why) return;
+    snprintf(s->why + n, sizeof s->why - n, fmt, n ? "; " : "", arg);
+}
+
+static int check_params(const st_spill_params *p, st_ctx *ctx) {
+    if (!p || p->slot_bytes == 0 || p->slot_bytes > ST_SPILL_MAX_SLOT_BYTES)
+        return st_seterr(ctx, ST_E_INVAL, "spill: slot size must be 1..%zu bytes",
+                         ST_SPILL_MAX_SLOT_BYTES);
+    if (p->queue_depth < 0 || p->queue_depth > ST_SPILL_MAX_QUEUE)
+        return st_seterr(ctx, ST_E_INVAL, "spill: queue depth %d not in 0..%d", p->queue_depth,
+                         ST_SPILL_MAX_QUEUE);
+    if ((unsigned)p->cold > ST_COLD_Q4) return st_seterr(ctx, ST_E_INVAL, "spill: bad cold type");
+    return 0;
+}
+
+/* Everything but the file: params, side table, staging, thread. */
+static int spill_new(const st_spill_params *p, st_spill **out) {
+    st_spill *s = calloc(1, sizeof *s);
+    if (!s) return ST_E_NOMEM;
+    s->p = *p;
+    s->slot_bytes = st_spill_pad((uint32_t)p->slot_bytes);
+    if (!s->p.queue_depth) s->p.queue_depth = ST_SPILL_DEFAULT_QUEUE;
+    if (!s->p.max_read_bytes) s->p.max_read_bytes = ST_SPILL_DEFAULT_READ;
+    if (s->p.max_read_bytes < s->slot_bytes) s->p.max_read_bytes = s->slot_bytes;
+    if (!s->p.uring_entries) s->p.uring_entries = ST_SPILL_DEFAULT_URING;
+    uint64_t ms = p->disk_budget ? p->disk_budget / s->slot_bytes : UINT32_MAX - 1;
+    s->max_slots = (uint32_t)(ms > UINT32_MAX - 1 ? UINT32_MAX - 1 : ms);
+    s->fs_cap = UINT32_MAX - 1;
+    s->stage = calloc((size_t)s->p.queue_depth, sizeof *s->stage);
+    s->wq = calloc((size_t)s->p.queue_depth, sizeof *s->wq);
+    *out = s;
+    if (!s->stage || !s->wq) return ST_E_NOMEM;
+    for (int i = 0; i < s->p.queue_depth; i++) {
+        s->stage[i].buf = st_alloc_aligned(s->slot_bytes, ST_SPILL_ALIGN);
+        if (!s->stage[i].buf) return ST_E_NOMEM;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv_io, NULL);
+    pthread_cond_init(&s->cv_done, NULL);
+    s->st.slots_max = s->max_slots;
+    s->st.bytes_budget = p->disk_budget;
+    return 0;
+}
+
+static int spill_start(st_spill *s, st_ctx *ctx) {
+    int fd = st_io_fd(s->io);
+    if (s->p.no_uring) {
+        why(s, "%sio_uring disabled by request%s", "");
+    } else if (fd < 0) {
+        why(s, "%sbackend has no raw fd: pread/pwrite%s", "");
+    } else {
+        int rc = io_uring_queue_init((unsigned)s->p.uring_entries, &s->ring, 0);
+        if (rc == 0) s->uring_ok = 1;
+        else why(s, "%sio_uring_queue_init: %s", st_strerror(rc));
+    }
+    int rc = pthread_create(&s->thread, NULL, st_spill_io_main, s);
+    if (rc) return st_seterr(ctx, -rc, "spill: cannot start the I/O thread");
+    s->thread_started = 1;
+    return 0;
+}
+
+int st_spill_open_io(st_io *io, const st_spill_params *p, st_ctx *ctx, st_spill **out) {
+    if (!out) {
+        st_io_close(io);
+        return ST_E_INVAL;
+    }
+    *out = NULL;
+    int rc = io ? check_params(p, ctx) : ST_E_INVAL;
+    st_spill *s = NULL;
+    if (!rc) rc = spill_new(p, &s);
+    if (s) s->io = io;
+    else st_io_close(io);
+    if (!rc) {
+        why(s, "%scaller-supplied backend: buffered%s", "");
+        rc = write_header(s);
+        if (rc) st_seterr(ctx, rc, "spill: writing the header: %s", st_strerror(rc));
+    }
+    if (!rc) rc = spill_start(s, ctx);
+    if (rc) {
+        st_spill_close(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+int st_spill_open(st_spill_dir *d, const st_spill_params *p, st_ctx *ctx, st_spill **out) {
+    if (!out) return ST_E_INVAL;
+    *out = NULL;
+    if (!d) return ST_E_INVAL;
+    int rc = check_params(p, ctx);
+    if (rc) return rc;
+    st_spill *s = NULL;
+    rc = spill_new(p, &s);
+    if (rc) {
+        st_spill_close(s);
+        return rc;
+    }
+    s->dir = d;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/spill.dat", st_spill_dir_path(d));
+    st_spill_open_fn open_fn = p->open_fn ? p->open_fn : default_open;
+    int direct = !p->no_direct;
+    if (!direct) why(s, "%sO_DIRECT disabled by request%s", "");
+    rc = open_fn(p->open_arg, path, direct, &s->io);
+    if (rc == -EINVAL && direct) {
+        why(s, "%sO_DIRECT refused at open (%s): buffered", st_errname(rc));
+        direct = 0;
+        rc = open_fn(p->open_arg, path, 0, &s->io);
+    }
+    if (!rc) {
+        rc = write_header(s);
+        if (rc == -EINVAL && direct) {
+            /* Some filesystems accept O_DIRECT at open and refuse the first I/O. */
+            why(s, "%sO_DIRECT refused on first write (%s): buffered", st_errname(rc));
+            st_io_close(s->io);
+            s->io = NULL;
+            direct = 0;
+            rc = open_fn(p->open_arg, path, 0, &s->io);
+            if (!rc) rc = write_header(s);
+        }
+    }
+    if (rc) {
+        st_seterr(ctx, rc, "spill: %s: %s", path, st_strerror(rc));
+        st_spill_close(s);
+        return rc;
+    }
+    s->direct = direct;
+    rc = spill_start(s, ctx);
+    if (rc) {
+        st_spill_close(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void st_spill_close(st_spill *s) {
+    if (!s) return;
+    if (s->thread_started) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = 1;
+        pthread_cond_signal(&s->cv_io);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv_io);
+        pthread_cond_destroy(&s->cv_done);
+    }
+    if (s->uring_ok) io_uring_queue_exit(&s->ring);
+    st_io_close(s->io);
+    if (s->stage)
+        for (int i = 0; i < s->p.queue_depth; i++) st_free_aligned(s->stage[i].buf);
+    free(s->stage);
+    free(s->wq);
+    free(s->ent);
+    free(s->free_list);
+    free(s);
+}
+
+st_spill_info st_spill_get_info(st_spill *s) {
+    st_spill_info i;
+    memset(&i, 0, sizeof i);
+    pthread_mutex_lock(&s->mu); /* the I/O thread may drop the ring and say why */
+    i.direct = s->direct;
+    i.uring = s->uring_ok;
+    i.slot_bytes = s->slot_bytes;
+    snprintf(i.why, sizeof i.why, "%s", s->why);
+    pthread_mutex_unlock(&s->mu);
+    return i;
+}
+
+/* ---- slots ------------------------------------------------------------------------- */
+
+static int slot_alloc(st_spill *s, st_slot *out) {
+    uint32_t cap = s->max_slots < s->fs_cap ? s->max_slots : s->fs_cap;
+    if (s->n_used >= cap) return ST_E_NOSPACE;
+    int fs_full = s->fs_cap < UINT32_MAX - 1;
+    uint8_t backed = 0;
+    if (s->n_free && fs_full) {
+        /* After ENOSPC only slots whose blocks exist are safe to write (on filesystems
+         * that overwrite in place): take the most recent such free slot. */
+        uint32_t i = s->n_free;
+        while (i > 0 && !s->ent[s->free_list[i - 1]].backed) i--;
+        if (!i) return ST_E_NOSPACE;
+        *out = s->free_list[i - 1];
+        s->free_list[i - 1] = s->free_list[--s->n_free];
+        backed = 1;
+    } else if (s->n_free) {
+        *out = s->free_list[--s->n_free];
+        backed = s->ent[*out].backed;
+    } else {
+        if (s->hwm >= cap) return ST_E_NOSPACE;
+        if (s->hwm == s->ent_cap) {
+            uint32_t nc = s->ent_cap ? s->ent_cap * 2 : 64;
+            if (nc > cap) nc = cap;
+            st_slot_ent *e = realloc(s->ent, (size_t)nc * sizeof *e);
+            if (!e) return ST_E_NOMEM;
+            s->ent = e;
+            st_slot *f = realloc(s->free_list, (size_t)nc * sizeof *f);
+            if (!f) return ST_E_NOMEM;
+            s->free_list = f;
+            s->ent_cap = nc;
+        }
+        *out = s->hwm++;
+    }
+    ST_ASSERT(*out >= s->hwm - 1 || s->ent[*out].state == ST_SLOT_FREE);
+    memset(&s->ent[*out], 0, sizeof s->ent[*out]);
+    s->ent[*out].stage = -1;
+    s->ent[*out].backed = backed;
+    s->n_used++;
+    ST_ASSERT(s->n_used + s->n_free == s->hwm);
+    return 0;
+}
+
+void st_spill_slot_free_locked(st_spill *s, st_slot slot) {
+    st_slot_ent *e = &s->ent[slot];
+    ST_ASSERT(e->state != ST_SLOT_FREE && e->stage < 0 && e->readers == 0);
+    e->state = ST_SLOT_FREE;
+    if (e->release_pending) s->n_release_pending--;
+    e->release_pending = 0;
+    s->free_list[s->n_free++] = slot;
+    s->n_used--;
+    ST_ASSERT(s->n_used + s->n_free == s->hwm);
+}
+
+static st_slot_ent *slot_get(st_spill *s, st_slot slot) {
+    if (slot >= s->hwm) return NULL;
+    st_slot_ent *e = &s->ent[slot];
+    return e->state == ST_SLOT_FREE || e->release_pending ? NULL : e;
+}
+
+int st_spill_write(st_spill *s, const st_spill_page *pg, int flags, st_slot *slot, st_ctx *ctx) {
+    if (!slot) return ST_E_INVAL;
+    *slot = ST_SLOT_NONE;
+    if (!s || !pg || !pg->data || !pg->len || pg->len > UINT32_MAX)
+        return st_seterr(ctx, ST_E_INVAL, "spill: bad page (no data or length 0)");
+    int cold = s->p.cold != ST_COLD_NONE &&
+               (pg->type == ST_TYPE_F32 || pg->type == ST_TYPE_F16 || pg->type == ST_TYPE_BF16);
+    size_t stored = cold ? st_cold_bytes(s->p.cold, pg->type, pg->len) : pg->len;
+    if (!stored) return st_seterr(ctx, ST_E_INVAL, "spill: %zu bytes is not a whole number of %s",
+                                  pg->len, st_type_name(pg->type));
+    if (stored > s->slot_bytes)
+        return st_seterr(ctx, ST_E_LIMIT, "spill: page of %zu bytes exceeds the slot size %zu",
+                         stored, s->slot_bytes);
+    pthread_mutex_lock(&s->mu);
+    st_slot sl;
+    int rc;
+    /* Slots released while their write is in flight come free on completion: wait for
+     * them rather than report a full disk that is about to have room. */
+    while ((rc = slot_alloc(s, &sl)) == ST_E_NOSPACE && s->n_release_pending &&
+           !(flags & ST_SPILL_NOWAIT))
+        pthread_cond_wait(&s->cv_done, &s->mu);
+    if (rc == ST_E_NOSPACE && s->n_release_pending) {
+        pthread_mutex_unlock(&s->mu);
+        return -EAGAIN;
+    }
+    if (rc) {
+        if (rc == ST_E_NOSPACE) s->st.nospace++;
+        uint32_t used = s->n_used, fs_cap = s->fs_cap, max = s->max_slots;
+        pthread_mutex_unlock(&s->mu);
+        if (rc == ST_E_NOSPACE && fs_cap < max)
+            return st_seterr(ctx, rc, "spill: filesystem full (ENOSPC) at %u slots of %zu bytes",
+                             used, s->slot_bytes);
+        if (rc == ST_E_NOSPACE)
+            return st_seterr(ctx, rc, "spill: disk budget of %llu bytes used up (%u slots of %zu)",
+                             (unsigned long long)s->p.disk_budget, used, s->slot_bytes);
+        return st_seterr(ctx, rc, "spill: out of memory for the slot table");
+    }
+    int si = -1, stalled = 0;
+    for (;;) {
+        for (int i = 0; i < s->p.queue_depth && si < 0; i++)
+            if (!s->stage[i].busy) si = i;
+        if (si >= 0) break;
+        if (flags & ST_SPILL_NOWAIT) {
+            s->ent[sl].state = ST_SLOT_WRITING; /* so the free below sees an allocated slot */
+            st_spill_slot_free_locked(s, sl);
+            pthread_mutex_unlock(&s->mu);
+            return -EAGAIN;
+        }
+        if (!stalled) s->st.write_stalls++, stalled = 1;
+        pthread_cond_wait(&s->cv_done, &s->mu);
+    }
+    st_stage *sg = &s->stage[si];
+    sg->busy = 1;
+    sg->slot = sl;
+    s->ent[sl].state = ST_SLOT_WRITING; /* reserved; not visible to readers before we return */
+    s->ent[sl].stage = (int16_t)si;
+    pthread_mutex_unlock(&s->mu);
+
+    /* Copy (and encode) outside the lock: the staging buffer is ours now. */
+    size_t len = stored;
+    if (cold) {
+        rc = st_cold_encode(s->p.cold, pg->type, pg->data, pg->len, sg->buf, s->slot_bytes, &len);
+        ST_ASSERT(rc == 0 && len == stored);
+    } else {
+        memcpy(sg->buf, pg->data, len);
+    }
+    uint32_t io_len = st_spill_pad((uint32_t)len);
+    memset(sg->buf + len, 0, io_len - len);
+    uint64_t sum = !cold && pg->has_checksum ? pg->checksum : XXH3_64bits(sg->buf, len);
+
+    pthread_mutex_lock(&s->mu);
+    st_slot_ent *e = &s->ent[sl];
+    e->key = pg->key;
+    e->gen = pg->gen;
+    e->sum = sum;
+    e->len = (uint32_t)len;
+    e->raw_len = (uint32_t)pg->len;
+    e->cold = (uint8_t)(cold ? s->p.cold : ST_COLD_NONE);
+    e->type = (uint8_t)pg->type;
+    e->epoch = ++s->write_epoch;
+    sg->io_len = io_len;
+    s->wq[(s->wq_head + s->wq_n) % s->p.queue_depth] = si;
+    s->wq_n++;
+    s->writes_in_flight++;
+    s->st.bytes_logical += pg->len;
+    s->st.bytes_stored += len;
+    pthread_cond_signal(&s->cv_io);
+    pthread_mutex_unlock(&s->mu);
+    *slot = sl;
+    return 0;
+}
+
+int st_spill_release(st_spill *s, st_slot slot, int flags) {
+    if (!s) return ST_E_INVAL;
+    pthread_mutex_lock(&s->mu);
+    st_slot_ent *e = slot_get(s, slot);
+    int rc = 0;
+    if (!e || e->readers) {
+        rc = ST_E_STATE;
+    } else {
+        s->st.releases++;
+        if (flags & ST_SPILL_DROP) s->st.drops++;
+        if (e->state == ST_SLOT_WRITING) e->release_pending = 1, s->n_release_pending++;
+        else st_spill_slot_free_locked(s, slot);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int st_spill_slot_status(st_spill *s, st_slot slot) {
+    if (!s) return ST_E_INVAL;
+    pthread_mutex_lock(&s->mu);
+    st_slot_ent *e = slot_get(s, slot);
+    int rc = !e ? ST_E_STATE : e->state == ST_SLOT_WRITING ? 1 : e->state == ST_SLOT_FAILED ? e->err : 0;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int st_spill_flush(st_spill *s, int do_sync, st_ctx *ctx) {
+    if (!s) return ST_E_INVAL;
+    pthread_mutex_lock(&s->mu);
+    while (s->writes_in_flight) pthread_cond_wait(&s->cv_done, &s->mu);
+    if (do_sync) {
+        uint64_t want = ++s->sync_req;
+        pthread_cond_signal(&s->cv_io);
+        while (s->sync_done < want) pthread_cond_wait(&s->cv_done, &s->mu);
+    }
+    int rc = s->flush_err;
+    s->flush_err = 0;
+    pthread_mutex_unlock(&s->mu);
+    if (rc) st_seterr(ctx, rc, "spill: a write-behind %s failed: %s", do_sync ? "write or fsync" : "write",
+                      st_strerror(rc));
+    return rc;
+}
+
+st_spill_stats st_spill_get_stats(st_spill *s) {
+    pthread_mutex_lock(&s->mu);
+    st_spill_stats st = s->st;
+    st.slots_used = s->n_used;
+    st.slots_hwm = s->hwm;
+    st.slots_max = s->max_slots < s->fs_cap ? s->max_slots : s->fs_cap;
+    st.bytes_used = (uint64_t)s->n_used * s->slot_bytes;
+    st.writes_in_flight = s->writes_in_flight;
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+/* ---- reads --------------------------------------------------------------------------- */
+
+int st_spill_deliver(const uint8_t *src, uint32_t len, uint64_t sum, uint8_t cold, uint8_t type,
+                     st_spill_rd *rd) {
+    if (XXH3_64bits(src, len) != sum) {
+        memset(rd->buf, 0, rd->len);
+        return ST_E_CORRUPT;
+    }
+    if (cold != ST_COLD_NONE)
+        return st_cold_decode((st_cold_type)cold, (st_type)type, src, len, rd->buf, rd->len);
+    memcpy(rd->buf, src, rd->len);
+    return 0;
+}
+
+int st_spill_read_submit(st_spill *s, st_spill_rd *rd, int n, st_spill_ticket **ticket) {
+    if (!ticket) return ST_E_INVAL;
+    *ticket = NULL;
+    if (!s || n < 0 || (n && !rd)) return ST_E_INVAL;
+    st_spill_ticket *t = calloc(1, sizeof *t);
+    st_rd_snap *snap = n ? calloc((size_t)n, sizeof *snap) : NULL;
+    if (!t || (n && !snap)) {
+        free(t);
+        free(snap);
+        return ST_E_NOMEM;
+    }
+    t->rd = rd;
+    t->n = n;
+    t->snap = snap;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < n; i++) {
+        st_spill_rd *r = &rd[i];
+        st_slot_ent *e = slot_get(s, r->slot);
+        r->rc = 0;
+        if (!e || !r->buf || e->key != r->key || e->gen != r->gen || e->raw_len != r->len) {
+            r->rc = ST_E_STATE;
+        } else if (e->state == ST_SLOT_FAILED) {
+            r->rc = e->err;
+        } else if (e->state == ST_SLOT_WRITING) {
+            /* Invariant 2: the staging copy is stable while we hold mu. */
+            r->rc = st_spill_deliver(s->stage[e->stage].buf, e->len, e->sum, e->cold, e->type, r);
+            s->st.staged_reads++;
+            if (r->rc == ST_E_CORRUPT) s->st.checksum_failures++;
+            else s->st.reads++;
+        } else {
+            st_rd_snap *sn = &snap[t->n_snap++];
+            sn->idx = i;
+            sn->off = st_spill_slot_off(s, r->slot);
+            sn->len = e->len;
+            sn->io_len = st_spill_pad(e->len);
+            sn->raw_len = e->raw_len;
+            sn->sum = e->sum;
+            sn->cold = e->cold;
+            sn->type = e->type;
+            e->readers++;
+        }
+    }
+    if (t->n_snap) {
+        if (s->rq_tail) s->rq_tail->next = t;
+        else s->rq_head = t;
+        s->rq_tail = t;
+        pthread_cond_signal(&s->cv_io);
+    } else {
+        t->done = 1;
+    }
+    pthread_mutex_unlock(&s->mu);
+    *ticket = t;
+    return 0;
+}
+
+int st_spill_read_wait(st_spill *s, st_spill_ticket *t, st_ctx *ctx) {
+    if (!s || !t) return ST_E_INVAL;
+    pthread_mutex_lock(&s->mu);
+    if (!t->done) s->st.read_stalls++;
+    while (!t->done) pthread_cond_wait(&s->cv_done, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    int rc = 0;
+    for (int i = 0; i < t->n && !rc; i++) {
+        rc = t->rd[i].rc;
+        if (rc)
+            st_seterr(ctx, rc, "spill: reading slot %u (key %llx gen %llu): %s", t->rd[i].slot,
+                      (unsigned long long)t->rd[i].key, (unsigned long long)t->rd[i].gen,
+                      rc == ST_E_STATE ? "slot not allocated, released, or identity/length mismatch"
+                                       : st_strerror(rc));
+    }
+    free(t->snap);
+    free(t);
+    return rc;
+}
+
+int st_spill_read_batch(st_spill *s, st_spill_rd *rd, int n, st_ctx *ctx) {
+    st_spill_ticket *t;
+    int rc = st_spill_read_submit(s, rd, n, &t);
+    return rc ? rc : st_spill_read_wait(s, t, ctx);
+}
+
+int st_spill_read(st_spill *s, st_slot slot, uint64_t key, uint64_t gen, void *buf, size_t len,
+                  st_ctx *ctx) {
+    st_spill_rd r = {.slot = slot, .key = key, .gen = gen, .buf = buf, .len = len};
+    return st_spill_read_batch(s, &r, 1, ctx);
+}

@@ -1,0 +1,638 @@
+/* Attention kernels (src/attn) against a contiguous double-precision reference, across
+ * geometries, KV types, ISAs and thread counts.
+ *
+ * Error measure: for each output row, max_d |out - ref| divided by max_d of the reference's
+ * sum_t p_t |v_t,d| (the magnitude the output is an average of), so that rows whose
+ * average cancels to near zero are not judged against their own tiny value. */
+#include "strata/attn.h"
+#include "../test.h"
+
+#include <math.h>
+
+/* Named thresholds (relative, as above). The reference is computed from the dequantized KV,
+ * so every type differs from it only by f32 rounding of the kernels' arithmetic. */
+#define TOL_F32 1e-5  /* f32 KV: the bound */
+#define TOL_F16 1e-5  /* f16 / bf16 KV after exact conversion to f32 */
+#define TOL_Q8 2e-5   /* q8_0: the scale multiplies the int8 dot product after the sum */
+#define TOL_SIMD 1e-5 /* SIMD path vs scalar path */
+#define TOL_QUEST 1e-5 /* Quest bound, relative to sum_d |q_d| max(|min_d|, |max_d|) */
+
+typedef struct rng { uint64_t s; } rng;
+static uint64_t rnext(rng *r) {
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float runif(rng *r) { return (float)((rnext(r) >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }
+static int rint_(rng *r, int n) { return (int)(rnext(r) % (uint64_t)n); }
+
+/* A test sequence: logical pages (some left out as holes), validity masks, NaN in every
+ * slot attention must not read, and the dequantized valid tokens for the reference. */
+typedef struct tseq {
+    st_attn_geom g;
+    int n_log;            /* logical pages */
+    st_attn_page *pages;  /* [n_pages] listed pages, logical order */
+    int *page_log;        /* [n_pages] logical index of each listed page */
+    int n_pages;
+    void **mem;           /* [n_log] page memory (K, V, scales), NULL for holes */
+    uint64_t *masks;      /* [n_log][4] */
+    int n_ref;
+    int64_t *ref_pos;     /* [n_ref] */
+    int *ref_page;        /* [n_ref] logical page */
+    double *ref_k, *ref_v; /* [n_ref][n_kv_head][D] */
+} tseq;
+
+typedef struct tparams {
+    int n_kv_head, G, D, P;
+    st_type type;
+    int64_t len;      /* tokens written */
+    int hole_pct;     /* chance a page (not the last) is left out */
+    int mask_pct;     /* chance a listed page gets a validity mask with cleared bits */
+} tparams;
+
+static size_t esz(st_type t) { return t == ST_TYPE_F32 ? 4 : t == ST_TYPE_Q8_0 ? 1 : 2; }
+
+static void put_elem(st_type t, void *base, size_t i, float x) {
+    switch (t) {
+    case ST_TYPE_F32: ((float *)base)[i] = x; break;
+    case ST_TYPE_F16: ((uint16_t *)base)[i] = st_fp32_to_fp16(x); break;
+    case ST_TYPE_BF16: ((uint16_t *)base)[i] = st_fp32_to_bf16(x); break;
+    default: ((int8_t *)base)[i] = (int8_t)x; break;
+    }
+}
+
+static double get_elem(st_type t, const void *base, size_t i) {
+    switch (t) {
+    case ST_TYPE_F32: return ((const float *)base)[i];
+    case ST_TYPE_F16: return st_fp16_to_fp32(((const uint16_t *)base)[i]);
+    case ST_TYPE_BF16: return st_bf16_to_fp32(((const uint16_t *)base)[i]);
+    default: return ((const int8_t *)base)[i];
+    }
+}
+
+/* Fills one head's slots of one page (K or V). Unread slots get NaN (float types) or
+ * random bytes (q8_0). Returns the q8_0 scale (1 otherwise). */
+static float fill_head(rng *r, st_type t, void *base, int P, int D, int n_tok, uint64_t *mask,
+                       float amp) {
+    float vals[256 * 128];
+    float amax = 0;
+    for (int s = 0; s < P; s++)
+        for (int d = 0; d < D; d++) {
+            float x = runif(r) * amp;
+            vals[s * D + d] = x;
+            int ok = s < n_tok && ((mask[s / 64] >> (s % 64)) & 1);
+            if (ok && fabsf(x) > amax) amax = fabsf(x);
+        }
+    float scale = t == ST_TYPE_Q8_0 ? (amax > 0 ? amax / 127 : 1) : 1;
+    for (int s = 0; s < P; s++)
+        for (int d = 0; d < D; d++) {
+            int ok = s < n_tok && ((mask[s / 64] >> (s % 64)) & 1);
+            size_t i = (size_t)s * D + d;
+            if (t == ST_TYPE_Q8_0)
+                put_elem(t, base, i, ok ? roundf(vals[i] / scale) : (float)(rint_(r, 255) - 127));
+            else
+                put_elem(t, base, i, ok ? vals[i] : NAN);
+        }
+    return scale;
+}
+
+static void tseq_free(tseq *s) {
+    for (int i = 0; i < s->n_log; i++) free(s->mem[i]);
+    free(s->mem);
+    free(s->pages);
+    free(s->page_log);
+    free(s->masks);
+    free(s->ref_pos);
+    free(s->ref_page);
+    free(s->ref_k);
+    free(s->ref_v);
+    memset(s, 0, sizeof *s);
+}
+
+static void tseq_make(tseq *s, const tparams *tp, rng *r) {
+    memset(s, 0, sizeof *s);
+    const int H = tp->n_kv_head, D = tp->D, P = tp->P;
+    s->g = (st_attn_geom){.n_head = H * tp->G, .n_kv_head = H, .head_dim = D, .page_size = P,
+                          .type = tp->type, .scale = 0};
+    s->n_log = (int)((tp->len + P - 1) / P);
+    s->mem = calloc((size_t)s->n_log + 1, sizeof(void *));
+    s->pages = calloc((size_t)s->n_log + 1, sizeof(st_attn_page));
+    s->page_log = calloc((size_t)s->n_log + 1, sizeof(int));
+    s->masks = calloc((size_t)s->n_log * 4 + 4, sizeof(uint64_t));
+    size_t maxref = (size_t)s->n_log * P + 1;
+    s->ref_pos = malloc(maxref * sizeof(int64_t));
+    s->ref_page = malloc(maxref * sizeof(int));
+    s->ref_k = malloc(maxref * H * D * sizeof(double));
+    s->ref_v = malloc(maxref * H * D * sizeof(double));
+    const size_t hb = (size_t)P * D * esz(tp->type), kvb = (size_t)H * hb;
+    for (int i = 0; i < s->n_log; i++) {
+        if (i != s->n_log - 1 && rint_(r, 100) < tp->hole_pct) continue; /* hole */
+        int n_tok = (int)(tp->len - (int64_t)i * P < P ? tp->len - (int64_t)i * P : P);
+        uint64_t *mask = s->masks + (size_t)i * 4;
+        int masked = rint_(r, 100) < tp->mask_pct;
+        for (int sl = 0; sl < P; sl++)
+            if (!masked || rint_(r, 3)) mask[sl / 64] |= 1ull << (sl % 64);
+        char *mem = malloc(2 * kvb + 2 * H * sizeof(float));
+        s->mem[i] = mem;
+        float *ksc = (float *)(mem + 2 * kvb), *vsc = ksc + H;
+        for (int h = 0; h < H; h++) {
+            ksc[h] = fill_head(r, tp->type, mem + h * hb, P, D, n_tok, mask, 1.0f);
+            vsc[h] = fill_head(r, tp->type, mem + kvb + h * hb, P, D, n_tok, mask, 1.0f);
+        }
+        st_attn_page *pg = &s->pages[s->n_pages];
+        s->page_log[s->n_pages++] = i;
+        *pg = (st_attn_page){.k = mem, .v = mem + kvb, .n_tokens = n_tok, .pos0 = (int64_t)i * P,
+                             .valid = masked ? mask : NULL};
+        if (tp->type == ST_TYPE_Q8_0) pg->k_scale = ksc, pg->v_scale = vsc;
+        for (int sl = 0; sl < n_tok; sl++) {
+            if (!((mask[sl / 64] >> (sl % 64)) & 1)) continue;
+            int n = s->n_ref++;
+            s->ref_pos[n] = (int64_t)i * P + sl;
+            s->ref_page[n] = i;
+            for (int h = 0; h < H; h++)
+                for (int d = 0; d < D; d++) {
+                    size_t e = (size_t)sl * D + d;
+                    s->ref_k[((size_t)n * H + h) * D + d] = get_elem(tp->type, mem + h * hb, e) * ksc[h];
+                    s->ref_v[((size_t)n * H + h) * D + d] = get_elem(tp->type, mem + kvb + h * hb, e) * vsc[h];
+                }
+        }
+    }
+}
+
+/* Double-precision attention of one query [n_head][D] over the reference tokens with
+ * position <= lim (and, when page_ok is given, logical page allowed for the KV head:
+ * page_ok[h * n_log + page]). out, den: [n_head][D]; den as in the header comment. */
+static void ref_attn(const tseq *s, const float *q, int64_t lim, const uint8_t *page_ok,
+                     double *out, double *den) {
+    const int H = s->g.n_kv_head, D = s->g.head_dim, G = s->g.n_head / H;
+    const double scale = 1.0 / sqrt((double)D);
+    double *sc = malloc(((size_t)s->n_ref + 1) * sizeof(double));
+    for (int hq = 0; hq < s->g.n_head; hq++) {
+        int h = hq / G;
+        double m = -INFINITY;
+        for (int t = 0; t < s->n_ref; t++) {
+            sc[t] = -INFINITY;
+            if (s->ref_pos[t] > lim || (page_ok && !page_ok[h * s->n_log + s->ref_page[t]])) continue;
+            double x = 0;
+            for (int d = 0; d < D; d++) x += (double)q[hq * D + d] * s->ref_k[((size_t)t * H + h) * D + d];
+            sc[t] = x * scale;
+            if (sc[t] > m) m = sc[t];
+        }
+        double *o = out + (size_t)hq * D, *dn = den + (size_t)hq * D;
+        for (int d = 0; d < D; d++) o[d] = dn[d] = 0;
+        if (m == -INFINITY) continue;
+        double l = 0;
+        for (int t = 0; t < s->n_ref; t++) {
+            if (sc[t] == -INFINITY) continue;
+            double p = exp(sc[t] - m);
+            l += p;
+            for (int d = 0; d < D; d++) {
+                double v = s->ref_v[((size_t)t * H + h) * D + d];
+                o[d] += p * v;
+                dn[d] += p * fabs(v);
+            }
+        }
+        for (int d = 0; d < D; d++) o[d] /= l, dn[d] /= l;
+    }
+    free(sc);
+}
+
+/* Worst relative error over the rows of one query; a row the reference leaves empty must
+ * be exactly zero (returns +inf otherwise). */
+static double rel_err(const float *o, const double *ref, const double *den, int n_head, int D) {
+    double worst = 0;
+    for (int h = 0; h < n_head; h++) {
+        double scale = 0, e = 0;
+        for (int d = 0; d < D; d++) {
+            if (den[h * D + d] > scale) scale = den[h * D + d];
+            double x = fabs((double)o[h * D + d] - ref[h * D + d]);
+            if (!(x <= e)) e = x; /* NaN propagates as the worst */
+        }
+        if (scale == 0) {
+            for (int d = 0; d < D; d++)
+                if (o[h * D + d] != 0) return INFINITY;
+            continue;
+        }
+        if (!(e / scale <= worst)) worst = e / scale;
+    }
+    return worst;
+}
+
+static float *rand_q(rng *r, size_t n) {
+    float *q = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) q[i] = 3.0f * runif(r);
+    return q;
+}
+
+static st_attn_seq seq_of(const tseq *s) {
+    return (st_attn_seq){.pages = s->pages, .n_pages = s->n_pages};
+}
+
+static double tol_for(st_type t) {
+    return t == ST_TYPE_F32 ? TOL_F32 : t == ST_TYPE_Q8_0 ? TOL_Q8 : TOL_F16;
+}
+
+/* The ISAs this run may use: up to the CPU's best, capped by STRATA_ISA (valgrind). */
+static int max_isa(void) {
+    st_ctx *ctx = NULL;
+    if (st_ctx_create(NULL, &ctx)) return ST_ISA_SCALAR;
+    int isa = (int)st_ctx_isa(ctx);
+    st_ctx_destroy(ctx);
+    return isa;
+}
+
+static st_ctx *ctx_threads(int n) {
+    st_ctx_params p = st_ctx_default_params();
+    p.n_threads = n;
+    st_ctx *ctx = NULL;
+    if (st_ctx_create(&p, &ctx)) return NULL;
+    return ctx;
+}
+
+static const int k_dims[] = {32, 64, 128};
+static const int k_groups[] = {1, 2, 4, 8};
+static const int k_pages[] = {8, 16, 64};
+
+/* Decode over random geometry for every type and ISA, against the double reference. */
+TEST(test_decode_vs_reference) {
+    rng r = {1};
+    st_ctx *ctx = ctx_threads(2);
+    REQUIRE(ctx);
+    const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16, ST_TYPE_Q8_0};
+    for (int isa = 0; isa <= max_isa(); isa++) {
+        st_attn_ws *ws = NULL;
+        CHECK_OK(st_attn_ws_create((st_isa)isa, &ws));
+        REQUIRE(ws);
+        for (int it = 0; it < 24; it++) {
+            tparams tp = {.n_kv_head = 1 + rint_(&r, 3), .G = k_groups[it % 4],
+                          .D = k_dims[(it / 4) % 3], .P = k_pages[rint_(&r, 3)],
+                          .type = types[(it + it / 12) % 4], .len = 1 + rint_(&r, 700),
+                          .hole_pct = 20, .mask_pct = 30};
+            tseq s;
+            tseq_make(&s, &tp, &r);
+            const int NH = s.g.n_head, D = tp.D;
+            float *q = rand_q(&r, (size_t)NH * D), *o = malloc(sizeof(float) * NH * D);
+            double *ref = malloc(sizeof(double) * NH * D), *den = malloc(sizeof(double) * NH * D);
+            st_attn_seq sq = seq_of(&s);
+            CHECK_OK(st_attn_decode(ctx, ws, &s.g, &sq, q, o));
+            ref_attn(&s, q, INT64_MAX, NULL, ref, den);
+            double e = rel_err(o, ref, den, NH, D);
+            if (!(e <= tol_for(tp.type)))
+                fprintf(stderr, "  isa %s type %s H %d G %d D %d P %d len %lld: err %.3g\n",
+                        st_isa_name((st_isa)isa), st_type_name(tp.type), tp.n_kv_head, tp.G, D,
+                        tp.P, (long long)tp.len, e);
+            CHECK(e <= tol_for(tp.type));
+            free(q), free(o), free(ref), free(den);
+            tseq_free(&s);
+        }
+        st_attn_ws_destroy(ws);
+    }
+    st_ctx_destroy(ctx);
+}
+
+/* Chunk queries with the causal mask: the chunk is the sequence's last n_q positions. */
+TEST(test_chunk_vs_reference) {
+    rng r = {2};
+    st_ctx *ctx = ctx_threads(2);
+    REQUIRE(ctx);
+    const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16, ST_TYPE_Q8_0};
+    for (int isa = 0; isa <= max_isa(); isa++) {
+        st_attn_ws *ws = NULL;
+        CHECK_OK(st_attn_ws_create((st_isa)isa, &ws));
+        REQUIRE(ws);
+        for (int it = 0; it < 12; it++) {
+            tparams tp = {.n_kv_head = 1 + rint_(&r, 2), .G = k_groups[it % 4],
+                          .D = k_dims[rint_(&r, 3)], .P = k_pages[it % 3], .type = types[it % 4],
+                          .len = 40 + rint_(&r, 300), .hole_pct = 15, .mask_pct = 30};
+            tseq s;
+            tseq_make(&s, &tp, &r);
+            const int NH = s.g.n_head, D = tp.D;
+            int n_q = 1 + rint_(&r, 40);
+            int64_t pos0 = tp.len - n_q;
+            float *q = rand_q(&r, (size_t)n_q * NH * D), *o = malloc(sizeof(float) * n_q * NH * D);
+            double *ref = malloc(sizeof(double) * NH * D), *den = malloc(sizeof(double) * NH * D);
+            st_attn_seq sq = seq_of(&s);
+            CHECK_OK(st_attn_chunk(ctx, ws, &s.g, &sq, q, n_q, pos0, o));
+            double worst = 0;
+            for (int i = 0; i < n_q; i++) {
+                ref_attn(&s, q + (size_t)i * NH * D, pos0 + i, NULL, ref, den);
+                double e = rel_err(o + (size_t)i * NH * D, ref, den, NH, D);
+                if (!(e <= worst)) worst = e;
+            }
+            if (!(worst <= tol_for(tp.type)))
+                fprintf(stderr, "  isa %s type %s G %d D %d P %d len %lld n_q %d: err %.3g\n",
+                        st_isa_name((st_isa)isa), st_type_name(tp.type), tp.G, D, tp.P,
+                        (long long)tp.len, n_q, worst);
+            CHECK(worst <= tol_for(tp.type));
+            free(q), free(o), free(ref), free(den);
+            tseq_free(&s);
+        }
+        st_attn_ws_destroy(ws);
+    }
+    st_ctx_destroy(ctx);
+}
+
+/* Each SIMD path against the scalar path at awkward lengths, head dims and group sizes
+ * (head_dim 8 and 24 make AVX-512 fall back to scalar; 48 and 80 are partial 64-blocks). */
+TEST(test_simd_vs_scalar) {
+    static const int lens[] = {1, 3, 7, 15, 17, 31, 33, 127, 1023};
+    static const int dims[] = {8, 16, 24, 48, 64, 80, 128};
+    static const int groups[] = {1, 3, 4, 5, 8};
+    static const int psizes[] = {1, 3, 8, 16, 17, 64, 256};
+    rng r = {3};
+    st_attn_ws *ref_ws = NULL;
+    CHECK_OK(st_attn_ws_create(ST_ISA_SCALAR, &ref_ws));
+    REQUIRE(ref_ws);
+    for (int isa = 1; isa <= max_isa(); isa++) {
+        st_attn_ws *ws = NULL;
+        CHECK_OK(st_attn_ws_create((st_isa)isa, &ws));
+        REQUIRE(ws);
+        for (int it = 0; it < 27; it++) {
+            tparams tp = {.n_kv_head = 1 + rint_(&r, 2), .G = groups[it % 5], .D = dims[it % 7],
+                          .P = psizes[rint_(&r, 7)], .type = (st_type[]){ST_TYPE_F32, ST_TYPE_F16,
+                          ST_TYPE_BF16, ST_TYPE_Q8_0}[it % 4], .len = lens[it % 9],
+                          .hole_pct = 10, .mask_pct = 30};
+            tseq s;
+            tseq_make(&s, &tp, &r);
+            const int NH = s.g.n_head, D = tp.D, n_q = 1 + rint_(&r, 9);
+            float *q = rand_q(&r, (size_t)n_q * NH * D);
+            float *a = malloc(sizeof(float) * n_q * NH * D), *b = malloc(sizeof(float) * n_q * NH * D);
+            double *bd = malloc(sizeof(double) * n_q * NH * D), *den = malloc(sizeof(double) * NH * D);
+            st_attn_seq sq = seq_of(&s);
+            CHECK_OK(st_attn_decode(NULL, ref_ws, &s.g, &sq, q, b));
+            CHECK_OK(st_attn_decode(NULL, ws, &s.g, &sq, q, a));
+            ref_attn(&s, q, INT64_MAX, NULL, bd, den); /* den: the row magnitudes */
+            for (int i = 0; i < NH * D; i++) bd[i] = b[i];
+            double e = rel_err(a, bd, den, NH, D);
+            int64_t pos0 = tp.len - n_q < 0 ? 0 : tp.len - n_q;
+            CHECK_OK(st_attn_chunk(NULL, ref_ws, &s.g, &sq, q, n_q, pos0, b));
+            CHECK_OK(st_attn_chunk(NULL, ws, &s.g, &sq, q, n_q, pos0, a));
+            for (int i = 0; i < n_q; i++) {
+                ref_attn(&s, q + (size_t)i * NH * D, pos0 + i, NULL, bd, den);
+                for (int j = 0; j < NH * D; j++) bd[j] = b[(size_t)i * NH * D + j];
+                double ei = rel_err(a + (size_t)i * NH * D, bd, den, NH, D);
+                if (!(ei <= e)) e = ei;
+            }
+            if (!(e <= TOL_SIMD))
+                fprintf(stderr, "  %s vs scalar: type %s G %d D %d P %d len %lld: err %.3g\n",
+                        st_isa_name((st_isa)isa), st_type_name(tp.type), tp.G, D, tp.P,
+                        (long long)tp.len, e);
+            CHECK(e <= TOL_SIMD);
+            free(q), free(a), free(b), free(bd), free(den);
+            tseq_free(&s);
+        }
+        st_attn_ws_destroy(ws);
+    }
+    st_attn_ws_destroy(ref_ws);
+}
+
+/* 1, 2 and 3 threads give the same bits, for batched decode and for chunks. */
+TEST(test_threads_bit_identical) {
+    rng r = {4};
+    st_ctx *ctxs[3] = {ctx_threads(1), ctx_threads(2), ctx_threads(3)};
+    REQUIRE(ctxs[0] && ctxs[1] && ctxs[2]);
+    for (int isa = 0; isa <= max_isa(); isa++) {
+        st_attn_ws *ws = NULL;
+        CHECK_OK(st_attn_ws_create((st_isa)isa, &ws));
+        REQUIRE(ws);
+        enum { NS = 3 };
+        tseq s[NS];
+        st_attn_seq sq[NS];
+        for (int i = 0; i < NS; i++) {
+            tparams tp = {.n_kv_head = 2, .G = 4, .D = 64, .P = 16, .type = ST_TYPE_F16,
+                          .len = 300 + 900 * i + rint_(&r, 50), .hole_pct = 10, .mask_pct = 20};
+            tseq_make(&s[i], &tp, &r);
+            sq[i] = seq_of(&s[i]);
+        }
+        const int NH = 8, D = 64, n_q = 21;
+        float *q = rand_q(&r, (size_t)n_q * NH * D);
+        float *o[3], *c[3];
+        for (int t = 0; t < 3; t++) {
+            o[t] = malloc(sizeof(float) * NS * NH * D);
+            c[t] = malloc(sizeof(float) * n_q * NH * D);
+            CHECK_OK(st_attn_decode_batch(ctxs[t], ws, &s[0].g, sq, NS, q, o[t]));
+            CHECK_OK(st_attn_chunk(ctxs[t], ws, &s[2].g, &sq[2], q, n_q, 2000, c[t]));
+        }
+        for (int t = 1; t < 3; t++) {
+            CHECK(memcmp(o[0], o[t], sizeof(float) * NS * NH * D) == 0);
+            CHECK(memcmp(c[0], c[t], sizeof(float) * n_q * NH * D) == 0);
+        }
+        for (int t = 0; t < 3; t++) free(o[t]), free(c[t]);
+        free(q);
+        for (int i = 0; i < NS; i++) tseq_free(&s[i]);
+        st_attn_ws_destroy(ws);
+    }
+    for (int t = 0; t < 3; t++) st_ctx_destroy(ctxs[t]);
+}
+
+/* A sequence decoded inside a batch gets the same bits as decoded alone. */
+TEST(test_batch_equals_single) {
+    rng r = {5};
+    st_ctx *ctx = ctx_threads(2);
+    REQUIRE(ctx);
+    for (int isa = 0; isa <= max_isa(); isa++) {
+        st_attn_ws *ws = NULL;
+        CHECK_OK(st_attn_ws_create((st_isa)isa, &ws));
+        REQUIRE(ws);
+        enum { NS = 5 };
+        tseq s[NS];
+        st_attn_seq sq[NS];
+        for (int i = 0; i < NS; i++) {
+            tparams tp = {.n_kv_head = 2, .G = 2, .D = 32, .P = 8, .type = ST_TYPE_BF16,
+                          .len = 1 + rint_(&r, 1500), .hole_pct = 20, .mask_pct = 20};
+            tseq_make(&s[i], &tp, &r);
+            sq[i] = seq_of(&s[i]);
+        }
+        const int NH = 4, D = 32;
+        float *q = rand_q(&r, (size_t)NS * NH * D), *ob = malloc(sizeof(float) * NS * NH * D);
+        float *o1 = malloc(sizeof(float) * NH * D);
+        CHECK_OK(st_attn_decode_batch(ctx, ws, &s[0].g, sq, NS, q, ob));
+        for (int i = 0; i < NS; i++) {
+            CHECK_OK(st_attn_decode(ctx, ws, &s[0].g, &sq[i], q + (size_t)i * NH * D, o1));
+            CHECK(memcmp(o1, ob + (size_t)i * NH * D, sizeof(float) * NH * D) == 0);
+        }
+        free(q), free(ob), free(o1);
+        for (int i = 0; i < NS; i++) tseq_free(&s[i]);
+        st_attn_ws_destroy(ws);
+    }
+    st_ctx_destroy(ctx);
+}
+
+/* Quest's exactness gate: a selection listing every page is bit-identical to dense, and a
+ * per-head subset equals the reference restricted to those pages. */
+TEST(test_selection) {
+    rng r = {6};
+    st_ctx *ctx = ctx_threads(2);
+    REQUIRE(ctx);
+    for (int isa = 0; isa <= max_isa(); isa++) {
+        st_attn_ws *ws = NULL;
+        CHECK_OK(st_attn_ws_create((st_isa)isa, &ws));
+        REQUIRE(ws);
+        tparams tp = {.n_kv_head = 4, .G = 2, .D = 64, .P = 16, .type = ST_TYPE_F32,
+                      .len = 2500, .hole_pct = 5, .mask_pct = 10};
+        tseq s;
+        tseq_make(&s, &tp, &r);
+        const int H = 4, NH = 8, D = 64, NP = s.n_pages;
+        float *q = rand_q(&r, (size_t)NH * D), *od = malloc(sizeof(float) * NH * D);
+        float *os = malloc(sizeof(float) * NH * D);
+        int32_t *sel = malloc(sizeof(int32_t) * H * NP), n_sel[4];
+        st_attn_seq dense = seq_of(&s);
+        CHECK_OK(st_attn_decode(ctx, ws, &s.g, &dense, q, od));
+        for (int h = 0; h < H; h++) {
+            n_sel[h] = NP;
+            for (int i = 0; i < NP; i++) sel[h * NP + i] = i;
+        }
+        st_attn_seq sp = dense;
+        sp.sel = sel, sp.n_sel = n_sel, sp.sel_stride = NP;
+        CHECK_OK(st_attn_decode(ctx, ws, &s.g, &sp, q, os));
+        CHECK(memcmp(od, os, sizeof(float) * NH * D) == 0);
+        /* per-head subsets: head h keeps every (h+2)-th page plus the last one */
+        uint8_t *ok = calloc((size_t)H * s.n_log, 1);
+        for (int h = 0; h < H; h++) {
+            n_sel[h] = 0;
+            for (int i = 0; i < NP; i++)
+                if (i % (h + 2) == 0 || i == NP - 1) {
+                    sel[h * NP + n_sel[h]++] = i;
+                    ok[h * s.n_log + s.page_log[i]] = 1;
+                }
+        }
+        CHECK_OK(st_attn_decode(ctx, ws, &s.g, &sp, q, os));
+        double *ref = malloc(sizeof(double) * NH * D), *den = malloc(sizeof(double) * NH * D);
+        ref_attn(&s, q, INT64_MAX, ok, ref, den);
+        CHECK(rel_err(os, ref, den, NH, D) <= TOL_F32);
+        free(q), free(od), free(os), free(sel), free(ok), free(ref), free(den);
+        tseq_free(&s);
+        st_attn_ws_destroy(ws);
+    }
+    st_ctx_destroy(ctx);
+}
+
+/* Nothing to attend: no pages, or every slot masked, gives zeros (not NaN). */
+TEST(test_empty_and_masked) {
+    st_attn_ws *ws = NULL;
+    CHECK_OK(st_attn_ws_create((st_isa)max_isa(), &ws));
+    REQUIRE(ws);
+    st_attn_geom g = {.n_head = 4, .n_kv_head = 2, .head_dim = 16, .page_size = 16,
+                      .type = ST_TYPE_F32};
+    float q[64], o[64];
+    for (int i = 0; i < 64; i++) q[i] = 1, o[i] = NAN;
+    st_attn_seq none = {0};
+    CHECK_OK(st_attn_decode(NULL, ws, &g, &none, q, o));
+    for (int i = 0; i < 64; i++) CHECK(o[i] == 0);
+    float kv[2 * 16 * 16];
+    for (int i = 0; i < 2 * 16 * 16; i++) kv[i] = NAN;
+    uint64_t zero[4] = {0};
+    st_attn_page pg = {.k = kv, .v = kv, .valid = zero, .n_tokens = 16, .pos0 = 0};
+    st_attn_seq one = {.pages = &pg, .n_pages = 1};
+    for (int i = 0; i < 64; i++) o[i] = NAN;
+    CHECK_OK(st_attn_decode(NULL, ws, &g, &one, q, o));
+    for (int i = 0; i < 64; i++) CHECK(o[i] == 0);
+    /* chunk whose queries all come before the page */
+    pg.valid = NULL;
+    pg.pos0 = 100;
+    CHECK_OK(st_attn_chunk(NULL, ws, &g, &one, q, 1, 50, o));
+    for (int i = 0; i < 64; i++) CHECK(o[i] == 0);
+    st_attn_ws_destroy(ws);
+}
+
+TEST(test_bad_input) {
+    st_ctx *ctx = ctx_threads(1);
+    st_attn_ws *ws = NULL;
+    CHECK_INT(st_attn_ws_create((st_isa)7, &ws), ST_E_INVAL);
+    CHECK(ws == NULL);
+    CHECK_OK(st_attn_ws_create(ST_ISA_SCALAR, &ws));
+    REQUIRE(ws && ctx);
+    float kv[16 * 16], q[32], o[32];
+    memset(kv, 0, sizeof kv);
+    for (int i = 0; i < 32; i++) q[i] = 1, o[i] = 7;
+    st_attn_geom g = {.n_head = 2, .n_kv_head = 1, .head_dim = 16, .page_size = 16,
+                      .type = ST_TYPE_F32};
+    st_attn_page pg = {.k = kv, .v = kv, .n_tokens = 17};
+    st_attn_seq s = {.pages = &pg, .n_pages = 1};
+    CHECK_INT(st_attn_decode(ctx, ws, &g, &s, q, o), ST_E_INVAL); /* n_tokens > page_size */
+    CHECK(strstr(st_ctx_error(ctx), "n_tokens") != NULL);
+    pg.n_tokens = 16;
+    st_attn_geom bad = g;
+    bad.n_head = 3; /* not a multiple of n_kv_head = 2 */
+    bad.n_kv_head = 2;
+    CHECK_INT(st_attn_decode(ctx, ws, &bad, &s, q, o), ST_E_INVAL);
+    bad = g;
+    bad.type = ST_TYPE_Q4_K;
+    CHECK_INT(st_attn_decode(ctx, ws, &bad, &s, q, o), ST_E_INVAL);
+    bad = g;
+    bad.type = ST_TYPE_Q8_0; /* no scales */
+    CHECK_INT(st_attn_decode(ctx, ws, &bad, &s, q, o), ST_E_INVAL);
+    int32_t sel[1] = {1}, n_sel[1] = {1};
+    st_attn_seq ss = s;
+    ss.sel = sel, ss.n_sel = n_sel, ss.sel_stride = 1;
+    CHECK_INT(st_attn_decode(ctx, ws, &g, &ss, q, o), ST_E_INVAL); /* index 1 of 1 page */
+    CHECK_INT(st_attn_chunk(ctx, ws, &g, &s, q, 1, -1, o), ST_E_INVAL);
+    CHECK_INT(st_attn_decode(ctx, ws, &g, NULL, q, o), ST_E_INVAL);
+    for (int i = 0; i < 32; i++) CHECK(o[i] == 7); /* untouched on error */
+    st_attn_ws_destroy(ws);
+    st_attn_ws_destroy(NULL);
+    st_ctx_destroy(ctx);
+}
+
+/* Quest bound: an upper bound of q.k for every key of the page, equal to a double
+ * computation of the formula, for each ISA; key_minmax gives the box of the valid keys. */
+TEST(test_quest_bounds) {
+    rng r = {7};
+    for (int isa = 0; isa <= max_isa(); isa++) {
+        st_attn_ws *ws = NULL;
+        CHECK_OK(st_attn_ws_create((st_isa)isa, &ws));
+        REQUIRE(ws);
+        for (int it = 0; it < 6; it++) {
+            const int dims[] = {7, 16, 33, 64, 80, 128};
+            tparams tp = {.n_kv_head = 2, .G = 1 + it % 4, .D = dims[it], .P = 16,
+                          .type = it % 2 ? ST_TYPE_F16 : ST_TYPE_Q8_0, .len = 16 * 9 + 5,
+                          .hole_pct = 0, .mask_pct = 40};
+            tseq s;
+            tseq_make(&s, &tp, &r);
+            const int D = tp.D, G = tp.G, NP = s.n_pages, stride = D + 3;
+            float *mn = malloc(sizeof(float) * NP * stride), *mx = malloc(sizeof(float) * NP * stride);
+            float *q = rand_q(&r, (size_t)G * D), *bound = malloc(sizeof(float) * NP);
+            for (int h = 0; h < 2; h++) {
+                for (int p = 0; p < NP; p++) {
+                    int n = st_attn_key_minmax(&s.g, &s.pages[p], h, mn + p * stride, mx + p * stride);
+                    CHECK(n >= 0);
+                }
+                CHECK_OK(st_attn_quest_bounds(ws, D, G, q, mn, mx, stride, NP, bound));
+                for (int p = 0; p < NP; p++) {
+                    double best = -INFINITY, mag = 0;
+                    for (int gi = 0; gi < G; gi++) {
+                        double b = 0, m = 0;
+                        for (int d = 0; d < D; d++) {
+                            double a = (double)q[gi * D + d] * mn[p * stride + d];
+                            double c = (double)q[gi * D + d] * mx[p * stride + d];
+                            b += a > c ? a : c;
+                            m += fabs(a) > fabs(c) ? fabs(a) : fabs(c);
+                        }
+                        if (b > best) best = b;
+                        if (m > mag) mag = m;
+                    }
+                    CHECK(fabs(bound[p] - best) <= TOL_QUEST * (mag + 1e-30));
+                    /* every valid key of the page scores below the bound */
+                    for (int t = 0; t < s.n_ref; t++) {
+                        if (s.ref_page[t] != s.page_log[p]) continue;
+                        for (int gi = 0; gi < G; gi++) {
+                            double x = 0;
+                            for (int d = 0; d < D; d++)
+                                x += (double)q[gi * D + d] * s.ref_k[((size_t)t * 2 + h) * D + d];
+                            CHECK(x <= bound[p] + TOL_QUEST * (mag + 1e-30));
+                        }
+                    }
+                }
+            }
+            free(mn), free(mx), free(q), free(bound);
+            tseq_free(&s);
+        }
+        CHECK_INT(st_attn_quest_bounds(ws, 0, 1, NULL, NULL, NULL, 1, 1, NULL), ST_E_INVAL);
+        st_attn_ws_destroy(ws);
+    }
+}
+
+TEST_MAIN(test_decode_vs_reference, test_chunk_vs_reference, test_simd_vs_scalar,
+          test_threads_bit_identical, test_batch_equals_single, test_selection,
+          test_empty_and_masked, test_bad_input, test_quest_bounds)

@@ -1,0 +1,545 @@
+/* Randomized state-machine test of the KV page library against an oracle.
+ *
+ * The oracle keeps, per sequence, plain arrays: K and V of every (position, layer), the
+ * validity of every position and its token id. Tens of thousands of random operations
+ * (append, batch append, per-layer write, fork, write after fork, truncate, remove, free,
+ * prefix attach, pin/unpin, snapshot/restore) run against both; after EVERY step every
+ * readable position must return exactly what was written (f32: bit-exact; f16/bf16:
+ * exactly the oracle's value rounded the same way), every view must expose exactly the
+ * valid slots with those values, the invariant checker (refcounts == table references,
+ * state lists, counts) must pass, and at the end nothing may leak.
+ *
+ * Keyed sequences (appended with token ids) hold "model-like" K/V: a deterministic function
+ * of the token prefix, so pages found in the prefix cache have a known content. Anonymous
+ * sequences (no token ids, never cached) receive arbitrary writes, which is what makes a
+ * copy-on-write leak visible. Seeded and reproducible: `test_kv_fsm --slow` runs longer. */
+#include "strata/kv.h"
+#include "kv/kv_int.h"
+#include "../test.h"
+
+static int g_slow; /* test-only flag set from argv */
+
+#define MAXS 6      /* oracle sequences at once */
+#define MAXLEN 200  /* positions per sequence */
+#define NDOC 4
+#define DOCLEN 1024
+
+typedef struct rng { uint64_t s; } rng;
+static uint64_t mix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+static uint64_t rnext(rng *r) { return r->s = mix(r->s); }
+static int rint_(rng *r, int n) { return (int)(rnext(r) % (uint64_t)n); }
+static float rfloat(rng *r) { return (float)((rnext(r) >> 40) * (1.0 / 16777216.0) * 4.0 - 2.0); }
+
+typedef struct cfg {
+    st_type type;
+    int P, L, H, D, n_pages, steps;
+    uint64_t seed;
+} cfg;
+
+typedef struct oseq {
+    int live, keyed, doc;
+    st_kv_seq_id id;
+    int64_t len;
+    float k[MAXLEN][2][16], v[MAXLEN][2][16]; /* [pos][layer][H*D <= 16] */
+    uint8_t valid[MAXLEN];
+    int32_t tok[MAXLEN];
+    uint64_t ph[MAXLEN]; /* hash of tok[0..pos] */
+} oseq;
+
+typedef struct world {
+    cfg c;
+    rng r;
+    st_ctx *ctx;
+    st_kv *kv;
+    oseq s[MAXS];
+    int32_t doc[NDOC][DOCLEN];
+    st_kv_page_id pins[64];
+    int n_pins;
+    int step, failed;
+    long n_ok[16], n_err[16];
+} world;
+
+static float canon(uint64_t ph, int l, int i, int which) {
+    uint64_t h = mix(ph ^ ((uint64_t)l << 48) ^ ((uint64_t)i << 8) ^ (uint64_t)which);
+    return (float)((h >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
+}
+
+/* What the library stores for x: the oracle's expectation after the element conversion. */
+static float stored(const world *w, float x) {
+    switch (w->c.type) {
+    case ST_TYPE_F16: return st_fp16_to_fp32(st_fp32_to_fp16(x));
+    case ST_TYPE_BF16: return st_bf16_to_fp32(st_fp32_to_bf16(x));
+    default: return x;
+    }
+}
+
+static int hd(const world *w) { return w->c.H * w->c.D; }
+
+#define WCHECK(cond, ...)                                                              \
+    do {                                                                               \
+        if (!(cond)) {                                                                 \
+            fprintf(stderr, "  FAIL step %d (seed %llu): ", w->step,                   \
+                    (unsigned long long)w->c.seed);                                    \
+            fprintf(stderr, __VA_ARGS__);                                              \
+            fprintf(stderr, " [%s]\n", st_ctx_error(w->ctx));                          \
+            test_failures_++;                                                          \
+            w->failed = 1;                                                             \
+            return;                                                                    \
+        }                                                                              \
+    } while (0)
+
+static float view_elem(const world *w, const st_attn_page *pv, int isv, int h, int s, int d) {
+    const size_t idx = ((size_t)h * w->c.P + s) * w->c.D + d;
+    const void *base = isv ? pv->v : pv->k;
+    switch (w->c.type) {
+    case ST_TYPE_F32: return ((const float *)base)[idx];
+    case ST_TYPE_F16: return st_fp16_to_fp32(((const uint16_t *)base)[idx]);
+    case ST_TYPE_BF16: return st_bf16_to_fp32(((const uint16_t *)base)[idx]);
+    default: return (float)((const int8_t *)base)[idx] * (isv ? pv->v_scale : pv->k_scale)[h];
+    }
+}
+
+static void check_seq(world *w, const oseq *o) {
+    int64_t len = -1;
+    WCHECK(st_kv_seq_len(w->kv, o->id, &len) == 0 && len == o->len, "seq %d len %lld vs %lld",
+           o->id, (long long)len, (long long)o->len);
+    float kb[16], vb[16];
+    int32_t tok[MAXLEN];
+    WCHECK(st_kv_seq_tokens(w->kv, o->id, 0, o->len, tok) == 0, "tokens");
+    for (int64_t p = 0; p < o->len; p++) {
+        int valid = -1;
+        WCHECK(st_kv_seq_valid(w->kv, o->id, p, &valid) == 0 && valid == o->valid[p],
+               "seq %d pos %lld valid %d vs %d", o->id, (long long)p, valid, o->valid[p]);
+        WCHECK(tok[p] == (o->keyed ? o->tok[p] : -1), "seq %d pos %lld token %d vs %d", o->id,
+               (long long)p, tok[p], o->tok[p]);
+        for (int l = 0; l < w->c.L; l++) {
+            int rc = st_kv_read(w->kv, o->id, l, p, 1, kb, vb);
+            if (!o->valid[p]) {
+                WCHECK(rc == ST_E_NOT_FOUND, "read of removed pos %lld: rc %d", (long long)p, rc);
+                continue;
+            }
+            WCHECK(rc == 0, "read pos %lld rc %d", (long long)p, rc);
+            for (int i = 0; i < hd(w); i++)
+                WCHECK(kb[i] == stored(w, o->k[p][l][i]) && vb[i] == stored(w, o->v[p][l][i]),
+                       "seq %d pos %lld layer %d elem %d: K %.9g vs %.9g, V %.9g vs %.9g",
+                       o->id, (long long)p, l, i, kb[i], stored(w, o->k[p][l][i]), vb[i],
+                       stored(w, o->v[p][l][i]));
+        }
+    }
+    /* views: exactly the valid slots, with the same values, in logical order */
+    st_attn_page views[MAXLEN];
+    int nv = -1, l = rint_(&w->r, w->c.L);
+    WCHECK(st_kv_seq_views(w->kv, o->id, l, views, MAXLEN, &nv) == 0, "views");
+    int64_t seen = 0, last = -1;
+    for (int j = 0; j < nv; j++) {
+        const st_attn_page *pv = &views[j];
+        WCHECK(pv->pos0 > last && pv->pos0 % w->c.P == 0 && pv->n_tokens >= 1 &&
+                   pv->n_tokens <= w->c.P && pv->pos0 + pv->n_tokens <= o->len,
+               "view %d pos0 %lld n_tokens %d", j, (long long)pv->pos0, pv->n_tokens);
+        last = pv->pos0;
+        for (int s = 0; s < pv->n_tokens; s++) {
+            int64_t p = pv->pos0 + s;
+            int bit = !pv->valid || ((pv->valid[s >> 6] >> (s & 63)) & 1);
+            WCHECK(bit == o->valid[p], "view slot pos %lld valid %d vs %d", (long long)p, bit,
+                   o->valid[p]);
+            if (!bit) continue;
+            seen++;
+            for (int h = 0; h < w->c.H; h++)
+                for (int d = 0; d < w->c.D; d++) {
+                    int i = h * w->c.D + d;
+                    WCHECK(view_elem(w, pv, 0, h, s, d) == stored(w, o->k[p][l][i]) &&
+                               view_elem(w, pv, 1, h, s, d) == stored(w, o->v[p][l][i]),
+                           "view value pos %lld layer %d elem %d", (long long)p, l, i);
+                }
+        }
+    }
+    int64_t n_valid = 0;
+    for (int64_t p = 0; p < o->len; p++) n_valid += o->valid[p];
+    WCHECK(seen == n_valid, "views expose %lld valid slots, oracle %lld", (long long)seen,
+           (long long)n_valid);
+}
+
+static void check_all(world *w) {
+    char msg[256];
+    WCHECK(kv_check(w->kv, msg, sizeof msg) == 0, "invariant: %s", msg);
+    /* refcounts through the public API: refs == number of table entries naming the page */
+    int32_t *refs = calloc((size_t)w->c.n_pages, sizeof *refs);
+    for (int j = 0; j < MAXS; j++) {
+        if (!w->s[j].live) continue;
+        st_kv_page_id ids[MAXLEN];
+        int n = 0;
+        st_kv_seq_pages(w->kv, w->s[j].id, ids, MAXLEN, &n);
+        for (int i = 0; i < n; i++)
+            if (ids[i] >= 0) refs[ids[i]]++;
+    }
+    int bad = -1;
+    for (int i = 0; i < w->c.n_pages; i++) {
+        int r = -1;
+        st_kv_page_info(w->kv, i, &r, NULL);
+        if (r != refs[i]) bad = i;
+    }
+    free(refs);
+    WCHECK(bad < 0, "page %d refcount differs from table references", bad);
+    for (int j = 0; j < MAXS && !w->failed; j++)
+        if (w->s[j].live) check_seq(w, &w->s[j]);
+}
+
+static oseq *pick(world *w) {
+    int n = 0, idx[MAXS];
+    for (int j = 0; j < MAXS; j++)
+        if (w->s[j].live) idx[n++] = j;
+    return n ? &w->s[idx[rint_(&w->r, n)]] : NULL;
+}
+static oseq *free_slot(world *w) {
+    for (int j = 0; j < MAXS; j++)
+        if (!w->s[j].live) return &w->s[j];
+    return NULL;
+}
+
+static void set_canon(world *w, oseq *o, int64_t p) {
+    for (int l = 0; l < w->c.L; l++)
+        for (int i = 0; i < hd(w); i++) {
+            o->k[p][l][i] = canon(o->ph[p], l, i, 0);
+            o->v[p][l][i] = canon(o->ph[p], l, i, 1);
+        }
+}
+
+static void op_append(world *w, oseq *o) {
+    int n = 1 + rint_(&w->r, rint_(&w->r, 4) == 0 ? 1 : 2 * w->c.P);
+    if (o->len + n > MAXLEN) return;
+    oseq t = *o; /* the would-be oracle */
+    int32_t toks[MAXLEN];
+    for (int j = 0; j < n; j++) {
+        int64_t p = o->len + j;
+        t.valid[p] = 1;
+        if (o->keyed) {
+            toks[j] = rint_(&w->r, 10) ? w->doc[o->doc][p] : 1000 + rint_(&w->r, 50);
+            t.tok[p] = toks[j];
+            t.ph[p] = mix((p ? t.ph[p - 1] : 77) ^ ((uint64_t)toks[j] + 1) * 0x100000001b3ull);
+            set_canon(w, &t, p);
+        } else {
+            t.tok[p] = -1;
+            for (int l = 0; l < w->c.L; l++)
+                for (int i = 0; i < hd(w); i++) {
+                    t.k[p][l][i] = rfloat(&w->r);
+                    t.v[p][l][i] = rfloat(&w->r);
+                }
+        }
+    }
+    t.len = o->len + n;
+    const int HD = hd(w);
+    float *k = malloc(sizeof(float) * (size_t)w->c.L * n * HD);
+    float *v = malloc(sizeof(float) * (size_t)w->c.L * n * HD);
+    for (int l = 0; l < w->c.L; l++)
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < HD; i++) {
+                k[((size_t)l * n + j) * HD + i] = t.k[o->len + j][l][i];
+                v[((size_t)l * n + j) * HD + i] = t.v[o->len + j][l][i];
+            }
+    int rc;
+    const int32_t *tk = o->keyed ? toks : NULL;
+    if (rint_(&w->r, 2)) {
+        rc = st_kv_seq_append(w->kv, o->id, n, tk, k, v);
+    } else { /* the model's way: reserve, then layer by layer (in chunks), then commit */
+        int64_t p0 = -1;
+        rc = st_kv_seq_reserve(w->kv, o->id, n, tk, &p0);
+        if (rc == 0) {
+            WCHECK(p0 == o->len, "reserve p0 %lld", (long long)p0);
+            for (int l = 0; l < w->c.L; l++) {
+                int a = rint_(&w->r, n + 1);
+                const float *kl = k + (size_t)l * n * HD, *vl = v + (size_t)l * n * HD;
+                int r1 = a ? st_kv_write(w->kv, o->id, l, p0, a, kl, vl) : 0;
+                int r2 = a < n ? st_kv_write(w->kv, o->id, l, p0 + a, n - a, kl + (size_t)a * HD,
+                                             vl + (size_t)a * HD) : 0;
+                WCHECK(r1 == 0 && r2 == 0, "write after reserve: %d %d", r1, r2);
+            }
+            rc = st_kv_seq_commit(w->kv, o->id);
+        }
+    }
+    free(k);
+    free(v);
+    if (rc == ST_E_POOL_FULL) {
+        w->n_err[1]++;
+        return;
+    }
+    WCHECK(rc == 0, "append rc %d", rc);
+    w->n_ok[1]++;
+    *o = t;
+}
+
+static void op_write(world *w, oseq *o) {
+    if (o->len == 0) return;
+    int64_t pos = rint_(&w->r, (int)o->len);
+    int n = 1 + rint_(&w->r, w->c.P + 3);
+    if (n > o->len - pos) n = (int)(o->len - pos);
+    int l = rint_(&w->r, w->c.L), any_invalid = 0;
+    float k[2 * 256 * 16] = {0}, v[2 * 256 * 16] = {0};
+    float nk[MAXLEN][16], nv[MAXLEN][16];
+    for (int j = 0; j < n; j++) {
+        any_invalid |= !o->valid[pos + j];
+        for (int i = 0; i < hd(w); i++) {
+            nk[j][i] = o->keyed ? o->k[pos + j][l][i] : rfloat(&w->r);
+            nv[j][i] = o->keyed ? o->v[pos + j][l][i] : rfloat(&w->r);
+            k[j * hd(w) + i] = nk[j][i];
+            v[j * hd(w) + i] = nv[j][i];
+        }
+    }
+    int rc = st_kv_write(w->kv, o->id, l, pos, n, k, v);
+    if (any_invalid) {
+        WCHECK(rc == ST_E_NOT_FOUND, "write over removed position: rc %d", rc);
+        return;
+    }
+    if (rc == ST_E_POOL_FULL) {
+        w->n_err[2]++;
+        return;
+    }
+    WCHECK(rc == 0, "write rc %d", rc);
+    w->n_ok[2]++;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < hd(w); i++) {
+            o->k[pos + j][l][i] = nk[j][i];
+            o->v[pos + j][l][i] = nv[j][i];
+        }
+}
+
+static void op_fork(world *w, oseq *o) {
+    oseq *d = free_slot(w);
+    if (!d) return;
+    st_kv_seq_id id = -1;
+    int rc = st_kv_seq_fork(w->kv, o->id, &id);
+    WCHECK(rc == 0, "fork rc %d", rc);
+    *d = *o;
+    d->id = id;
+    w->n_ok[3]++;
+}
+
+static void op_attach(world *w) {
+    oseq *o = free_slot(w);
+    if (!o) return;
+    int d = rint_(&w->r, NDOC), n = rint_(&w->r, MAXLEN + 1);
+    st_kv_seq_id id;
+    int rc = st_kv_seq_create(w->kv, &id);
+    WCHECK(rc == 0, "create rc %d", rc);
+    int64_t look = -1, att = -1;
+    WCHECK(st_kv_prefix_lookup(w->kv, w->doc[d], n, &look) == 0, "lookup");
+    WCHECK(st_kv_prefix_attach(w->kv, id, w->doc[d], n, &att) == 0, "attach");
+    WCHECK(att == look && att % w->c.P == 0 && att <= n, "attach %lld lookup %lld n %d",
+           (long long)att, (long long)look, n);
+    memset(o, 0, sizeof *o);
+    o->live = o->keyed = 1;
+    o->doc = d;
+    o->id = id;
+    o->len = att;
+    for (int64_t p = 0; p < att; p++) {
+        o->valid[p] = 1;
+        o->tok[p] = w->doc[d][p];
+        o->ph[p] = mix((p ? o->ph[p - 1] : 77) ^ ((uint64_t)o->tok[p] + 1) * 0x100000001b3ull);
+        set_canon(w, o, p);
+    }
+    int cov = -1;
+    WCHECK(st_kv_prefix_covers(w->kv, id, w->doc[d], att, &cov) == 0 && cov == 1, "covers");
+    if (att > 0) {
+        int32_t t[MAXLEN];
+        memcpy(t, w->doc[d], sizeof(int32_t) * (size_t)att);
+        t[att - 1] ^= 1;
+        WCHECK(st_kv_prefix_covers(w->kv, id, t, att, &cov) == 0 && cov == 0, "covers changed");
+    }
+    w->n_ok[att ? 4 : 5]++;
+}
+
+static void op_pin(world *w) {
+    if (w->n_pins > 0 && (w->n_pins == 64 || rint_(&w->r, 2))) {
+        int j = rint_(&w->r, w->n_pins);
+        int rc = st_kv_unpin(w->kv, w->pins[j]);
+        WCHECK(rc == 0, "unpin %d rc %d", w->pins[j], rc);
+        w->pins[j] = w->pins[--w->n_pins];
+        return;
+    }
+    /* a page nobody uses (free or cached) cannot be pinned; an unpinned one not unpinned */
+    int id = rint_(&w->r, w->c.n_pages), refs, pins;
+    st_kv_page_info(w->kv, id, &refs, &pins);
+    if (refs == 0 && pins == 0) {
+        WCHECK(st_kv_pin(w->kv, id) == ST_E_STATE, "pin of unused page %d accepted", id);
+        WCHECK(st_kv_unpin(w->kv, id) == ST_E_STATE, "unpin of unpinned page %d accepted", id);
+    }
+    oseq *o = pick(w);
+    if (!o) return;
+    st_kv_page_id ids[MAXLEN];
+    int n = 0;
+    st_kv_seq_pages(w->kv, o->id, ids, MAXLEN, &n);
+    if (n == 0) return;
+    int32_t pg = ids[rint_(&w->r, n)];
+    if (pg < 0) return;
+    WCHECK(st_kv_pin(w->kv, pg) == 0, "pin %d", pg);
+    w->pins[w->n_pins++] = pg;
+}
+
+static void op_snapshot(world *w) {
+    st_kv_seq_id ids[MAXS];
+    oseq *os[MAXS];
+    int n = 0;
+    for (int j = 0; j < MAXS; j++)
+        if (w->s[j].live && rint_(&w->r, 2)) {
+            os[n] = &w->s[j];
+            ids[n++] = w->s[j].id;
+        }
+    if (n == 0) return;
+    int64_t maxp = rint_(&w->r, 3) ? -1 : rint_(&w->r, 12);
+    st_kv_io io;
+    st_kv_io_mem_writer(&io);
+    int rc = st_kv_snapshot_write(w->kv, ids, n, maxp, &io);
+    WCHECK(rc == 0, "snapshot write rc %d", rc);
+    st_kv_io in;
+    st_kv_io_mem_reader(&in, io.buf, io.len);
+    st_kv_seq_id out[MAXS];
+    int nout = -1;
+    rc = st_kv_snapshot_read(w->kv, &in, out, MAXS, &nout);
+    st_kv_io_mem_release(&io);
+    if (rc == ST_E_POOL_FULL || rc == ST_E_LIMIT) {
+        w->n_err[6]++;
+        return;
+    }
+    WCHECK(rc == 0 && nout == n, "snapshot read rc %d n %d", rc, nout);
+    w->n_ok[6]++;
+    for (int j = 0; j < n; j++) { /* the restored copies replace the originals */
+        int64_t len = -1;
+        st_kv_seq_len(w->kv, out[j], &len);
+        WCHECK(len == os[j]->len || (maxp >= 0 && len < os[j]->len && len % w->c.P == 0),
+               "restored len %lld of %lld", (long long)len, (long long)os[j]->len);
+        WCHECK(st_kv_seq_free(w->kv, os[j]->id) == 0, "free original");
+        os[j]->id = out[j];
+        os[j]->len = len;
+    }
+}
+
+static void step(world *w) {
+    oseq *o = pick(w);
+    int op = rint_(&w->r, 100);
+    if (op < 6 || !o) {
+        oseq *d = free_slot(w);
+        if (!d) return;
+        st_kv_seq_id id;
+        WCHECK(st_kv_seq_create(w->kv, &id) == 0, "create");
+        memset(d, 0, sizeof *d);
+        d->live = 1;
+        d->id = id;
+        d->keyed = rint_(&w->r, 3) != 0;
+        d->doc = rint_(&w->r, NDOC);
+    } else if (op < 40) {
+        op_append(w, o);
+    } else if (op < 50) {
+        op_write(w, o);
+    } else if (op < 58) {
+        op_fork(w, o);
+    } else if (op < 65) {
+        int64_t len = rint_(&w->r, (int)o->len + 1);
+        WCHECK(st_kv_seq_truncate(w->kv, o->id, len) == 0, "truncate");
+        o->len = len;
+    } else if (op < 72) {
+        int64_t p0 = rint_(&w->r, (int)o->len + 1), p1 = p0 + rint_(&w->r, 3 * w->c.P);
+        WCHECK(st_kv_seq_remove(w->kv, o->id, p0, p1) == 0, "remove");
+        for (int64_t p = p0; p < p1 && p < o->len; p++) o->valid[p] = 0;
+    } else if (op < 78) {
+        WCHECK(st_kv_seq_free(w->kv, o->id) == 0, "free");
+        WCHECK(st_kv_seq_free(w->kv, o->id) == ST_E_STATE, "double free of a sequence");
+        o->live = 0;
+    } else if (op < 88) {
+        op_attach(w);
+    } else if (op < 97) {
+        op_pin(w);
+    } else {
+        op_snapshot(w);
+    }
+}
+
+static void run_world(cfg c) {
+    world *w = calloc(1, sizeof *w);
+    w->c = c;
+    w->r.s = c.seed;
+    for (int d = 0; d < NDOC; d++)
+        for (int i = 0; i < DOCLEN; i++) w->doc[d][i] = rint_(&w->r, 100);
+    REQUIRE(st_ctx_create(NULL, &w->ctx) == 0);
+    st_kv_params p = st_kv_default_params();
+    p.n_layer = c.L;
+    p.n_kv_head = c.H;
+    p.head_dim = c.D;
+    p.page_size = c.P;
+    p.type = c.type;
+    p.n_pages = c.n_pages;
+    p.max_seqs = 2 * MAXS;
+    p.fingerprint.b[0] = 42;
+    if (st_kv_create(w->ctx, &p, &w->kv) != 0) {
+        CHECK(0);
+        st_ctx_destroy(w->ctx);
+        free(w);
+        return;
+    }
+    for (w->step = 0; w->step < c.steps && !w->failed; w->step++) {
+        step(w);
+        if (!w->failed) check_all(w);
+    }
+    st_kv_stats st;
+    st_kv_get_stats(w->kv, &st);
+    fprintf(stderr, "  %s P=%d: %d steps, appends %ld (%ld full), writes %ld (%ld full), "
+            "forks %lld, cow %lld, hits %lld misses %lld reused %lld, evictions %lld, "
+            "snapshots %ld (%ld refused)\n", st_type_name(c.type), c.P, w->step, w->n_ok[1],
+            w->n_err[1], w->n_ok[2], w->n_err[2], (long long)st.forks,
+            (long long)st.cow_copies, (long long)st.prefix_hits, (long long)st.prefix_misses,
+            (long long)st.prefix_tokens_reused, (long long)st.cache_evictions, w->n_ok[6],
+            w->n_err[6]);
+    if (!w->failed) { /* every path must have been exercised, or the test proves little */
+        CHECK(st.forks > 0 && st.cow_copies > 0 && st.prefix_hits > 0 && st.prefix_misses > 0);
+        CHECK(st.cache_evictions > 0 && w->n_err[1] > 0 && w->n_ok[6] > 0);
+    }
+    /* teardown: nothing may leak */
+    while (w->n_pins) CHECK_OK(st_kv_unpin(w->kv, w->pins[--w->n_pins]));
+    for (int j = 0; j < MAXS; j++)
+        if (w->s[j].live) CHECK_OK(st_kv_seq_free(w->kv, w->s[j].id));
+    st_kv_get_stats(w->kv, &st);
+    CHECK_INT(st.pages_used, 0);
+    CHECK_INT(st.pages_pinned, 0);
+    CHECK_INT(st.pages_free + st.pages_cached, c.n_pages);
+    /* every cached page is reclaimable: one sequence can take the whole pool */
+    st_kv_seq_id id;
+    CHECK_OK(st_kv_seq_create(w->kv, &id));
+    CHECK_OK(st_kv_seq_reserve(w->kv, id, (int64_t)c.n_pages * c.P, NULL, NULL));
+    CHECK_INT(st_kv_seq_reserve(w->kv, id, 1, NULL, NULL), ST_E_POOL_FULL);
+    CHECK_OK(st_kv_seq_free(w->kv, id));
+    st_kv_get_stats(w->kv, &st);
+    CHECK_INT(st.pages_free, c.n_pages);
+    char msg[256];
+    CHECK_OK(kv_check(w->kv, msg, sizeof msg));
+    st_kv_destroy(w->kv);
+    st_ctx_destroy(w->ctx);
+    free(w);
+}
+
+TEST(test_fsm_f32) {
+    int steps = g_slow ? 200000 : 8000;
+    run_world((cfg){ST_TYPE_F32, 8, 2, 2, 4, 32, steps, 1});
+    run_world((cfg){ST_TYPE_F32, 16, 1, 1, 3, 24, steps, 2});
+    if (g_slow)
+        for (uint64_t s = 3; s < 13; s++) run_world((cfg){ST_TYPE_F32, 8, 2, 2, 8, 40, 50000, s});
+}
+
+TEST(test_fsm_f16) {
+    int steps = g_slow ? 200000 : 6000;
+    run_world((cfg){ST_TYPE_F16, 8, 2, 2, 4, 32, steps, 11});
+    run_world((cfg){ST_TYPE_BF16, 8, 2, 1, 5, 40, steps / 2, 12});
+}
+
+int main(int argc, char **argv) {
+    int j = 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--slow") == 0) g_slow = 1;
+        else argv[j++] = argv[i];
+    }
+    argc = j;
+    test_fn_ fns[] = {test_fsm_f32, test_fsm_f16};
+    return test_run_all_("test_fsm_f32, test_fsm_f16", fns, 2, argc, argv);
+}

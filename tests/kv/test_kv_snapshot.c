@@ -1,0 +1,298 @@
+/* KV snapshots: round trip (memory, FILE*, fd), the max_pages cut, a restored ledger
+ * shorter than the pool, every truncation point and every flipped byte rejected cleanly
+ * with nothing changed, geometry/type/fingerprint mismatches, faulty I/O backends. */
+#include "strata/kv.h"
+#include "kv/kv_int.h"
+#include "../test.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+static st_kv *mk(st_ctx *ctx, st_type type, int n_pages, int D, uint8_t fp) {
+    st_kv_params p = st_kv_default_params();
+    p.n_layer = 2;
+    p.n_kv_head = 1;
+    p.head_dim = D;
+    p.page_size = 8;
+    p.type = type;
+    p.n_pages = n_pages;
+    p.max_seqs = 8;
+    p.fingerprint.b[3] = fp;
+    st_kv *kv = NULL;
+    st_kv_create(ctx, &p, &kv);
+    return kv;
+}
+
+static void fill(st_kv *kv, st_kv_seq_id s, int n, int t0, const int32_t *toks) {
+    const st_kv_geometry *g = st_kv_get_geometry(kv);
+    float k[2 * 64 * 8], v[2 * 64 * 8];
+    for (int l = 0; l < 2; l++)
+        for (int j = 0; j < n; j++)
+            for (int d = 0; d < g->head_dim; d++) {
+                k[(l * n + j) * g->head_dim + d] = (float)(t0 + j) * 0.25f + d + 10 * l;
+                v[(l * n + j) * g->head_dim + d] = -(float)(t0 + j) * 0.5f - d - 10 * l;
+            }
+    CHECK_OK(st_kv_seq_append(kv, s, n, toks, k, v));
+}
+
+/* Builds: seq A (keyed, 21 tokens, a removed range), B = fork(A) + 3 tokens, C anonymous
+ * with a hole. */
+static void build(st_kv *kv, st_kv_seq_id *ids) {
+    int32_t toks[64];
+    for (int i = 0; i < 64; i++) toks[i] = 3 * i + 1;
+    CHECK_OK(st_kv_seq_create(kv, &ids[0]));
+    fill(kv, ids[0], 21, 0, toks);
+    CHECK_OK(st_kv_seq_remove(kv, ids[0], 2, 4));
+    CHECK_OK(st_kv_seq_fork(kv, ids[0], &ids[1]));
+    fill(kv, ids[1], 3, 21, toks + 21);
+    CHECK_OK(st_kv_seq_create(kv, &ids[2]));
+    fill(kv, ids[2], 30, 100, NULL);
+    CHECK_OK(st_kv_seq_remove(kv, ids[2], 8, 16));
+}
+
+/* Same length, validity, tokens and K/V (f32 compare of what read returns). */
+static void same_seq(st_kv *a, st_kv_seq_id sa, st_kv *b, st_kv_seq_id sb, int64_t len) {
+    int64_t la, lb;
+    CHECK_OK(st_kv_seq_len(a, sa, &la));
+    CHECK_OK(st_kv_seq_len(b, sb, &lb));
+    CHECK_INT(lb, len);
+    REQUIRE(la >= len);
+    int32_t ta[64], tb[64];
+    CHECK_OK(st_kv_seq_tokens(a, sa, 0, len, ta));
+    CHECK_OK(st_kv_seq_tokens(b, sb, 0, len, tb));
+    CHECK(memcmp(ta, tb, sizeof(int32_t) * (size_t)len) == 0);
+    const int D = st_kv_get_geometry(a)->head_dim;
+    for (int64_t p = 0; p < len; p++) {
+        int va, vb;
+        CHECK_OK(st_kv_seq_valid(a, sa, p, &va));
+        CHECK_OK(st_kv_seq_valid(b, sb, p, &vb));
+        CHECK_INT(va, vb);
+        if (!va) continue;
+        for (int l = 0; l < 2; l++) {
+            float ka[64], kb[64], xa[64], xb[64];
+            CHECK_OK(st_kv_read(a, sa, l, p, 1, ka, xa));
+            CHECK_OK(st_kv_read(b, sb, l, p, 1, kb, xb));
+            CHECK(memcmp(ka, kb, sizeof(float) * D) == 0 && memcmp(xa, xb, sizeof(float) * D) == 0);
+        }
+    }
+}
+
+static void roundtrip(st_type type) {
+    st_ctx *ctx;
+    REQUIRE(st_ctx_create(NULL, &ctx) == 0);
+    st_kv *a = mk(ctx, type, 16, 4, 1), *b = mk(ctx, type, 64, 4, 1);
+    REQUIRE(a && b);
+    st_kv_seq_id ids[3], out[3];
+    build(a, ids);
+    st_kv_io io;
+    st_kv_io_mem_writer(&io);
+    CHECK_OK(st_kv_snapshot_write(a, ids, 3, -1, &io));
+    st_kv_io in;
+    st_kv_io_mem_reader(&in, io.buf, io.len);
+    int n = 0;
+    CHECK_OK(st_kv_snapshot_read(b, &in, out, 3, &n));
+    CHECK_INT(n, 3);
+    CHECK_INT(in.pos, io.len);
+    same_seq(a, ids[0], b, out[0], 21);
+    same_seq(a, ids[1], b, out[1], 24);
+    same_seq(a, ids[2], b, out[2], 30);
+    st_kv_stats sa, sb;
+    st_kv_get_stats(a, &sa);
+    st_kv_get_stats(b, &sb);
+    CHECK_INT(sb.pages_used, sa.pages_used); /* sharing preserved: A and B share pages */
+    int32_t toks[64];
+    for (int i = 0; i < 64; i++) toks[i] = 3 * i + 1;
+    int64_t nc;
+    CHECK_OK(st_kv_prefix_lookup(b, toks, 64, &nc));
+    CHECK_INT(nc, 24); /* restored keys serve the prefix cache (B sealed its 3rd page) */
+    char msg[256];
+    CHECK_OK(kv_check(b, msg, sizeof msg));
+    st_kv_io_mem_release(&io);
+    st_kv_destroy(a);
+    st_kv_destroy(b);
+    st_ctx_destroy(ctx);
+}
+
+TEST(test_roundtrip_f32) { roundtrip(ST_TYPE_F32); }
+TEST(test_roundtrip_q8) { roundtrip(ST_TYPE_Q8_0); }
+
+TEST(test_file_and_fd_backends_and_cut) {
+    st_ctx *ctx;
+    REQUIRE(st_ctx_create(NULL, &ctx) == 0);
+    st_kv *a = mk(ctx, ST_TYPE_F16, 16, 3, 0), *b = mk(ctx, ST_TYPE_F16, 16, 3, 0);
+    REQUIRE(a && b);
+    st_kv_seq_id ids[3], out[3];
+    build(a, ids);
+    FILE *fp = tmpfile();
+    REQUIRE(fp);
+    st_kv_io io;
+    st_kv_io_file(&io, fp);
+    CHECK_OK(st_kv_snapshot_write(a, ids, 3, 2, &io)); /* cut after 2 pages */
+    fflush(fp);
+    rewind(fp);
+    st_kv_io_fd(&io, fileno(fp));
+    int n = 0;
+    CHECK_OK(st_kv_snapshot_read(b, &io, out, 3, &n));
+    CHECK_INT(n, 3);
+    /* pages in first-use order: A's pages 0 and 1 fit; A's page 2 does not: A is cut to 16,
+     * B shares 0 and 1 and is cut at its page 2; C's first page is past the budget. */
+    same_seq(a, ids[0], b, out[0], 16);
+    same_seq(a, ids[1], b, out[1], 16);
+    same_seq(a, ids[2], b, out[2], 0);
+    st_kv_stats st;
+    st_kv_get_stats(b, &st);
+    CHECK_INT(st.pages_used, 2);
+    fclose(fp);
+    st_kv_destroy(a);
+    st_kv_destroy(b);
+    st_ctx_destroy(ctx);
+}
+
+/* Attempts a restore of buf[n]; asserts it fails and that nothing changed in kv. */
+static int reject(st_kv *kv, const uint8_t *buf, size_t n) {
+    st_kv_stats before, after;
+    st_kv_get_stats(kv, &before);
+    st_kv_io in;
+    st_kv_io_mem_reader(&in, buf, n);
+    st_kv_seq_id out[4];
+    int nout = -1;
+    int rc = st_kv_snapshot_read(kv, &in, out, 4, &nout);
+    st_kv_get_stats(kv, &after);
+    if (rc == 0 || nout != 0 || memcmp(&before, &after, sizeof before) != 0) return 1;
+    return rc;
+}
+
+TEST(test_every_truncation_and_flip_rejected) {
+    st_ctx *ctx;
+    REQUIRE(st_ctx_create(NULL, &ctx) == 0);
+    st_kv *a = mk(ctx, ST_TYPE_F32, 16, 2, 0), *b = mk(ctx, ST_TYPE_F32, 16, 2, 0);
+    REQUIRE(a && b);
+    st_kv_seq_id ids[3], keep;
+    build(a, ids);
+    CHECK_OK(st_kv_seq_create(b, &keep)); /* b has state of its own that must survive */
+    fill(b, keep, 9, 0, NULL);
+    st_kv_io io;
+    st_kv_io_mem_writer(&io);
+    CHECK_OK(st_kv_snapshot_write(a, ids, 3, -1, &io));
+    fprintf(stderr, "  snapshot of %zu bytes\n", io.len);
+    int bad_trunc = 0, bad_flip = 0, n_code[4] = {0};
+    for (size_t cut = 0; cut < io.len; cut++) {
+        int rc = reject(b, io.buf, cut);
+        if (rc != ST_E_FORMAT) {
+            if (bad_trunc++ < 3) fprintf(stderr, "  truncation at %zu: rc %d\n", cut, rc);
+        }
+    }
+    uint8_t *buf = malloc(io.len);
+    for (size_t i = 0; i < io.len; i++) {
+        memcpy(buf, io.buf, io.len);
+        buf[i] ^= (uint8_t)(1u << (i % 8));
+        int rc = reject(b, buf, io.len);
+        if (rc == 1 || rc >= 0) {
+            if (bad_flip++ < 3) fprintf(stderr, "  flip at %zu accepted or changed state\n", i);
+        }
+        n_code[rc == ST_E_CORRUPT ? 0 : rc == ST_E_FORMAT ? 1 : rc == ST_E_VERSION ? 2 : 3]++;
+    }
+    fprintf(stderr, "  %zu flips: %d CORRUPT, %d FORMAT, %d VERSION, %d other\n", io.len,
+            n_code[0], n_code[1], n_code[2], n_code[3]);
+    CHECK_INT(bad_trunc, 0);
+    CHECK_INT(bad_flip, 0);
+    /* the intact stream still restores */
+    st_kv_io in;
+    st_kv_io_mem_reader(&in, io.buf, io.len);
+    st_kv_seq_id out[3];
+    int n;
+    CHECK_OK(st_kv_snapshot_read(b, &in, out, 3, &n));
+    same_seq(a, ids[2], b, out[2], 30);
+    char msg[256];
+    CHECK_OK(kv_check(b, msg, sizeof msg));
+    free(buf);
+    st_kv_io_mem_release(&io);
+    st_kv_destroy(a);
+    st_kv_destroy(b);
+    st_ctx_destroy(ctx);
+}
+
+TEST(test_mismatches_and_limits) {
+    st_ctx *ctx;
+    REQUIRE(st_ctx_create(NULL, &ctx) == 0);
+    st_kv *a = mk(ctx, ST_TYPE_F32, 16, 4, 0);
+    REQUIRE(a);
+    st_kv_seq_id ids[3], out[3];
+    build(a, ids);
+    st_kv_io io;
+    st_kv_io_mem_writer(&io);
+    CHECK_OK(st_kv_snapshot_write(a, ids, 3, -1, &io));
+    struct { st_type t; int n_pages, D; uint8_t fp; int want; const char *word; } cases[] = {
+        {ST_TYPE_F32, 16, 5, 0, ST_E_FORMAT, "head_dim"},
+        {ST_TYPE_F16, 16, 4, 0, ST_E_TYPE, "element type"},
+        {ST_TYPE_F32, 16, 4, 9, ST_E_FORMAT, "fingerprint"},
+        {ST_TYPE_F32, 4, 4, 0, ST_E_LIMIT, "n_pages"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        st_kv *b = mk(ctx, cases[i].t, cases[i].n_pages, cases[i].D, cases[i].fp);
+        REQUIRE(b);
+        st_kv_io in;
+        st_kv_io_mem_reader(&in, io.buf, io.len);
+        int n = -1;
+        CHECK_INT(st_kv_snapshot_read(b, &in, out, 3, &n), cases[i].want);
+        CHECK(strstr(st_ctx_error(ctx), cases[i].word) != NULL);
+        st_kv_destroy(b);
+    }
+    /* pool too full to take it; too few id slots */
+    st_kv *b = mk(ctx, ST_TYPE_F32, 8, 4, 0);
+    st_kv_seq_id x;
+    CHECK_OK(st_kv_seq_create(b, &x));
+    fill(b, x, 30, 0, NULL);
+    st_kv_io in;
+    st_kv_io_mem_reader(&in, io.buf, io.len);
+    int n;
+    CHECK_INT(st_kv_snapshot_read(b, &in, out, 3, &n), ST_E_POOL_FULL);
+    st_kv_io_mem_reader(&in, io.buf, io.len);
+    CHECK_INT(st_kv_snapshot_read(b, &in, out, 2, &n), ST_E_LIMIT);
+    /* a future version is named as such (version is checked before the header checksum) */
+    uint8_t *buf = malloc(io.len);
+    memcpy(buf, io.buf, io.len);
+    buf[8] = 2;
+    st_kv_io_mem_reader(&in, buf, io.len);
+    CHECK_INT(st_kv_snapshot_read(b, &in, out, 3, &n), ST_E_VERSION);
+    /* duplicate or stale ids are refused by the writer */
+    st_kv_io w2;
+    st_kv_io_mem_writer(&w2);
+    st_kv_seq_id dup[2] = {ids[0], ids[0]};
+    CHECK_INT(st_kv_snapshot_write(a, dup, 2, -1, &w2), ST_E_INVAL);
+    st_kv_io_mem_release(&w2);
+    free(buf);
+    st_kv_destroy(b);
+    st_kv_io_mem_release(&io);
+    st_kv_destroy(a);
+    st_ctx_destroy(ctx);
+}
+
+/* fault-injecting backend: the Nth write fails with ENOSPC, reads fail with EIO */
+static int fail_write(st_kv_io *io, const void *buf, size_t n) {
+    int *left = io->user;
+    return --*left <= 0 ? -ENOSPC : 0;
+}
+static int64_t fail_read(st_kv_io *io, void *buf, size_t n) { return -EIO; }
+
+TEST(test_faulty_io) {
+    st_ctx *ctx;
+    REQUIRE(st_ctx_create(NULL, &ctx) == 0);
+    st_kv *a = mk(ctx, ST_TYPE_F32, 16, 4, 0);
+    REQUIRE(a);
+    st_kv_seq_id ids[3], out[3];
+    build(a, ids);
+    for (int nth = 1; nth <= 8; nth++) {
+        int left = nth;
+        st_kv_io io = {.write = fail_write, .read = fail_read, .user = &left, .fd = -1};
+        CHECK_INT(st_kv_snapshot_write(a, ids, 3, -1, &io), -ENOSPC);
+    }
+    st_kv_io io = {.write = fail_write, .read = fail_read, .fd = -1};
+    int n;
+    CHECK_INT(st_kv_snapshot_read(a, &io, out, 3, &n), -EIO);
+    st_kv_destroy(a);
+    st_ctx_destroy(ctx);
+}
+
+TEST_MAIN(test_roundtrip_f32, test_roundtrip_q8, test_file_and_fd_backends_and_cut,
+          test_every_truncation_and_flip_rejected, test_mismatches_and_limits, test_faulty_io)

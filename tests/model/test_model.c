@@ -1,0 +1,318 @@
+/* Model runtime unit tests on tiny synthetic models: the paged, threaded, chunked forward
+ * against the naive f64 reference, determinism (threads, batching), loader errors. */
+#include "model/model_int.h"
+#include "strata/kv.h"
+#include "strata/quant.h"
+#include "../test.h"
+
+#define REL_TOL 1e-3    /* max |forward - reference| / max |reference| of a position's logits */
+#define STABLE_TOL 1e-4 /* reference moved less than this by +-1e-6 nudges: no rounding flips */
+#define FLIP_TOL 3e-2   /* bound where activation roundings can flip (see check_vs_ref) */
+
+typedef struct env {
+    st_ctx *ctx;
+    void *buf;
+    size_t size;
+    st_model *m;
+    st_kv *kv;
+    st_runner *r;
+} env;
+
+static st_synth_params tiny(st_arch arch, const char *type) {
+    st_synth_params p = st_synth_default_params();
+    p.arch = arch;
+    p.n_layer = 2, p.n_embd = 256, p.n_head = 4, p.n_head_kv = 2, p.n_ff = 512, p.n_vocab = 300, p.n_ctx = 512;
+    p.rope_base = 10000.0f;
+    p.seed = 7;
+    /* f32 embeddings: quantized ones put layer-0 activations on a grid whose 8-bit rounding
+     * ties flip with any 1-ulp difference (the reference's own instability shows it) */
+    p.embd_type = ST_TYPE_F32;
+    ST_ASSERT(st_synth_parse_type(type, &p) == 0);
+    return p;
+}
+
+/* Model from p, KV of kv_type with page size 16, runner with chunk n_batch. */
+static int env_open(env *e, const st_synth_params *p, int n_threads, st_type kv_type, int n_batch) {
+    memset(e, 0, sizeof *e);
+    st_ctx_params cp = st_ctx_default_params();
+    cp.n_threads = n_threads;
+    int rc = st_ctx_create(&cp, &e->ctx);
+    if (!rc) rc = st_synth_write_memory(e->ctx, p, &e->buf, &e->size);
+    if (!rc) rc = st_model_load_memory(e->ctx, e->buf, e->size, "synthetic", &e->m);
+    if (rc) return rc;
+    const st_model_hparams *hp = st_model_get_hparams(e->m);
+    st_kv_params kp = st_kv_default_params();
+    kp.n_layer = hp->n_layer, kp.n_kv_head = hp->n_head_kv, kp.head_dim = hp->head_dim;
+    kp.page_size = 16, kp.type = kv_type, kp.n_pages = 256;
+    st_model_fingerprint(e->m, kp.fingerprint.b);
+    if ((rc = st_kv_create(e->ctx, &kp, &e->kv))) return rc;
+    st_runner_params rp = st_runner_default_params();
+    rp.n_batch = n_batch;
+    return st_runner_create(e->ctx, e->m, e->kv, &rp, &e->r);
+}
+
+static void env_close(env *e) {
+    st_runner_destroy(e->r);
+    st_kv_destroy(e->kv);
+    st_model_free(e->m);
+    free(e->buf);
+    st_ctx_destroy(e->ctx);
+}
+
+static void make_tokens(int32_t *t, int n, int n_vocab, uint32_t seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        t[i] = (int32_t)((seed >> 8) % (uint32_t)n_vocab);
+    }
+}
+
+static double rel_err(const float *a, const float *b, size_t n) {
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d > md || d != d) md = d != d ? INFINITY : d;
+        if (fabs(b[i]) > mb) mb = fabs(b[i]);
+    }
+    return mb > 0 ? md / mb : md;
+}
+
+/* Prefill n tokens (all logits) through the runner and compare with the reference. */
+static void check_vs_ref(const st_synth_params *p, st_type kv_type, int n, int n_batch, const char *what) {
+    env e;
+    int rc = env_open(&e, p, 2, kv_type, n_batch);
+    if (rc) {
+        fprintf(stderr, "  %s: setup failed: %s (%s)\n", what, st_strerror(rc), e.ctx ? st_ctx_error(e.ctx) : "");
+        CHECK_OK(rc);
+        env_close(&e);
+        return;
+    }
+    const int nv = st_model_get_hparams(e.m)->n_vocab;
+    int32_t *tok = malloc((size_t)n * sizeof *tok);
+    uint8_t *want = malloc((size_t)n);
+    float *got = malloc((size_t)n * nv * sizeof(float)), *ref = malloc((size_t)n * nv * sizeof(float));
+    make_tokens(tok, n, nv, 11);
+    memset(want, 1, (size_t)n);
+    st_kv_seq_id s;
+    CHECK_OK(st_kv_seq_create(e.kv, &s));
+    /* the prompt in two batches (prefill then a few decode steps), all logits */
+    int n1 = n - 3;
+    st_batch b = {.n_tokens = n1, .tokens = tok, .seq_single = s, .want_logits = want};
+    rc = st_runner_forward(e.r, &b, got);
+    if (rc) fprintf(stderr, "  %s: %s\n", what, st_ctx_error(e.ctx));
+    CHECK_OK(rc);
+    for (int i = n1; i < n && !rc; i++) {
+        st_batch d = {.n_tokens = 1, .tokens = tok + i, .seq_single = s};
+        CHECK_OK(rc = st_runner_forward(e.r, &d, got + (size_t)i * nv));
+    }
+    /* The reference twice: as is, and with every activation nudged by +-1e-6 relative. Where
+     * the nudge alone moves the reference's logits, an activation sits on a rounding boundary
+     * of its 8-bit quantization and a one-step flip there is as right as no flip. */
+    st_ref_opts ro = {.kv_type = kv_type, .emulate_act = 1, .isa = st_ctx_isa(e.ctx)};
+    CHECK_OK(st_model_ref_forward(e.m, &ro, tok, n, ref));
+    float *refp = malloc((size_t)n * nv * sizeof(float)), *refq = malloc((size_t)n * nv * sizeof(float));
+    ro.perturb = 1e-6;
+    CHECK_OK(st_model_ref_forward(e.m, &ro, tok, n, refp));
+    ro.perturb = -1e-6;
+    CHECK_OK(st_model_ref_forward(e.m, &ro, tok, n, refq));
+    double err = 0, instab = 0;
+    int n_ok = 0;
+    for (int i = 0; i < n; i++) {
+        double ei = rel_err(got + (size_t)i * nv, ref + (size_t)i * nv, (size_t)nv);
+        double si = rel_err(refp + (size_t)i * nv, ref + (size_t)i * nv, (size_t)nv);
+        double sj = rel_err(refq + (size_t)i * nv, ref + (size_t)i * nv, (size_t)nv);
+        si = sj > si ? sj : si;
+        err = ei > err ? ei : err;
+        instab = si > instab ? si : instab;
+        n_ok += ei <= REL_TOL;
+    }
+    fprintf(stderr, "  %-28s rel err %.3g (%d/%d positions <= %g); reference's own instability %.3g\n", what, err,
+            n_ok, n, REL_TOL, instab);
+    if (instab <= STABLE_TOL) {
+        CHECK(err <= REL_TOL);
+    } else { /* rounding flips exist here: bounded, and the float-weight runs stay strict */
+        CHECK(err <= FLIP_TOL);
+    }
+    free(refp);
+    free(refq);
+    free(tok), free(want), free(got), free(ref);
+    env_close(&e);
+}
+
+TEST(test_forward_vs_reference_llama) {
+    static const char *types[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k",
+                                  "q6_k", "q4_k_m"};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        st_synth_params p = tiny(ST_ARCH_LLAMA, types[i]);
+        char what[64];
+        snprintf(what, sizeof what, "llama %s kv f32", types[i]);
+        check_vs_ref(&p, ST_TYPE_F32, 40, 16, what);
+    }
+}
+
+TEST(test_forward_vs_reference_qwen) {
+    st_synth_params p = tiny(ST_ARCH_QWEN2, "q8_0");
+    check_vs_ref(&p, ST_TYPE_F32, 37, 16, "qwen2 q8_0 kv f32");
+    p = tiny(ST_ARCH_QWEN2, "q4_k");
+    check_vs_ref(&p, ST_TYPE_F16, 37, 256, "qwen2 q4_k kv f16");
+    p = tiny(ST_ARCH_QWEN3, "q6_k");
+    check_vs_ref(&p, ST_TYPE_F32, 37, 8, "qwen3 q6_k kv f32");
+    p = tiny(ST_ARCH_QWEN3, "f16");
+    p.tied_output = 1;
+    check_vs_ref(&p, ST_TYPE_BF16, 37, 16, "qwen3 f16 tied kv bf16");
+}
+
+TEST(test_forward_kv_types) {
+    st_synth_params p = tiny(ST_ARCH_LLAMA, "q8_0");
+    check_vs_ref(&p, ST_TYPE_F16, 50, 32, "llama q8_0 kv f16");
+    check_vs_ref(&p, ST_TYPE_BF16, 50, 32, "llama q8_0 kv bf16");
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* Sequence A's logits (prompt, then 12 greedy steps) with n_threads, alone or batched with B. */
+static float *run_a(int n_threads, int with_b, int *n_vals) {
+    st_synth_params p = tiny(ST_ARCH_QWEN2, "q4_k");
+    env e;
+    if (env_open(&e, &p, n_threads, ST_TYPE_F16, 16)) return NULL;
+    const int nv = st_model_get_hparams(e.m)->n_vocab, na = 30, nb = 21, steps = 12;
+    float *out = malloc((size_t)(steps + 1) * nv * sizeof(float)), *lg = malloc((size_t)2 * nv * sizeof(float));
+    int32_t tok[64];
+    st_kv_seq_id seq[64], a, b;
+    st_kv_seq_create(e.kv, &a);
+    st_kv_seq_create(e.kv, &b);
+    make_tokens(tok, na, nv, 5);
+    make_tokens(tok + na, nb, nv, 9);
+    for (int i = 0; i < na + nb; i++) seq[i] = i < na ? a : b;
+    st_batch bt = {.n_tokens = with_b ? na + nb : na, .tokens = tok, .seq = seq};
+    int rc = st_runner_forward(e.r, &bt, lg);
+    memcpy(out, lg, (size_t)nv * sizeof(float));
+    int32_t ta = argmax(lg, nv), tb = with_b ? argmax(lg + nv, nv) : 0;
+    for (int s = 0; s < steps && !rc; s++) {
+        int32_t t2[2] = {ta, tb};
+        st_kv_seq_id s2[2] = {a, b};
+        st_batch d = {.n_tokens = with_b ? 2 : 1, .tokens = t2, .seq = s2};
+        rc = st_runner_forward(e.r, &d, lg);
+        memcpy(out + (size_t)(s + 1) * nv, lg, (size_t)nv * sizeof(float));
+        ta = argmax(lg, nv);
+        if (with_b) tb = argmax(lg + nv, nv);
+    }
+    free(lg);
+    env_close(&e);
+    if (rc) {
+        free(out);
+        return NULL;
+    }
+    *n_vals = (steps + 1) * nv;
+    return out;
+}
+
+TEST(test_determinism_threads_and_batching) {
+    int n1 = 0, n2 = 0, n3 = 0;
+    float *a1 = run_a(1, 0, &n1), *a2 = run_a(2, 0, &n2), *a3 = run_a(2, 1, &n3);
+    REQUIRE(a1 && a2 && a3);
+    CHECK_INT(n1, n2);
+    CHECK_INT(n1, n3);
+    CHECK(memcmp(a1, a2, (size_t)n1 * sizeof(float)) == 0); /* 1 vs 2 threads: bit-identical */
+    CHECK(memcmp(a2, a3, (size_t)n1 * sizeof(float)) == 0); /* alone vs batched: bit-identical */
+    free(a1), free(a2), free(a3);
+}
+
+/* A copy of GGUF image src with one change: tensor `drop` omitted, tensor `reshape` given
+ * ne0 + 32, or general.architecture set to `arch` (each NULL: no change). */
+static int edited(st_ctx *ctx, const void *src, size_t n, const char *drop, const char *reshape, const char *arch,
+                  void **out, size_t *out_n) {
+    st_gguf *g = NULL;
+    st_gguf_writer *w = NULL;
+    int rc = st_gguf_open_memory(ctx, src, n, "src", &g);
+    if (!rc) rc = st_gguf_writer_create(ctx, &w);
+    for (int64_t i = 0; !rc && i < st_gguf_n_kv(g); i++) rc = st_gguf_writer_copy_kv(w, g, i);
+    if (!rc && arch) rc = st_gguf_writer_set_str(w, "general.architecture", arch);
+    void *junk = calloc(1, 1 << 22);
+    for (int64_t i = 0; !rc && i < st_gguf_n_tensors(g); i++) {
+        const st_gguf_tensor *t = st_gguf_tensor_at(g, i);
+        if (drop && !strcmp(t->name, drop)) continue;
+        int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
+        int re = reshape && !strcmp(t->name, reshape);
+        if (re) ne[0] += 32;
+        rc = st_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne, re ? junk : t->data);
+    }
+    if (!rc) rc = st_gguf_writer_write_memory(w, out, out_n);
+    free(junk);
+    st_gguf_writer_destroy(w);
+    st_gguf_close(g);
+    return rc;
+}
+
+TEST(test_load_errors) {
+    st_ctx *ctx = NULL;
+    REQUIRE(st_ctx_create(NULL, &ctx) == 0);
+    st_synth_params p = tiny(ST_ARCH_QWEN2, "f32");
+    void *buf = NULL, *bad = NULL;
+    size_t n = 0, nb = 0;
+    REQUIRE(st_synth_write_memory(ctx, &p, &buf, &n) == 0);
+    st_model *m = NULL;
+    CHECK_OK(st_model_load_memory(ctx, buf, n, "ok", &m));
+    st_model_free(m);
+    struct { const char *drop, *reshape, *arch; int code; const char *needle; } cases[] = {
+        {"blk.1.ffn_up.weight", NULL, NULL, ST_E_NOT_FOUND, "blk.1.ffn_up.weight"},
+        {"blk.0.attn_k.bias", NULL, NULL, ST_E_NOT_FOUND, "blk.0.attn_k.bias"},
+        {NULL, "blk.0.attn_v.weight", NULL, ST_E_FORMAT, "blk.0.attn_v.weight"},
+        {NULL, "output_norm.weight", NULL, ST_E_FORMAT, "output_norm.weight"},
+        {NULL, NULL, "gpt2", ST_E_UNSUPPORTED, "gpt2"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        REQUIRE(edited(ctx, buf, n, cases[i].drop, cases[i].reshape, cases[i].arch, &bad, &nb) == 0);
+        m = NULL;
+        int rc = st_model_load_memory(ctx, bad, nb, "bad", &m);
+        CHECK_INT(rc, cases[i].code);
+        CHECK(m == NULL);
+        CHECK(strstr(st_ctx_error(ctx), cases[i].needle) != NULL);
+        fprintf(stderr, "  rejected: %s\n", st_ctx_error(ctx));
+        free(bad);
+    }
+    /* a context over the model's */
+    REQUIRE(st_model_load_memory(ctx, buf, n, "ok", &m) == 0);
+    st_kv_params kp = st_kv_default_params();
+    kp.n_layer = 2, kp.n_kv_head = 2, kp.head_dim = 64, kp.n_pages = 2;
+    st_kv *kv = NULL;
+    REQUIRE(st_kv_create(ctx, &kp, &kv) == 0);
+    st_runner_params rp = st_runner_default_params();
+    rp.n_ctx = 100000;
+    st_runner *r = NULL;
+    CHECK_INT(st_runner_create(ctx, m, kv, &rp, &r), ST_E_LIMIT);
+    /* a prompt longer than the context: refused, the sequence unchanged */
+    rp.n_ctx = 64;
+    REQUIRE(st_runner_create(ctx, m, kv, &rp, &r) == 0);
+    st_kv_seq_id s;
+    REQUIRE(st_kv_seq_create(kv, &s) == 0);
+    int32_t tok[80] = {0};
+    st_batch b = {.n_tokens = 80, .tokens = tok, .seq_single = s};
+    float *lg = malloc((size_t)300 * sizeof(float));
+    CHECK_INT(st_runner_forward(r, &b, lg), ST_E_LIMIT);
+    int64_t len = -1;
+    CHECK_OK(st_kv_seq_len(kv, s, &len));
+    CHECK_INT(len, 0);
+    /* a batch needing more pages than the pool has: refused, the sequence unchanged */
+    b.n_tokens = 63;
+    rp.n_ctx = 0;
+    CHECK(st_runner_forward(r, &b, lg) != 0);
+    CHECK_OK(st_kv_seq_len(kv, s, &len));
+    CHECK_INT(len, 0);
+    tok[0] = 300;
+    b.n_tokens = 1;
+    CHECK_INT(st_runner_forward(r, &b, lg), ST_E_INVAL);
+    free(lg);
+    st_runner_destroy(r);
+    st_kv_destroy(kv);
+    st_model_free(m);
+    free(buf);
+    st_ctx_destroy(ctx);
+}
+
+TEST_MAIN(test_forward_vs_reference_llama, test_forward_vs_reference_qwen, test_forward_kv_types,
+          test_determinism_threads_and_batching, test_load_errors)

@@ -1,0 +1,145 @@
+/* Threaded products: st_matvec / st_matvec_multi / st_matmul are bit-identical for 1, 2
+ * and 3 threads and to each other, and equal a double-precision reference over the
+ * dequantized operands; argument errors are reported. */
+#include "strata/quant.h"
+#include "../test.h"
+#include "quant_test_util.h"
+
+/* f64 reference over dequantized operands: only the kernel's float summation order
+ * and the products' f32 rounding differ from it. */
+#define MATVEC_REF_REL_TOL 2e-5
+/* q4_1 / q5_1 pair with q8_1, whose block sum s = d * sum(q) is stored in fp16 (as in
+ * ggml): the min term m * s carries s's 2^-11 relative rounding. */
+#define MATVEC_REF_REL_TOL_Q8_1 2e-4
+
+enum { ROWS = 67, COLS = 768, NTOK = 13, LDY = ROWS + 5 };
+
+struct fixture {
+    st_type t;
+    size_t rb, ab;
+    uint8_t *W;  /* [ROWS] rows of rb bytes */
+    uint8_t *Xq; /* [NTOK] activation rows of ab bytes */
+    float *Wd;   /* [ROWS][COLS] dequantized */
+    float *Xd;   /* [NTOK][COLS] dequantized */
+};
+
+static int fixture_make(struct fixture *f, const st_kernels *k, st_type t, uint64_t seed) {
+    memset(f, 0, sizeof *f);
+    f->t = t;
+    f->rb = st_row_bytes(t, COLS);
+    f->ab = st_act_bytes(t, COLS);
+    float *tmp = malloc(sizeof(float) * COLS * (ROWS > NTOK ? ROWS : NTOK));
+    f->W = malloc(f->rb * ROWS);
+    f->Xq = malloc(f->ab * NTOK);
+    f->Wd = malloc(sizeof(float) * COLS * ROWS);
+    f->Xd = malloc(sizeof(float) * COLS * NTOK);
+    if (!tmp || !f->W || !f->Xq || !f->Wd || !f->Xd) return -1;
+    qt_rng r = {seed};
+    qt_fill(&r, tmp, (int64_t)COLS * ROWS, 0.1f);
+    for (int i = 0; i < ROWS; i++)
+        if (st_quantize_row(t, tmp + i * COLS, f->W + i * f->rb, COLS) ||
+            st_dequantize_row(t, f->W + i * f->rb, f->Wd + i * COLS, COLS))
+            return -1;
+    qt_fill(&r, tmp, (int64_t)COLS * NTOK, 2.0f);
+    if (st_quantize_act_rows(NULL, k, t, tmp, COLS, NTOK, COLS, f->Xq)) return -1;
+    const st_type at = st_type_vec_dot_type(t);
+    for (int i = 0; i < NTOK; i++)
+        if (st_dequantize_row(at, f->Xq + i * f->ab, f->Xd + i * COLS, COLS)) return -1;
+    free(tmp);
+    return 0;
+}
+
+static void fixture_free(struct fixture *f) {
+    free(f->W), free(f->Xq), free(f->Wd), free(f->Xd);
+}
+
+TEST(test_products_deterministic_and_exact) {
+    st_threadpool *tps[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) CHECK_OK(st_threadpool_create(i + 1, &tps[i]));
+    REQUIRE(tps[0] && tps[1] && tps[2]);
+    int n_checked = 0;
+    for (int isa = ST_ISA_SCALAR; isa <= ST_ISA_AVX512; isa++) {
+        const st_kernels *k = st_kernels_get((st_isa)isa);
+        if ((int)k->isa != isa) {
+            test_skip(isa == ST_ISA_AVX2 ? "AVX2 products: CPU lacks AVX2" : "AVX-512 products: CPU lacks AVX-512+VNNI");
+            continue;
+        }
+        for (int ti = 0; ti < QT_N_TYPES; ti++) {
+            struct fixture f;
+            REQUIRE(fixture_make(&f, k, QT_TYPES[ti].t, 1000 + ti) == 0);
+            float y[3][NTOK][ROWS], Y[3][NTOK][LDY];
+            for (int th = 0; th < 3; th++) {
+                for (int tok = 0; tok < NTOK; tok++)
+                    CHECK_OK(st_matvec(tps[th], k, f.t, f.W, ROWS, COLS, f.Xq + tok * f.ab, y[th][tok]));
+                for (int i = 0; i < NTOK; i++)
+                    for (int j = 0; j < LDY; j++) Y[th][i][j] = -12345.0f;
+                CHECK_OK(st_matmul(tps[th], k, f.t, f.W, ROWS, COLS, NTOK, f.Xq, &Y[th][0][0], LDY));
+            }
+            int same_threads = 1, same_mm = 1, pad_kept = 1, worst_ok = 1;
+            double worst = 0;
+            const double tol = st_type_vec_dot_type(f.t) == ST_TYPE_Q8_1 ? MATVEC_REF_REL_TOL_Q8_1 : MATVEC_REF_REL_TOL;
+            for (int tok = 0; tok < NTOK; tok++) {
+                for (int th = 1; th < 3; th++) {
+                    same_threads &= memcmp(y[0][tok], y[th][tok], sizeof y[0][tok]) == 0;
+                    same_threads &= memcmp(Y[0][tok], Y[th][tok], sizeof(float) * ROWS) == 0;
+                }
+                same_mm &= memcmp(y[0][tok], Y[0][tok], sizeof y[0][tok]) == 0;
+                for (int j = ROWS; j < LDY; j++) pad_kept &= Y[1][tok][j] == -12345.0f;
+                for (int r = 0; r < ROWS; r++) {
+                    double abs_sum;
+                    const double ref = qt_dot64(f.Wd + r * COLS, f.Xd + tok * COLS, COLS, &abs_sum);
+                    const double e = fabs(y[0][tok][r] - ref) / (abs_sum + 1e-30);
+                    if (e > worst) worst = e;
+                    worst_ok &= e <= tol;
+                }
+            }
+            if (!worst_ok)
+                fprintf(stderr, "  %s %s: error vs f64 reference %.3g > %.3g\n", st_isa_name(k->isa),
+                        st_type_name(f.t), worst, tol);
+            if (!same_threads || !same_mm)
+                fprintf(stderr, "  %s %s: threads identical %d, matvec == matmul %d\n", st_isa_name(k->isa),
+                        st_type_name(f.t), same_threads, same_mm);
+            CHECK(same_threads);
+            CHECK(same_mm);
+            CHECK(pad_kept);
+            CHECK(worst_ok);
+
+            /* multi: three matrices (rows 67, 1, 40 of W) in one dispatch */
+            const void *Ws[3] = {f.W, f.W + 5 * f.rb, f.W + 20 * f.rb};
+            const int64_t rows[3] = {ROWS, 1, 40};
+            float m0[ROWS], m1[1], m2[40];
+            float *ys[3] = {m0, m1, m2};
+            CHECK_OK(st_matvec_multi(tps[2], k, f.t, 3, Ws, rows, COLS, f.Xq, ys));
+            CHECK(memcmp(m0, y[0][0], sizeof m0) == 0);
+            CHECK(memcmp(m1, &y[0][0][5], sizeof m1) == 0);
+            CHECK(memcmp(m2, &y[0][0][20], sizeof m2) == 0);
+            n_checked++;
+            fixture_free(&f);
+        }
+    }
+    CHECK(n_checked >= QT_N_TYPES);
+    for (int i = 0; i < 3; i++) st_threadpool_destroy(tps[i]);
+}
+
+TEST(test_product_errors) {
+    const st_kernels *k = st_kernels_get(ST_ISA_SCALAR);
+    uint8_t w[64 * 34] = {0}, xq[64 * 34] = {0};
+    float y[64];
+    CHECK_INT(st_matvec(NULL, k, ST_TYPE_Q8_0, w, 2, 33, xq, y), ST_E_INVAL);
+    CHECK_INT(st_matvec(NULL, k, ST_TYPE_Q8_0, w, 2, 0, xq, y), ST_E_INVAL);
+    CHECK_INT(st_matvec(NULL, k, ST_TYPE_Q8_0, w, -1, 32, xq, y), ST_E_INVAL);
+    CHECK_INT(st_matvec(NULL, k, ST_TYPE_Q8_0, NULL, 2, 32, xq, y), ST_E_INVAL);
+    CHECK_INT(st_matvec(NULL, k, ST_TYPE_Q8_1, w, 2, 32, xq, y), ST_E_UNSUPPORTED);
+    CHECK_INT(st_matvec(NULL, k, ST_TYPE_Q3_K, w, 2, 256, xq, y), ST_E_UNSUPPORTED);
+    CHECK_INT(st_matvec(NULL, NULL, ST_TYPE_Q8_0, w, 2, 32, xq, y), ST_E_INVAL);
+    CHECK_INT(st_matmul(NULL, k, ST_TYPE_Q8_0, w, 4, 32, 2, xq, y, 3), ST_E_INVAL); /* ldy < rows */
+    CHECK_INT(st_matmul(NULL, k, ST_TYPE_Q8_0, w, 4, 32, -1, xq, y, 4), ST_E_INVAL);
+    CHECK_OK(st_matmul(NULL, k, ST_TYPE_Q8_0, w, 4, 32, 0, xq, y, 4)); /* nothing to do */
+    CHECK_INT(st_quantize_act_rows(NULL, k, ST_TYPE_Q8_0, y, 16, 2, 32, xq), ST_E_INVAL); /* ldx < cols */
+    CHECK_INT(st_matvec_multi(NULL, k, ST_TYPE_Q8_0, -1, NULL, NULL, 32, xq, NULL), ST_E_INVAL);
+    /* an all-zero q8_0 block has d = 0: the product is exactly 0 */
+    CHECK_OK(st_matvec(NULL, k, ST_TYPE_Q8_0, w, 2, 64, xq, y));
+    CHECK_NEAR(y[0], 0.0, 0);
+}
+
+TEST_MAIN(test_products_deterministic_and_exact, test_product_errors)
