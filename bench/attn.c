@@ -9,7 +9,7 @@
  * enough layers that the working set is >= 256 MiB, so K/V come from DRAM, not cache.
  *
  * usage: attn [--threads N] [--ctx 4096,32768,131072] [--isa scalar|avx2|avx512] [--hot]
- *             [--trials N]
+ *             [--trials N] [--no-thp]
  * (--hot: one layer only, so small contexts measure the kernel from cache: a diagnostic)
  */
 #include "strata/attn.h"
@@ -19,12 +19,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define N_HEAD 32
 #define N_KV 8
 #define HEAD_DIM 64
 #define PAGE 16
 #define MIN_WORKING_SET ((size_t)256 << 20)
+
+/* 2 MiB-aligned buffer, backed by transparent huge pages unless no_thp: with 4 KiB pages
+ * every 32 KiB page slab costs 8 TLB walks, which the shuffled paged layout cannot amortize
+ * (a contiguous cache walks page tables sequentially). The KV library's pool should do the
+ * same (see the report of issue 3). */
+static void *alloc_kv(size_t bytes, int no_thp) {
+    bytes = (bytes + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+    void *p = st_alloc_aligned(bytes, (size_t)2 << 20);
+    if (p && !no_thp) madvise(p, bytes, MADV_HUGEPAGE);
+    return p;
+}
 
 static uint64_t rng_next(uint64_t *s) {
     *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
@@ -65,7 +77,8 @@ typedef struct result {
     double mib, gbp, gbc, us;
 } result;
 
-static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int hot, int trials, result *res) {
+static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int hot, int no_thp, int trials,
+                   result *res) {
     const size_t head_page = (size_t)PAGE * HEAD_DIM * 2;   /* bytes, one head of one page */
     const size_t slab = 2 * N_KV * head_page;               /* K + V of one page: 32 KiB */
     const int64_t n_pages = n_ctx / PAGE;
@@ -78,7 +91,7 @@ static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int hot, int tria
     /* paged: one pool, slabs assigned to (layer, logical page) by a random permutation */
     size_t total = (size_t)n_layers * (size_t)n_pages;
     layer_set paged = {.n_layers = n_layers};
-    paged.mem = st_alloc_aligned(total * slab, 4096);
+    paged.mem = alloc_kv(total * slab, no_thp);
     paged.pages = calloc(total, sizeof(st_attn_page));
     paged.seqs = calloc((size_t)n_layers, sizeof(st_attn_seq));
     int64_t *perm = malloc(total * sizeof(int64_t));
@@ -102,7 +115,7 @@ static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int hot, int tria
 
     /* contiguous: per layer one "page" of n_ctx slots */
     layer_set contig = {.n_layers = n_layers};
-    contig.mem = st_alloc_aligned((size_t)n_layers * layer_bytes, 4096);
+    contig.mem = alloc_kv((size_t)n_layers * layer_bytes, no_thp);
     contig.pages = calloc((size_t)n_layers, sizeof(st_attn_page));
     contig.seqs = calloc((size_t)n_layers, sizeof(st_attn_seq));
     if (!contig.mem || !contig.pages || !contig.seqs) return ST_E_NOMEM;
@@ -151,16 +164,18 @@ static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int hot, int tria
 }
 
 int main(int argc, char **argv) {
-    int n_threads = 2, isa = -1, hot = 0, trials = 5;
+    int n_threads = 2, isa = -1, hot = 0, trials = 5, no_thp = 0;
     const char *ctx_list = "4096,32768,131072";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) n_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ctx") && i + 1 < argc) ctx_list = argv[++i];
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) isa = st_isa_parse(argv[++i]);
         else if (!strcmp(argv[i], "--hot")) hot = 1;
+        else if (!strcmp(argv[i], "--no-thp")) no_thp = 1;
         else if (!strcmp(argv[i], "--trials") && i + 1 < argc) trials = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: attn [--threads N] [--ctx 4096,32768,131072] [--isa NAME] [--hot] [--trials N]\n");
+            fprintf(stderr, "usage: attn [--threads N] [--ctx 4096,32768,131072] [--isa NAME] [--hot] [--trials N]\n"
+                            "            [--no-thp]\n");
             return 2;
         }
     }
@@ -186,7 +201,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "attn: context %lld must be a positive multiple of %d\n", (long long)n, PAGE);
             return 2;
         }
-        if ((rc = run_ctx(ctx, ws, n, hot, trials, &res[n_res++]))) {
+        if ((rc = run_ctx(ctx, ws, n, hot, no_thp, trials, &res[n_res++]))) {
             fprintf(stderr, "attn: %s\n", st_strerror(rc));
             return 1;
         }
@@ -195,8 +210,9 @@ int main(int argc, char **argv) {
     }
     double probe2 = bench_read_bandwidth(st_ctx_threadpool(ctx), (size_t)1 << 30, 3);
     if (probe2 > probe) probe = probe2;
-    printf("decode attention: %d q heads, %d kv heads, head_dim %d, f16 KV, page %d, %d threads, %s%s\n",
-           N_HEAD, N_KV, HEAD_DIM, PAGE, n_threads, st_isa_name(st_ctx_isa(ctx)), hot ? ", --hot" : "");
+    printf("decode attention: %d q heads, %d kv heads, head_dim %d, f16 KV, page %d, %d threads, %s, "
+           "%s pages%s\n", N_HEAD, N_KV, HEAD_DIM, PAGE, n_threads, st_isa_name(st_ctx_isa(ctx)),
+           no_thp ? "4 KiB" : "huge (THP)", hot ? ", --hot" : "");
     printf("read-bandwidth probe: %.2f GB/s (best of before/after)\n", probe);
     printf("%8s %6s %9s %9s %8s %9s %8s %8s %10s\n", "context", "layers", "MiB/layer",
            "paged", "%probe", "contig", "%probe", "pg/cont", "us/call");

@@ -52,7 +52,7 @@ struct st_attn_ws {
     size_t thr_stride;   /* floats per thread (multiple of 16) */
     float *part;         /* [n_slots][slot_stride] decode partials */
     size_t part_cap;
-    size_t slot_stride;  /* acc [G][D], then m [G], l [G] (each padded to 16 floats) */
+    size_t slot_stride;  /* acc [G][D], m [G] (each padded to 16 floats), l [G][ATTN_BLK] */
     float *qs;           /* [n_seq][n_head][D] decode queries times the scale */
     size_t qs_cap;
     attn_item *items;
@@ -151,12 +151,12 @@ static tile_layout layout_for(size_t R, size_t D) {
     L.q = o, o += r16(R * D);
     L.lim = o, o += r16(2 * R);
     L.m = o, o += r16(R);
-    L.l = o, o += r16(R);
+    L.l = o, o += R * ATTN_BLK;
     L.acc = o, o += r16(R * D);
-    L.p = o, o += r16(R * ATTN_BLK);
-    L.bm = o, o += r16(R + 16);
+    L.p = o, o += r16(2 * R * ATTN_BLK);
+    L.bm = o, o += r16(2 * (R + 16));
     L.rm = o, o += r16(R);
-    L.kf = o, o += r16(ATTN_BLK * D);
+    L.kf = o, o += r16(2 * ATTN_BLK * D);
     L.vf = o, o += r16(ATTN_BLK * D);
     L.total = o;
     return L;
@@ -257,39 +257,57 @@ static void prefetch_page(const st_attn_geom *g, const st_attn_page *p, int32_t 
     }
 }
 
-/* Folds slots [s0, s1) of KV head h of page p into tile t; slots after max_pos are not
+/* Blocks queued for the kernel, so it can overlap consecutive ones (see attn_int.h). */
+#define ATTN_BATCH 32
+typedef struct attn_batch {
+    const st_attn_kernels *k;
+    int n;
+    attn_tile t[ATTN_BATCH]; /* a copy of each block's tile: cheap, and keeps b[i].t valid */
+    attn_blk b[ATTN_BATCH];
+} attn_batch;
+
+static void batch_flush(attn_batch *bt) {
+    if (bt->n) bt->k->blocks(bt->b, bt->n);
+    bt->n = 0;
+}
+
+/* Queues slots [s0, s1) of KV head h of page p for tile t; slots after max_pos are not
  * visited. s0 is a multiple of ATTN_BLK. */
-static void walk_page(const st_attn_kernels *k, const attn_tile *t, const st_attn_geom *g,
+static void walk_page(attn_batch *bt, const attn_tile *t, const st_attn_geom *g,
                       const st_attn_page *p, int32_t h, int32_t s0, int32_t s1, int64_t max_pos) {
     if (s1 > p->n_tokens) s1 = p->n_tokens;
     if (s0 >= s1 || p->pos0 + s0 > max_pos) return;
     const size_t D = (size_t)g->head_dim, es = attn_elem_size(g->type);
     const size_t off = (size_t)h * (size_t)g->page_size * D * es;
-    attn_blk b;
-    b.ks = g->type == ST_TYPE_Q8_0 ? p->k_scale[h] : 1.0f;
-    b.vs = g->type == ST_TYPE_Q8_0 ? p->v_scale[h] : 1.0f;
+    const float ks = g->type == ST_TYPE_Q8_0 ? p->k_scale[h] : 1.0f;
+    const float vs = g->type == ST_TYPE_Q8_0 ? p->v_scale[h] : 1.0f;
     for (int32_t s = s0; s < s1; s += ATTN_BLK) {
         if (p->pos0 + s > max_pos) break;
         int n = s1 - s < ATTN_BLK ? s1 - s : ATTN_BLK;
         uint32_t mask = (uint32_t)((1ull << n) - 1);
         if (p->valid) mask &= (uint32_t)(p->valid[s / 64] >> (s % 64));
         if (!mask) continue;
-        b.k = (const char *)p->k + off + (size_t)s * D * es;
-        b.v = (const char *)p->v + off + (size_t)s * D * es;
-        b.mask = mask;
-        b.n = n;
-        b.pos0 = p->pos0 + s;
-        k->block(t, &b);
+        if (bt->n == ATTN_BATCH) batch_flush(bt);
+        int i = bt->n++;
+        bt->t[i] = *t;
+        bt->b[i] = (attn_blk){
+            .t = &bt->t[i],
+            .k = (const char *)p->k + off + (size_t)s * D * es,
+            .v = (const char *)p->v + off + (size_t)s * D * es,
+            .ks = ks, .vs = vs, .mask = mask, .n = n, .pos0 = p->pos0 + s,
+        };
     }
 }
 
 static void tile_reset(const attn_tile *t) {
-    for (int r = 0; r < t->R; r++) t->m[r] = -INFINITY, t->l[r] = 0;
+    for (int r = 0; r < t->R; r++) t->m[r] = -INFINITY;
+    memset(t->l, 0, sizeof(float) * (size_t)t->R * ATTN_BLK);
     memset(t->acc, 0, sizeof(float) * (size_t)t->R * (size_t)t->D);
 }
 
 /* out = acc / l, or zeros for a row that saw no token. */
-static void write_row(float *out, const float *acc, float m, float l, int D) {
+static void write_row(float *out, const float *acc, float m, const float *l_lanes, int D) {
+    const float l = attn_lane_sum(l_lanes);
     if (m == -INFINITY || !(l > 0)) {
         memset(out, 0, sizeof(float) * (size_t)D);
         return;
@@ -336,12 +354,14 @@ static void decode_item(st_attn_ws *ws, int ith, const attn_item *it) {
         i0 = it->c * ru->pps, i1 = i0 + ru->pps;
     }
     attn_tile t = tile_at(ws, ith, G);
+    attn_batch bt;
+    bt.k = ws->k, bt.n = 0;
     const size_t moff = r16((size_t)G * D);
     float *slots = ws->part + (size_t)(ru->slot0 + (int64_t)it->c * H) * ws->slot_stride;
     const float *qs = ws->qs + (size_t)it->seq * g->n_head * D;
     for (int32_t h = 0; h < H; h++) {
         float *slot = slots + (size_t)h * ws->slot_stride;
-        t.acc = slot, t.m = slot + moff, t.l = t.m + G;
+        t.acc = slot, t.m = slot + moff, t.l = t.m + r16((size_t)G);
         tile_reset(&t);
         int32_t n = list_len(s, h);
         for (int32_t i = i0; i < i0 + ATTN_PF_PAGES && i < i1 && i < n; i++)
@@ -355,9 +375,10 @@ static void decode_item(st_attn_ws *ws, int ith, const attn_item *it) {
                 prefetch_page(g, list_page(s, h, i + ATTN_PF_PAGES), h);
             float *slot = slots + (size_t)h * ws->slot_stride;
             t.q = qs + (size_t)h * G * D;
-            t.acc = slot, t.m = slot + moff, t.l = t.m + G;
-            walk_page(ws->k, &t, g, list_page(s, h, i), h, s0, s1, INT64_MAX);
+            t.acc = slot, t.m = slot + moff, t.l = t.m + r16((size_t)G);
+            walk_page(&bt, &t, g, list_page(s, h, i), h, s0, s1, INT64_MAX);
         }
+    batch_flush(&bt);
 }
 
 static void decode_task(void *arg, int ith, int nth) {
@@ -395,7 +416,7 @@ static void merge_task(void *arg, int ith, int nth) {
                 float mc = slot[moff + gi];
                 if (mc == -INFINITY) continue;
                 float w = expf(mc - M);
-                L += slot[moff + G + gi] * w;
+                L += attn_lane_sum(slot + moff + r16((size_t)G) + (size_t)gi * ATTN_BLK) * w;
                 const float *acc = slot + (size_t)gi * D;
                 for (int d = 0; d < D; d++) o[d] += acc[d] * w;
             }
@@ -443,7 +464,8 @@ int st_attn_decode_batch(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
         ws->runs[i].slot0 = (int64_t)n_items * H;
         n_items += (size_t)ws->runs[i].n_runs;
     }
-    ws->slot_stride = r16((size_t)ws->G * (size_t)g->head_dim) + r16(2 * (size_t)ws->G);
+    ws->slot_stride = r16((size_t)ws->G * (size_t)g->head_dim) + r16((size_t)ws->G) +
+                      (size_t)ws->G * ATTN_BLK;
     size_t part_need, q_need = (size_t)n_seq * (size_t)g->n_head * (size_t)g->head_dim;
     if (__builtin_mul_overflow(n_items * (size_t)H, ws->slot_stride, &part_need) ||
         grow_floats(&ws->part, &ws->part_cap, part_need) || grow_items(ws, n_items, 0) ||
@@ -501,15 +523,18 @@ static void chunk_item(st_attn_ws *ws, int ith, const attn_item *it) {
     tile_reset(&t);
     const int64_t max_pos = ws->pos0_q + q0 + tn - 1;
     const int32_t n = list_len(s, kvh);
+    attn_batch bt;
+    bt.k = ws->k, bt.n = 0;
     for (int32_t i = 0; i < n; i++) {
         if (i + ATTN_PF_PAGES < n) prefetch_page(g, list_page(s, kvh, i + ATTN_PF_PAGES), kvh);
-        walk_page(ws->k, &t, g, list_page(s, kvh, i), kvh, 0, g->page_size, max_pos);
+        walk_page(&bt, &t, g, list_page(s, kvh, i), kvh, 0, g->page_size, max_pos);
     }
+    batch_flush(&bt);
     for (int32_t j = 0; j < tn; j++)
         for (int gi = 0; gi < G; gi++) {
             int r = j * G + gi;
             float *o = ws->out + ((size_t)(q0 + j) * g->n_head + (size_t)kvh * G + gi) * D;
-            write_row(o, t.acc + (size_t)r * D, t.m[r], t.l[r], D);
+            write_row(o, t.acc + (size_t)r * D, t.m[r], t.l + (size_t)r * ATTN_BLK, D);
         }
 }
 

@@ -143,7 +143,8 @@ AI void v_accum8(const attn_tile *t, const float *vf, int r, int d0, uint32_t u)
     _mm256_store_ps(t->acc + (size_t)r * D + d0, acc);
 }
 
-AI void block_impl(const attn_tile *t, const attn_blk *b, const st_type T) {
+AI void block_impl(const attn_blk *b, const st_type T) {
+    const attn_tile *t = b->t;
     const int D = t->D, R = t->R;
     const float *kf = t->kf;
     if (T == ST_TYPE_F32 && b->n == ATTN_BLK) {
@@ -180,7 +181,8 @@ AI void block_impl(const attn_tile *t, const attn_blk *b, const st_type T) {
         __m256 mr = _mm256_set1_ps(t->m[r]), vs = _mm256_set1_ps(b->vs);
         __m256 e0 = _mm256_and_ps(lane_mask(t->rm[r]), exp256(_mm256_sub_ps(_mm256_load_ps(p), mr)));
         __m256 e1 = _mm256_and_ps(lane_mask(t->rm[r] >> 8), exp256(_mm256_sub_ps(_mm256_load_ps(p + 8), mr)));
-        t->l[r] = t->l[r] * t->bm[r] + hsum8(_mm256_add_ps(e0, e1));
+        float *l = t->l + (size_t)r * ATTN_BLK;
+        _mm256_store_ps(l, _mm256_fmadd_ps(_mm256_load_ps(l), _mm256_set1_ps(t->bm[r]), _mm256_add_ps(e0, e1)));
         _mm256_store_ps(p, _mm256_mul_ps(e0, vs));
         _mm256_store_ps(p + 8, _mm256_mul_ps(e1, vs));
     }
@@ -206,12 +208,13 @@ AI void block_impl(const attn_tile *t, const attn_blk *b, const st_type T) {
     }
 }
 
-static void block_avx2(const attn_tile *t, const attn_blk *b) {
-    switch (t->type) {
-    case ST_TYPE_F16: block_impl(t, b, ST_TYPE_F16); break;
-    case ST_TYPE_BF16: block_impl(t, b, ST_TYPE_BF16); break;
-    case ST_TYPE_Q8_0: block_impl(t, b, ST_TYPE_Q8_0); break;
-    default: block_impl(t, b, ST_TYPE_F32); break;
+static void blocks_avx2(const attn_blk *b, int n) {
+    if (n <= 0) return;
+    switch (b->t->type) {
+    case ST_TYPE_F16: for (int i = 0; i < n; i++) block_impl(&b[i], ST_TYPE_F16); break;
+    case ST_TYPE_BF16: for (int i = 0; i < n; i++) block_impl(&b[i], ST_TYPE_BF16); break;
+    case ST_TYPE_Q8_0: for (int i = 0; i < n; i++) block_impl(&b[i], ST_TYPE_Q8_0); break;
+    default: for (int i = 0; i < n; i++) block_impl(&b[i], ST_TYPE_F32); break;
     }
 }
 
@@ -243,6 +246,6 @@ static void quest_avx2(int D, int G, const float *q, const float *kmin, const fl
 const st_attn_kernels st_attn_kernels_avx2_ = {
     .isa = ST_ISA_AVX2,
     .d_mult = 8,
-    .block = block_avx2,
+    .blocks = blocks_avx2,
     .quest = quest_avx2,
 };

@@ -72,8 +72,8 @@ AI __m512 hsum16x16(__m512 *a) {
  * online-softmax update, all in registers: p[r] gets exp(score - m_new) * vs (0 where
  * masked), bm[r] gets alpha = exp(m_old - m_new), m and l are updated. Going through
  * memory between rows would stall on store forwarding (scalar stores, vector reload). */
-AI void row_update(const attn_tile *t, const float *restrict kt, int r, uint32_t rm, float ks,
-                   float vs) {
+AI void row_update(const attn_tile *t, const float *restrict kt, float *p, float *bm, int r,
+                   uint32_t rm, float ks, float vs) {
     const int D = t->D;
     const float *restrict q = t->q + (size_t)r * D;
     __m512 a[16];
@@ -96,19 +96,20 @@ AI void row_update(const attn_tile *t, const float *restrict kt, int r, uint32_t
         t->m[r] = m_new;
     }
     __m512 e = _mm512_maskz_mov_ps((__mmask16)rm, exp512(_mm512_sub_ps(s, _mm512_set1_ps(m_new))));
-    t->l[r] = t->l[r] * alpha + _mm512_reduce_add_ps(e);
-    t->bm[r] = alpha;
-    _mm512_store_ps(t->p + (size_t)r * ATTN_BLK, _mm512_mul_ps(e, _mm512_set1_ps(vs)));
+    float *l = t->l + (size_t)r * ATTN_BLK;
+    _mm512_store_ps(l, _mm512_fmadd_ps(_mm512_load_ps(l), _mm512_set1_ps(alpha), e));
+    bm[r] = alpha;
+    _mm512_store_ps(p + (size_t)r * ATTN_BLK, _mm512_mul_ps(e, _mm512_set1_ps(vs)));
 }
 
 /* acc[r0..r0+RB) [d0, d0 + 16*ND) = acc * alpha + sum over slots j in u of p[r][j] * v[j]. */
-AI void v_accum(const attn_tile *t, st_type VT, const void *v, int r0, int d0, uint32_t u,
-                const int RB, const int ND) {
+AI void v_accum(const attn_tile *t, const float *p, const float *bm, st_type VT, const void *v,
+                int r0, int d0, uint32_t u, const int RB, const int ND) {
     const int D = t->D;
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int i = 0; i < RB; i++) {
-        __m512 al = _mm512_set1_ps(t->bm[r0 + i]);
+        __m512 al = _mm512_set1_ps(bm[r0 + i]);
 #pragma GCC unroll 4
         for (int k = 0; k < ND; k++)
             acc[i][k] = _mm512_mul_ps(_mm512_load_ps(t->acc + (size_t)(r0 + i) * D + d0 + 16 * k), al);
@@ -121,7 +122,7 @@ AI void v_accum(const attn_tile *t, st_type VT, const void *v, int r0, int d0, u
             for (int k = 0; k < ND; k++) vv[k] = load16(VT, v, (size_t)j * D + d0 + 16 * k);
 #pragma GCC unroll 4
             for (int i = 0; i < RB; i++) {
-                __m512 pb = _mm512_set1_ps(t->p[(size_t)(r0 + i) * ATTN_BLK + j]);
+                __m512 pb = _mm512_set1_ps(p[(size_t)(r0 + i) * ATTN_BLK + j]);
 #pragma GCC unroll 4
                 for (int k = 0; k < ND; k++) acc[i][k] = _mm512_fmadd_ps(pb, vv[k], acc[i][k]);
             }
@@ -135,7 +136,7 @@ AI void v_accum(const attn_tile *t, st_type VT, const void *v, int r0, int d0, u
         for (int k = 0; k < ND; k++) vv[k] = load16(VT, v, (size_t)j * D + d0 + 16 * k);
 #pragma GCC unroll 4
         for (int i = 0; i < RB; i++) {
-            __m512 pb = _mm512_set1_ps(t->p[(size_t)(r0 + i) * ATTN_BLK + j]);
+            __m512 pb = _mm512_set1_ps(p[(size_t)(r0 + i) * ATTN_BLK + j]);
 #pragma GCC unroll 4
             for (int k = 0; k < ND; k++) acc[i][k] = _mm512_fmadd_ps(pb, vv[k], acc[i][k]);
         }
@@ -146,24 +147,29 @@ AI void v_accum(const attn_tile *t, st_type VT, const void *v, int r0, int d0, u
         for (int k = 0; k < ND; k++) _mm512_store_ps(t->acc + (size_t)(r0 + i) * D + d0 + 16 * k, acc[i][k]);
 }
 
-AI void v_all(const attn_tile *t, st_type VT, const void *v, uint32_t u) {
+AI void v_all(const attn_tile *t, const float *p, const float *bm, st_type VT, const void *v,
+              uint32_t u) {
     const int D = t->D, R = t->R;
     int r0 = 0;
     for (; r0 + 4 <= R; r0 += 4) {
         int d0 = 0;
-        for (; d0 + 64 <= D; d0 += 64) v_accum(t, VT, v, r0, d0, u, 4, 4);
-        for (; d0 < D; d0 += 16) v_accum(t, VT, v, r0, d0, u, 4, 1);
+        for (; d0 + 64 <= D; d0 += 64) v_accum(t, p, bm, VT, v, r0, d0, u, 4, 4);
+        for (; d0 < D; d0 += 16) v_accum(t, p, bm, VT, v, r0, d0, u, 4, 1);
     }
     for (; r0 < R; r0++) {
         int d0 = 0;
-        for (; d0 + 64 <= D; d0 += 64) v_accum(t, VT, v, r0, d0, u, 1, 4);
-        for (; d0 < D; d0 += 16) v_accum(t, VT, v, r0, d0, u, 1, 1);
+        for (; d0 + 64 <= D; d0 += 64) v_accum(t, p, bm, VT, v, r0, d0, u, 1, 4);
+        for (; d0 < D; d0 += 16) v_accum(t, p, bm, VT, v, r0, d0, u, 1, 1);
     }
 }
 
-AI void block_impl(const attn_tile *t, const attn_blk *b, const st_type T) {
+/* First half of a block, into scratch set `set`: K to the f32 tile, scores, softmax
+ * update (m, l). Returns the union of the row masks (0: nothing to add). */
+AI uint32_t block_front(const attn_blk *b, int set, const st_type T) {
+    const attn_tile *t = b->t;
     const int D = t->D, R = t->R;
-    float *restrict kt = t->kf;
+    float *restrict kt = t->kf + (size_t)set * ATTN_BLK * D;
+    float *p = t->p + (size_t)set * R * ATTN_BLK, *bm = t->bm + (size_t)set * (R + 16);
     const void *k = b->k;
     for (int j = 0; j < b->n; j++)
         for (int d = 0; d < D; d += 16)
@@ -173,31 +179,52 @@ AI void block_impl(const attn_tile *t, const attn_blk *b, const st_type T) {
         uint32_t rm = attn_row_mask(t, b, r);
         any |= rm;
         if (rm) {
-            row_update(t, kt, r, rm, b->ks, b->vs);
+            row_update(t, kt, p, bm, r, rm, b->ks, b->vs);
         } else { /* nothing for this row: p = 0, alpha = 1, state unchanged */
-            t->bm[r] = 1.0f;
-            _mm512_store_ps(t->p + (size_t)r * ATTN_BLK, _mm512_setzero_ps());
+            bm[r] = 1.0f;
+            _mm512_store_ps(p + (size_t)r * ATTN_BLK, _mm512_setzero_ps());
         }
     }
-    if (!any) return;
+    return any;
+}
+
+/* Second half: acc = acc * alpha + p . V over the slots in `any`. */
+AI void block_back(const attn_blk *b, int set, uint32_t any, const st_type T) {
+    const attn_tile *t = b->t;
+    const int D = t->D, R = t->R;
+    const float *p = t->p + (size_t)set * R * ATTN_BLK, *bm = t->bm + (size_t)set * (R + 16);
     if (T == ST_TYPE_F32 || R <= 4) {
-        v_all(t, T, b->v, any);
+        v_all(t, p, bm, T, b->v, any);
     } else {
         for (uint32_t u = any; u; u &= u - 1) {
             int j = __builtin_ctz(u);
             for (int d = 0; d < D; d += 16)
                 _mm512_store_ps(t->vf + (size_t)j * D + d, load16(T, b->v, (size_t)j * D + d));
         }
-        v_all(t, ST_TYPE_F32, t->vf, any);
+        v_all(t, p, bm, ST_TYPE_F32, t->vf, any);
     }
 }
 
-static void block_avx512(const attn_tile *t, const attn_blk *b) {
-    switch (t->type) {
-    case ST_TYPE_F16: block_impl(t, b, ST_TYPE_F16); break;
-    case ST_TYPE_BF16: block_impl(t, b, ST_TYPE_BF16); break;
-    case ST_TYPE_Q8_0: block_impl(t, b, ST_TYPE_Q8_0); break;
-    default: block_impl(t, b, ST_TYPE_F32); break;
+/* Software pipeline: block i's scores and softmax are issued before block i-1's V, so the
+ * latency chains of one (horizontal sums, exp) overlap the FMA stream of the other. Block
+ * i-1's V only needs its own set; block i's front never touches acc. */
+AI void blocks_impl(const attn_blk *b, int n, const st_type T) {
+    uint32_t prev = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t cur = block_front(&b[i], i & 1, T);
+        if (prev) block_back(&b[i - 1], (i - 1) & 1, prev, T);
+        prev = cur;
+    }
+    if (prev) block_back(&b[n - 1], (n - 1) & 1, prev, T);
+}
+
+static void blocks_avx512(const attn_blk *b, int n) {
+    if (n <= 0) return;
+    switch (b->t->type) {
+    case ST_TYPE_F16: blocks_impl(b, n, ST_TYPE_F16); break;
+    case ST_TYPE_BF16: blocks_impl(b, n, ST_TYPE_BF16); break;
+    case ST_TYPE_Q8_0: blocks_impl(b, n, ST_TYPE_Q8_0); break;
+    default: blocks_impl(b, n, ST_TYPE_F32); break;
     }
 }
 
@@ -231,6 +258,6 @@ static void quest_avx512(int D, int G, const float *q, const float *kmin, const 
 const st_attn_kernels st_attn_kernels_avx512_ = {
     .isa = ST_ISA_AVX512,
     .d_mult = 16,
-    .block = block_avx512,
+    .blocks = blocks_avx512,
     .quest = quest_avx512,
 };

@@ -18,18 +18,23 @@ typedef struct attn_tile {
     const float *q;     /* [R][D] queries, already multiplied by the score scale */
     const int64_t *lim; /* [R] last position row r may attend, or NULL (decode: no limit) */
     float *m;           /* [R] running max of the scores (-inf before any token) */
-    float *l;           /* [R] running sum of exp(score - m) */
+    float *l;           /* [R][ATTN_BLK] running sum of exp(score - m), spread over lanes so
+                           SIMD kernels need no horizontal sum per block; the row's sum is
+                           attn_lane_sum (scalar kernel: lane 0 only) */
     float *acc;         /* [R][D] running sum of exp(score - m) * v */
-    /* scratch, contents undefined between calls */
-    float *p;       /* [R][ATTN_BLK] scores, then probabilities */
-    float *bm;      /* [R + 16] block max per row, then alpha */
+    /* scratch, contents undefined between calls; p, bm and kf hold two sets, so a kernel
+     * may compute block i+1's scores (set (i+1)&1) before block i's V (set i&1) */
+    float *p;       /* [2][R][ATTN_BLK] scores, then probabilities */
+    float *bm;      /* [2][R + 16] block max per row, then alpha */
     uint32_t *rm;   /* [R] row masks */
-    float *kf;      /* [ATTN_BLK * D] K block converted to f32 (layout up to the kernel) */
+    float *kf;      /* [2][ATTN_BLK * D] K block converted to f32 (layout up to the kernel) */
     float *vf;      /* [ATTN_BLK][D] V block converted to f32 */
 } attn_tile;
 
-/* One block of <= ATTN_BLK consecutive slots of one KV head of one page. */
+/* One block of <= ATTN_BLK consecutive slots of one KV head of one page, and the tile
+ * (rows of that KV head) it is folded into. */
 typedef struct attn_blk {
+    const attn_tile *t;
     const void *k;  /* [n][D] elements of the KV type (slot 0 of the block) */
     const void *v;  /* [n][D] */
     float ks, vs;   /* q8_0 page-head scales; 1 for the float types */
@@ -41,8 +46,9 @@ typedef struct attn_blk {
 typedef struct st_attn_kernels {
     st_isa isa;
     int d_mult; /* head_dim must be a multiple of this, else the scalar table is used */
-    /* Folds one block into the tile's online-softmax state. */
-    void (*block)(const attn_tile *t, const attn_blk *b);
+    /* Folds blocks b[0..n) in order into their tiles' online-softmax states. Tiles may
+     * differ from block to block (several KV heads of a page) and share scratch. */
+    void (*blocks)(const attn_blk *b, int n);
     /* st_attn_quest_bounds with validated arguments; d_mult does not apply. */
     void (*quest)(int D, int G, const float *q, const float *kmin, const float *kmax,
                   int64_t stride, int32_t n_pages, float *bound);
@@ -71,6 +77,13 @@ static inline float attn_elem(st_type t, const void *base, size_t i) {
     default: ST_ASSERT(0 && "attn: unsupported KV type");
     }
     return 0;
+}
+
+/* The row sum of a lane-spread l, in a fixed order. */
+static inline float attn_lane_sum(const float *l) {
+    float s = 0;
+    for (int i = 0; i < ATTN_BLK; i++) s += l[i];
+    return s;
 }
 
 static inline size_t attn_elem_size(st_type t) {

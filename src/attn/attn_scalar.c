@@ -4,7 +4,8 @@
 
 #include <math.h>
 
-static void block_scalar(const attn_tile *t, const attn_blk *b) {
+static void block_scalar(const attn_blk *b) {
+    const attn_tile *t = b->t;
     const int D = t->D;
     uint32_t any = 0;
     for (int r = 0; r < t->R; r++) {
@@ -37,7 +38,7 @@ static void block_scalar(const attn_tile *t, const attn_blk *b) {
             sum += p[j];
         }
         t->m[r] = m_new;
-        t->l[r] = t->l[r] * alpha + sum;
+        t->l[(size_t)r * ATTN_BLK] = t->l[(size_t)r * ATTN_BLK] * alpha + sum;
         float *acc = t->acc + (size_t)r * D;
         for (int d = 0; d < D; d++) acc[d] *= alpha;
         for (uint32_t u = rm; u; u &= u - 1) {
@@ -46,6 +47,10 @@ static void block_scalar(const attn_tile *t, const attn_blk *b) {
             for (int d = 0; d < D; d++) acc[d] += w * attn_elem(t->type, b->v, (size_t)j * D + d);
         }
     }
+}
+
+static void blocks_scalar(const attn_blk *b, int n) {
+    for (int i = 0; i < n; i++) block_scalar(&b[i]);
 }
 
 static void quest_scalar(int D, int G, const float *q, const float *kmin, const float *kmax,
@@ -69,6 +74,6 @@ static void quest_scalar(int D, int G, const float *q, const float *kmin, const 
 const st_attn_kernels st_attn_kernels_scalar_ = {
     .isa = ST_ISA_SCALAR,
     .d_mult = 1,
-    .block = block_scalar,
+    .blocks = blocks_scalar,
     .quest = quest_scalar,
 };

@@ -59,8 +59,7 @@ int st_cmd_mkmodel(int argc, char **argv) {
                          : !strcmp(a, "--ff") ? &p.n_ff : !strcmp(a, "--vocab") ? &p.n_vocab
                          : !strcmp(a, "--ctx") ? &p.n_ctx : NULL;
             if (!dst) {
-                fprintf(stderr, "strata mkmodel: unknown option '%s'\n", a);
-                usage(stderr);
+                fprintf(stderr, "strata mkmodel: unknown option '%s' (strata mkmodel --help lists them)\n", a);
                 return ST_EXIT_INPUT;
             }
             ok = !st_cli_int(val, 1, 1 << 24, &v);

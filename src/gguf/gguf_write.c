@@ -387,19 +387,26 @@ static void put_le64(sink *s, uint64_t v) {
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-/* Sets each tensor's offset; returns the data offset and (*total) the file size. */
-static uint64_t layout(st_gguf_writer *w, uint64_t *total) {
+/* Sets each tensor's offset and (*data_off, *total) the data offset and the file size.
+ * ST_E_INVAL when the file would not fit 63 bits (tensors of absurd sizes). The header
+ * sums cannot overflow: keys, names and values are bounded by the named limits. */
+static int layout(st_gguf_writer *w, uint64_t *data_off, uint64_t *total) {
     uint64_t hdr = ST_GGUF_HEADER_BYTES, a = w->alignment, off = 0;
     for (int64_t i = 0; i < w->n_kv; i++) hdr += 8 + w->kv[i].key_len + 4 + w->kv[i].val_len;
     for (int64_t i = 0; i < w->n_t; i++) hdr += 8 + w->t[i].name_len + 4 + 8 * (uint64_t)w->t[i].n_dims + 4 + 8;
     for (int64_t i = 0; i < w->n_t; i++) {
         w->t[i].offset = off;
-        off = align_up(off + w->t[i].nbytes, a);
+        uint64_t end;
+        if (st_add_overflow_u64(off, w->t[i].nbytes, &end) || end > INT64_MAX - a)
+            return st_seterr(w->ctx, ST_E_INVAL, "gguf writer: tensor data up to '%.64s' overflows the file size",
+                             w->t[i].name);
+        off = align_up(end, a);
     }
     /* a file without tensors ends with its header, as llama.cpp's vocab files do */
-    uint64_t data_off = w->n_t ? align_up(hdr, a) : hdr;
-    *total = data_off + off;
-    return data_off;
+    *data_off = w->n_t ? align_up(hdr, a) : hdr;
+    if (st_add_overflow_u64(*data_off, off, total) || *total > INT64_MAX)
+        return st_seterr(w->ctx, ST_E_INVAL, "gguf writer: file size overflows");
+    return 0;
 }
 
 static void emit(st_gguf_writer *w, sink *s, uint64_t data_off) {
@@ -438,8 +445,11 @@ int st_gguf_writer_write_memory(st_gguf_writer *w, void **out, size_t *size) {
     if (!w || !out || !size) return w ? st_seterr(w->ctx, ST_E_INVAL, "gguf writer: NULL output") : ST_E_INVAL;
     *out = NULL;
     *size = 0;
-    uint64_t total, data_off = layout(w, &total);
-    sink s = {.buf = malloc(total ? total : 1), .cap = total};
+    uint64_t total, data_off;
+    int rc = layout(w, &data_off, &total);
+    if (rc) return rc;
+    if (total > SIZE_MAX / 2) return nomem(w, "output buffer");
+    sink s = {.buf = malloc(total ? (size_t)total : 1), .cap = total};
     if (!s.buf) return nomem(w, "output buffer");
     emit(w, &s, data_off);
     ST_ASSERT(s.len == total);
@@ -455,6 +465,12 @@ int st_gguf_writer_write(st_gguf_writer *w, const char *path) {
     if (!tmp) return nomem(w, "path");
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
+    uint64_t total, data_off;
+    int rc = layout(w, &data_off, &total);
+    if (rc) {
+        free(tmp);
+        return rc;
+    }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!f) {
@@ -465,7 +481,6 @@ int st_gguf_writer_write(st_gguf_writer *w, const char *path) {
         free(tmp);
         return -e;
     }
-    uint64_t total, data_off = layout(w, &total);
     sink s = {.f = f};
     errno = 0;
     emit(w, &s, data_off);

@@ -66,6 +66,11 @@ struct st_kv {
     int n_seqs;
     uint64_t tick;
     st_kv_stats st;       /* the counters (page counts filled on demand) */
+    /* Quest key boxes (kv_quest.c), in RAM whatever a page's residency. A page's box is
+     * valid iff pg->sealed && qbox_ok[page]: every path that clears `sealed` thereby
+     * invalidates it, and kv_quest_seal (from kv_seal_page) recomputes it. */
+    float *qbox;          /* [n_layer][n_kv_head][n_pages][2][head_dim]: kmin then kmax */
+    uint8_t *qbox_ok;     /* [n_pages] box computed at the page's last seal */
 };
 
 #define KV_SEQ_SLOT(id) ((int)((id) & 0xffff))
@@ -106,6 +111,17 @@ void kv_lru_remove(st_kv *kv, int32_t page);
 void kv_lru_push(st_kv *kv, int32_t page);
 /* Seals page `page` (entry index i of seq): key when tokens and parent are known. */
 void kv_seal_page(st_kv *kv, kv_seq *s, int64_t i);
+
+/* kv_quest.c: the Quest key boxes */
+int kv_quest_alloc(st_kv *kv);  /* at create: ST_E_NOMEM */
+void kv_quest_free(st_kv *kv);
+/* At seal: the box of `page` over entry e's valid slots (all P when no mask). */
+void kv_quest_seal(st_kv *kv, int32_t page, const kv_entry *e);
+static inline float *kv_qbox(const st_kv *kv, int layer, int head, int32_t page) {
+    return kv->qbox +
+           ((((size_t)layer * kv->p.n_kv_head + head) * kv->n_pages + page) * 2 *
+            kv->p.head_dim);
+}
 
 /* kv_seq.c */
 int kv_seq_new(st_kv *kv, kv_seq **out);         /* registers a new empty sequence */

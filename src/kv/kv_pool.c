@@ -153,7 +153,8 @@ int st_kv_create(st_ctx *ctx, const st_kv_params *params, st_kv **out) {
     kv->buckets = malloc(nb * sizeof(int32_t));
     kv->seqs = calloc((size_t)p.max_seqs, sizeof *kv->seqs);
     kv->gen = calloc((size_t)p.max_seqs, sizeof *kv->gen);
-    if (!kv->data || !kv->pages || !kv->page_tokens || !kv->buckets || !kv->seqs || !kv->gen)
+    if (!kv->data || !kv->pages || !kv->page_tokens || !kv->buckets || !kv->seqs || !kv->gen ||
+        kv_quest_alloc(kv))
         goto nomem;
     for (uint64_t i = 0; i < nb; i++) kv->buckets[i] = -1;
     /* Free list in ascending order, so a fresh pool hands out pages 0, 1, 2, ... */
@@ -192,6 +193,7 @@ void st_kv_destroy(st_kv *kv) {
     free(kv->buckets);
     free(kv->seqs);
     free(kv->gen);
+    kv_quest_free(kv);
     free(kv);
 }
 

@@ -132,9 +132,11 @@ int st_runner_create(st_ctx *ctx, const st_model *m, st_kv *kv, const st_runner_
     r->actq = st_alloc_aligned(NB * r->act_row_max + 64, 64);
     r->rope = malloc(NB * (size_t)(hp->n_rot ? hp->n_rot : 1) * sizeof(float));
     r->aseq = calloc(NB, sizeof *r->aseq);
+    r->views_cap = 64;
+    r->views = malloc((size_t)r->views_cap * sizeof *r->views);
     int rc = st_attn_ws_create(st_ctx_isa(ctx), &r->ws);
     if (rc || !r->x || !r->xn || !r->q || !r->k || !r->v || !r->att || !r->tmp || !r->g || !r->u || !r->actq ||
-        !r->rope || !r->aseq) {
+        !r->rope || !r->aseq || !r->views) {
         st_runner_destroy(r);
         return rc ? rc : ST_E_NOMEM;
     }
@@ -220,19 +222,15 @@ static int fetch_views(st_runner *r, st_kv_seq_id seq, int layer, int off, int *
 }
 
 static int attention(st_runner *r, int layer, const span *sp, int n_sp, int decode) {
-    /* views may be reallocated while gathering: record offsets first, point afterwards */
+    /* gather every span's views first (the array may grow), then point the sequences at them */
     int off = 0, rc;
     for (int s = 0; s < n_sp; s++) {
         int nv = 0;
         if ((rc = fetch_views(r, sp[s].seq, layer, off, &nv))) return st_seterr(r->ctx, rc, "KV views: %s", st_strerror(rc));
-        r->aseq[s] = (st_attn_seq){.pages = NULL, .n_pages = nv};
-        r->aseq[s].sel_stride = off; /* temporarily: the offset */
+        r->aseq[s] = (st_attn_seq){.n_pages = nv};
         off += nv;
     }
-    for (int s = 0; s < n_sp; s++) {
-        r->aseq[s].pages = r->views + r->aseq[s].sel_stride;
-        r->aseq[s].sel_stride = 0;
-    }
+    for (int s = 0, o = 0; s < n_sp; o += r->aseq[s].n_pages, s++) r->aseq[s].pages = r->views + o;
     if (decode) {
         rc = st_attn_decode_batch(r->ctx, r->ws, &r->ag, r->aseq, n_sp, r->q, r->att);
     } else {
@@ -253,35 +251,87 @@ static void embed(st_runner *r, const int32_t *tokens, int32_t n) {
     }
 }
 
-static void qk_norm_rope(st_runner *r, const st_layer *ly, int32_t n) {
+/* ---- row-wise elementwise steps, split over threads when there are several tokens ---------- */
+
+typedef enum row_op {
+    OP_NORM,     /* xn[t] = rmsnorm(x[t]) * w */
+    OP_ADD_NORM, /* x[t] += tmp[t] (+ bias); xn[t] = rmsnorm(x[t]) * w */
+    OP_ADD,      /* x[t] += tmp[t] (+ bias) */
+    OP_QK,       /* q/k/v biases, q/k norms, rope of token t */
+    OP_SWIGLU,   /* g[t] = silu(g[t]) * u[t] */
+} row_op;
+
+struct rows_job {
+    st_runner *r;
+    const st_layer *ly;
+    row_op op;
+    const float *w;    /* norm weight */
+    const st_wt *bias; /* OP_ADD*: bias added with tmp (data may be NULL) */
+    int32_t n;
+};
+
+static void qk_row(st_runner *r, const st_layer *ly, int32_t t) {
     const st_model_hparams *hp = &r->m->hp;
     const int hd = hp->head_dim;
-    for (int32_t t = 0; t < n; t++) {
-        float *q = r->q + (size_t)t * r->HQ, *k = r->k + (size_t)t * r->HK;
-        if (ly->q_norm.data) {
-            for (int h = 0; h < hp->n_head; h++) rmsnorm(q + h * hd, q + h * hd, ly->q_norm.data, hd, hp->rms_eps);
-            for (int h = 0; h < hp->n_head_kv; h++) rmsnorm(k + h * hd, k + h * hd, ly->k_norm.data, hd, hp->rms_eps);
+    float *q = r->q + (size_t)t * r->HQ, *k = r->k + (size_t)t * r->HK, *v = r->v + (size_t)t * r->HK;
+    if (ly->bq.data) {
+        add_bias(q, &ly->bq, 1, r->HQ);
+        add_bias(k, &ly->bk, 1, r->HK);
+        add_bias(v, &ly->bv, 1, r->HK);
+    }
+    if (ly->q_norm.data) {
+        for (int h = 0; h < hp->n_head; h++) rmsnorm(q + h * hd, q + h * hd, ly->q_norm.data, hd, hp->rms_eps);
+        for (int h = 0; h < hp->n_head_kv; h++) rmsnorm(k + h * hd, k + h * hd, ly->k_norm.data, hd, hp->rms_eps);
+    }
+    const float *cs = r->rope + (size_t)t * hp->n_rot;
+    st_rope_apply(hp, cs, q, hp->n_head);
+    st_rope_apply(hp, cs, k, hp->n_head_kv);
+}
+
+static void rows_task(void *arg, int ith, int nth) {
+    const struct rows_job *j = arg;
+    st_runner *r = j->r;
+    const int64_t E = r->E, F = r->F;
+    int64_t t0, t1;
+    st_split_range(j->n, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        float *x = r->x + t * E, *xn = r->xn + t * E, *tmp = r->tmp + t * E;
+        switch (j->op) {
+        case OP_ADD:
+        case OP_ADD_NORM:
+            add_bias(tmp, j->bias, 1, E);
+            for (int64_t i = 0; i < E; i++) x[i] += tmp[i];
+            if (j->op == OP_ADD) break;
+            /* fall through */
+        case OP_NORM:
+            rmsnorm(xn, x, j->w, E, r->m->hp.rms_eps);
+            break;
+        case OP_QK:
+            qk_row(r, j->ly, (int32_t)t);
+            break;
+        case OP_SWIGLU: {
+            float *g = r->g + t * F, *u = r->u + t * F;
+            for (int64_t i = 0; i < F; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+            break;
         }
-        const float *cs = r->rope + (size_t)t * hp->n_rot;
-        st_rope_apply(hp, cs, q, hp->n_head);
-        st_rope_apply(hp, cs, k, hp->n_head_kv);
+        }
     }
 }
 
+static void rows(st_runner *r, const st_layer *ly, row_op op, const float *w, const st_wt *bias, int32_t n) {
+    struct rows_job j = {r, ly, op, w, bias, n};
+    st_threadpool_run(n > 1 ? r->tp : NULL, rows_task, &j);
+}
+
 static int layer_forward(st_runner *r, int il, const span *sp, int n_sp, int32_t n, int decode) {
-    const st_model_hparams *hp = &r->m->hp;
     const st_layer *ly = &r->m->layers[il];
     const int32_t E = r->E, HQ = r->HQ, HK = r->HK, F = r->F;
     int rc;
-    for (int32_t t = 0; t < n; t++)
-        rmsnorm(r->xn + (size_t)t * E, r->x + (size_t)t * E, ly->attn_norm.data, E, hp->rms_eps);
+    /* x already holds this layer's input; the previous layer left its FFN output in tmp */
     const st_wt *wqkv[3] = {&ly->wq, &ly->wk, &ly->wv};
     float *yqkv[3] = {r->q, r->k, r->v};
     if ((rc = project(r, n, r->xn, E, wqkv, yqkv, 3))) return rc;
-    add_bias(r->q, &ly->bq, n, HQ);
-    add_bias(r->k, &ly->bk, n, HK);
-    add_bias(r->v, &ly->bv, n, HK);
-    qk_norm_rope(r, ly, n);
+    rows(r, ly, OP_QK, NULL, NULL, n);
     for (int s = 0; s < n_sp; s++) {
         rc = st_kv_write(r->kv, sp[s].seq, il, sp[s].pos0, sp[s].n, r->k + (size_t)sp[s].i0 * HK,
                          r->v + (size_t)sp[s].i0 * HK);
@@ -291,22 +341,18 @@ static int layer_forward(st_runner *r, int il, const span *sp, int n_sp, int32_t
     const st_wt *wo[1] = {&ly->wo};
     float *yo[1] = {r->tmp};
     if ((rc = project(r, n, r->att, HQ, wo, yo, 1))) return rc;
-    add_bias(r->tmp, &ly->bo, n, E);
-    for (size_t i = 0; i < (size_t)n * E; i++) r->x[i] += r->tmp[i];
-
-    for (int32_t t = 0; t < n; t++)
-        rmsnorm(r->xn + (size_t)t * E, r->x + (size_t)t * E, ly->ffn_norm.data, E, hp->rms_eps);
+    rows(r, ly, OP_ADD_NORM, ly->ffn_norm.data, &ly->bo, n);
     const st_wt *wgu[2] = {&ly->w_gate, &ly->w_up};
     float *ygu[2] = {r->g, r->u};
     if ((rc = project(r, n, r->xn, E, wgu, ygu, 2))) return rc;
-    for (size_t i = 0; i < (size_t)n * F; i++) {
-        const float gv = r->g[i];
-        r->g[i] = gv / (1.0f + expf(-gv)) * r->u[i];
-    }
+    rows(r, ly, OP_SWIGLU, NULL, NULL, n);
     const st_wt *wd[1] = {&ly->w_down};
     float *yd[1] = {r->tmp};
     if ((rc = project(r, n, r->g, F, wd, yd, 1))) return rc;
-    for (size_t i = 0; i < (size_t)n * E; i++) r->x[i] += r->tmp[i];
+    /* the residual add fused with the next layer's attention norm */
+    static const st_wt no_bias;
+    if (il + 1 < r->m->hp.n_layer) rows(r, ly, OP_ADD_NORM, r->m->layers[il + 1].attn_norm.data, &no_bias, n);
+    else rows(r, ly, OP_ADD, NULL, &no_bias, n);
     return 0;
 }
 
@@ -346,6 +392,7 @@ static int run_chunk(st_runner *r, const int32_t *tokens, span *sp, int n_sp, in
             st_rope_cache(hp, r->m->rope_freqs.data, sp[s].pos0 + t, r->rope + (size_t)(sp[s].i0 + t) * hp->n_rot);
     }
     embed(r, tokens, n);
+    rows(r, NULL, OP_NORM, r->m->layers[0].attn_norm.data, NULL, n);
     for (int il = 0; il < hp->n_layer; il++)
         if ((rc = layer_forward(r, il, sp, n_sp, n, decode))) return rc;
     for (int s = 0; s < n_sp; s++)

@@ -154,16 +154,28 @@ static int32_t select_top_k(st_sampler *s, int32_t k) {
     return n;
 }
 
-static int32_t argmax(const float *x, int32_t n) {
+
+static float penalized(const st_sampler *s, float l) {
+    return l <= 0 ? l * s->p.repeat_penalty : l / s->p.repeat_penalty;
+}
+
+/* Greedy without copying the logits: the penalty is applied on the fly to tokens in the window. */
+static int32_t greedy(const st_sampler *s, const float *logits) {
+    const int pen = s->p.repeat_penalty != 1.0f && s->n_hist;
     int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
+    float bv = pen && s->seen[0] ? penalized(s, logits[0]) : logits[0];
+    for (int32_t i = 1; i < s->n_vocab; i++) {
+        float v = logits[i];
+        if (pen && s->seen[i]) v = penalized(s, v);
+        if (v > bv) bv = v, best = i;
+    }
     return best;
 }
 
 int32_t st_sampler_sample(st_sampler *s, const float *logits) {
     const st_sampler_params *p = &s->p;
     const int32_t nv = s->n_vocab;
+    if (p->temp <= 0) return greedy(s, logits);
     memcpy(s->work, logits, (size_t)nv * sizeof *s->work);
     if (p->repeat_penalty != 1.0f && s->n_hist) {
         for (int32_t i = 0; i < s->n_hist; i++) {
@@ -174,11 +186,9 @@ int32_t st_sampler_sample(st_sampler *s, const float *logits) {
             for (int32_t j = 0; j < i; j++)
                 if (s->hist[j] == t) first = 0;
             if (!first) continue;
-            float *l = &s->work[t];
-            *l = *l <= 0 ? *l * p->repeat_penalty : *l / p->repeat_penalty;
+            s->work[t] = penalized(s, s->work[t]);
         }
     }
-    if (p->temp <= 0) return argmax(s->work, nv);
 
     int32_t n;
     if (p->top_k > 0 && p->top_k < nv) {

@@ -165,6 +165,14 @@ ALWAYS_INLINE void tile_impl(int kind, int NR, int NC, int n, float *s, size_t b
                 if (2 * wk_bytes(kind) > 64) _mm_prefetch(p + 64, _MM_HINT_T0);
             }
         }
+        if (NC == 1 && ST_MV_PF == 3) {
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                const char *p = (const char *)(x + (r + NR) * bx + (size_t)b * wk_bytes(kind));
+                _mm_prefetch(p, _MM_HINT_T1);
+                if (2 * wk_bytes(kind) > 64) _mm_prefetch(p + 64, _MM_HINT_T1);
+            }
+        }
         if (NC == 1 && ST_MV_PF == 1) {
             /* Streaming weights (matvec): rows of consecutive tiles are contiguous, so
              * fetch the same offset one tile ahead (NR rows on): a steady distance over

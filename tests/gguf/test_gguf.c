@@ -522,6 +522,15 @@ TEST(test_writer_rejects) {
     st_gguf_close(g);
     free(buf);
     st_gguf_writer_destroy(w);
+    /* a tensor whose data would push the file past 2^63 bytes is refused at write */
+    CHECK_OK(st_gguf_writer_create(ctx, &w));
+    CHECK_OK(st_gguf_writer_add_tensor(w, "huge", ST_TYPE_F32, 1, (int64_t[]){INT64_C(1) << 61}, NULL));
+    buf = NULL;
+    CHECK_INT(st_gguf_writer_write_memory(w, &buf, &size), ST_E_INVAL);
+    CHECK(buf == NULL && strstr(st_ctx_error(ctx), "overflows"));
+    CHECK_INT(st_gguf_writer_write(w, "/tmp/strata-gguf-never-written.gguf"), ST_E_INVAL);
+    CHECK(access("/tmp/strata-gguf-never-written.gguf.tmp", F_OK) != 0);
+    st_gguf_writer_destroy(w);
     st_gguf_writer_destroy(NULL);
     st_gguf_close(NULL);
     st_ctx_destroy(ctx);

@@ -1,4 +1,4 @@
-/* Model runtime unit tests on tiny synthetic models: the paged, threaded, chunked forward
+/* Model runtime unit tests (label unit) on tiny synthetic models: the paged, threaded, chunked forward
  * against the naive f64 reference, determinism (threads, batching), loader errors. */
 #include "model/model_int.h"
 #include "strata/kv.h"
@@ -76,10 +76,15 @@ static double rel_err(const float *a, const float *b, size_t n) {
     return mb > 0 ? md / mb : md;
 }
 
+/* Applied to a loaded model before the comparison (rope scaling variants). */
+typedef void (*model_edit_fn)(st_model *m);
+
 /* Prefill n tokens (all logits) through the runner and compare with the reference. */
-static void check_vs_ref(const st_synth_params *p, st_type kv_type, int n, int n_batch, const char *what) {
+static void check_vs_ref_edit(const st_synth_params *p, st_type kv_type, int n, int n_batch, const char *what,
+                              model_edit_fn edit) {
     env e;
     int rc = env_open(&e, p, 2, kv_type, n_batch);
+    if (!rc && edit) edit(e.m);
     if (rc) {
         fprintf(stderr, "  %s: setup failed: %s (%s)\n", what, st_strerror(rc), e.ctx ? st_ctx_error(e.ctx) : "");
         CHECK_OK(rc);
@@ -136,6 +141,60 @@ static void check_vs_ref(const st_synth_params *p, st_type kv_type, int n, int n
     free(refq);
     free(tok), free(want), free(got), free(ref);
     env_close(&e);
+}
+
+static void check_vs_ref(const st_synth_params *p, st_type kv_type, int n, int n_batch, const char *what) {
+    check_vs_ref_edit(p, kv_type, n, n_batch, what, NULL);
+}
+
+static void rope_linear(st_model *m) {
+    m->hp.rope_scaling = ST_ROPE_SCALING_LINEAR;
+    m->hp.rope_freq_scale = 0.25f;
+}
+static void rope_yarn(st_model *m) {
+    m->hp.rope_scaling = ST_ROPE_SCALING_YARN;
+    m->hp.rope_freq_scale = 0.25f;
+    m->hp.rope_n_ctx_orig = 16;
+    m->hp.yarn_ext_factor = 1.0f;
+}
+static void rope_llama3(st_model *m) { /* per-pair theta divisors, as a rope_freqs tensor holds */
+    static float ff[32];
+    for (int i = 0; i < 32; i++) ff[i] = i < 8 ? 1.0f : i < 20 ? 1.0f + (float)(i - 8) / 2 : 8.0f;
+    m->hp.rope_scaling = ST_ROPE_SCALING_LLAMA3;
+    m->rope_freqs.data = ff;
+    m->rope_freqs.ne0 = m->hp.n_rot / 2;
+}
+static void rope_partial(st_model *m) { m->hp.n_rot = 32; } /* rotate half of each head */
+
+TEST(test_forward_rope_variants) {
+    st_synth_params p = tiny(ST_ARCH_LLAMA, "f16");
+    check_vs_ref_edit(&p, ST_TYPE_F32, 40, 16, "llama rope linear x4", rope_linear);
+    check_vs_ref_edit(&p, ST_TYPE_F32, 40, 16, "llama rope yarn x4", rope_yarn);
+    check_vs_ref_edit(&p, ST_TYPE_F32, 40, 16, "llama rope llama3 freqs", rope_llama3);
+    p.arch = ST_ARCH_QWEN2;
+    check_vs_ref_edit(&p, ST_TYPE_F32, 40, 16, "qwen2 neox yarn x4", rope_yarn);
+    check_vs_ref_edit(&p, ST_TYPE_F32, 40, 16, "qwen2 neox partial rot", rope_partial);
+}
+
+TEST(test_fingerprint) {
+    st_ctx *ctx = NULL;
+    REQUIRE(st_ctx_create(NULL, &ctx) == 0);
+    st_synth_params p = tiny(ST_ARCH_LLAMA, "q8_0");
+    uint8_t fp[3][16];
+    for (int i = 0; i < 3; i++) {
+        p.seed = i < 2 ? 1 : 2; /* models 0 and 1 identical, 2 differs only in its weights */
+        void *buf = NULL;
+        size_t n = 0;
+        st_model *m = NULL;
+        REQUIRE(st_synth_write_memory(ctx, &p, &buf, &n) == 0);
+        REQUIRE(st_model_load_memory(ctx, buf, n, "fp", &m) == 0);
+        st_model_fingerprint(m, fp[i]);
+        st_model_free(m);
+        free(buf);
+    }
+    CHECK(memcmp(fp[0], fp[1], 16) == 0);
+    CHECK(memcmp(fp[0], fp[2], 16) != 0);
+    st_ctx_destroy(ctx);
 }
 
 TEST(test_forward_vs_reference_llama) {
@@ -315,4 +374,5 @@ TEST(test_load_errors) {
 }
 
 TEST_MAIN(test_forward_vs_reference_llama, test_forward_vs_reference_qwen, test_forward_kv_types,
+          test_forward_rope_variants, test_fingerprint,
           test_determinism_threads_and_batching, test_load_errors)

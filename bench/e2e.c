@@ -1,0 +1,153 @@
+/* bench/e2e: end-to-end prefill and decode speed of the model runtime on synthetic models
+ * shaped like those llama.cpp was measured on (../shared/peers/llama-bench.md), 2 threads.
+ *
+ *   prefill: one 512-token prompt (pp512), tok/s, best of 2
+ *   decode:  128 single-token steps from an empty sequence (tg128), tok/s; and the fraction of
+ *            the bandwidth roofline: (weight bytes + KV bytes read) per token / time / read
+ *            bandwidth probed in the same run
+ * Ratios to llama.cpp's figures (its better of fa=0 / fa=1) are printed beside each.
+ *
+ * usage: e2e [--models DIR] [--only 1b-q8_0,1b-q4_k_m,small-q8_0] [-t THREADS] [--tg N]
+ * Missing models are made in DIR (default /tmp/strata-bench) with strata's synthetic writer,
+ * tokenizer from ../shared/models/vocab/ggml-vocab-llama-spm.gguf when present. */
+#include "bench_common.h"
+#include "strata/kv.h"
+#include "strata/model.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct bmodel {
+    const char *name, *preset, *type;
+    double llama_pp, llama_tg; /* llama.cpp t/s, better of fa 0 / 1 */
+};
+
+static const struct bmodel models[] = {
+    {"1b-q8_0", "1b", "q8_0", 104.1, 24.5},
+    {"1b-q4_k_m", "1b", "q4_k_m", 128.4, 46.6},
+    {"small-q8_0", "small", "q8_0", 3625, 484},
+};
+
+static int ensure_model(st_ctx *ctx, const struct bmodel *bm, const char *dir, char *path, size_t cap) {
+    snprintf(path, cap, "%s/%s.gguf", dir, bm->name);
+    if (access(path, R_OK) == 0) return 0;
+    mkdir(dir, 0755);
+    st_synth_params p = st_synth_default_params();
+    st_synth_preset(bm->preset, &p);
+    st_synth_parse_type(bm->type, &p);
+    char vocab[1024];
+    snprintf(vocab, sizeof vocab, "%s/../shared/models/vocab/ggml-vocab-llama-spm.gguf", STRATA_SOURCE_DIR);
+    if (access(vocab, R_OK) == 0) p.vocab_from = vocab;
+    fprintf(stderr, "making %s ...\n", path);
+    int rc = st_synth_write(ctx, &p, path);
+    if (rc) fprintf(stderr, "e2e: cannot make %s: %s\n", path, st_ctx_error(ctx));
+    return rc;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, double bw, int n_tg) {
+    st_model *m = NULL;
+    st_kv *kv = NULL;
+    st_runner *r = NULL;
+    int rc = st_model_load(ctx, path, &m);
+    if (rc) {
+        fprintf(stderr, "e2e: %s\n", st_ctx_error(ctx));
+        return rc;
+    }
+    const st_model_hparams *hp = st_model_get_hparams(m);
+    const int n_pp = 512;
+    st_kv_params kp = st_kv_default_params();
+    kp.n_layer = hp->n_layer, kp.n_kv_head = hp->n_head_kv, kp.head_dim = hp->head_dim;
+    kp.type = ST_TYPE_F16, kp.n_pages = (n_pp + n_tg) / 16 + 8;
+    st_model_fingerprint(m, kp.fingerprint.b);
+    st_runner_params rp = st_runner_default_params();
+    rp.n_batch = n_pp;
+    if (!rc) rc = st_kv_create(ctx, &kp, &kv);
+    if (!rc) rc = st_runner_create(ctx, m, kv, &rp, &r);
+    int32_t *tok = malloc(n_pp * sizeof *tok);
+    float *lg = malloc((size_t)hp->n_vocab * sizeof(float));
+    for (int i = 0; i < n_pp; i++) tok[i] = (int32_t)((i * 7919u + 13u) % (unsigned)hp->n_vocab);
+    double pp_best = 0, tg_s = 0;
+    for (int rep = 0; rep < 2 && !rc; rep++) {
+        st_kv_seq_id s;
+        rc = st_kv_seq_create(kv, &s);
+        double t0 = st_time_now();
+        st_batch b = {.n_tokens = n_pp, .tokens = tok, .seq_single = s};
+        if (!rc) rc = st_runner_forward(r, &b, lg);
+        double pp = n_pp / (st_time_now() - t0);
+        if (pp > pp_best) pp_best = pp;
+        st_kv_seq_free(kv, s);
+    }
+    /* decode from an empty sequence: one warm-up step, then n_tg timed steps */
+    st_kv_seq_id s;
+    if (!rc) rc = st_kv_seq_create(kv, &s);
+    int32_t t = 1;
+    st_batch d = {.n_tokens = 1, .tokens = &t, .seq_single = s};
+    if (!rc) rc = st_runner_forward(r, &d, lg);
+    double t0 = st_time_now();
+    for (int i = 0; i < n_tg && !rc; i++) {
+        t = argmax(lg, hp->n_vocab);
+        rc = st_runner_forward(r, &d, lg);
+    }
+    tg_s = st_time_now() - t0;
+    if (rc) {
+        fprintf(stderr, "e2e: %s: %s\n", bm->name, st_ctx_error(ctx));
+    } else {
+        double tg = n_tg / tg_s;
+        /* KV read per step: on average (1 + n_tg/2) positions of every layer's K and V, f16 */
+        double kv_bytes = (1.0 + n_tg / 2.0) * hp->n_layer * 2.0 * hp->n_head_kv * hp->head_dim * 2.0;
+        double bytes = (double)st_model_weight_bytes(m) + kv_bytes;
+        double roof = bytes * tg / (bw * 1e9);
+        printf("%-11s pp512 %8.1f tok/s (%.2fx llama.cpp %.1f)   tg%d %7.1f tok/s (%.2fx llama.cpp %.1f)  "
+               "%.0f MB/token, %.1f GB/s = %.0f%% of roofline\n",
+               bm->name, pp_best, pp_best / bm->llama_pp, bm->llama_pp, n_tg, tg, tg / bm->llama_tg, bm->llama_tg,
+               bytes / 1e6, bytes * tg / 1e9, 100 * roof);
+        fflush(stdout);
+    }
+    free(tok);
+    free(lg);
+    st_runner_destroy(r);
+    st_kv_destroy(kv);
+    st_model_free(m);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    const char *dir = "/tmp/strata-bench", *only = NULL;
+    int n_threads = 2, n_tg = 128;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--models")) dir = argv[i + 1];
+        else if (!strcmp(argv[i], "--only")) only = argv[i + 1];
+        else if (!strcmp(argv[i], "-t")) n_threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--tg")) n_tg = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "usage: e2e [--models DIR] [--only NAME,...] [-t THREADS] [--tg N]\n");
+            return 2;
+        }
+    }
+    st_ctx_params cp = st_ctx_default_params();
+    cp.n_threads = n_threads;
+    st_ctx *ctx = NULL;
+    if (st_ctx_create(&cp, &ctx)) return 1;
+    double bw = bench_read_bandwidth(st_ctx_threadpool(ctx), 0, 5);
+    printf("read bandwidth probe (%d threads, 1 GiB): %.1f GB/s\n", n_threads, bw);
+    int rc = 0;
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        if (only && !strstr(only, models[i].name)) continue;
+        char path[1024];
+        if (ensure_model(ctx, &models[i], dir, path, sizeof path)) {
+            rc = 1;
+            continue;
+        }
+        if (bench_one(ctx, &models[i], path, bw, n_tg)) rc = 1;
+    }
+    printf("targets: decode >= 1.1x llama.cpp and >= 85%% of roofline; prefill >= 0.8x llama.cpp pp512\n");
+    st_ctx_destroy(ctx);
+    return rc;
+}

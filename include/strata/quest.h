@@ -1,0 +1,113 @@
+/*
+ * strata Quest: query-aware page selection for sparse decode (issue 7).
+ *
+ * When the KV library seals a full page (st_kv_seq_commit), it records, per layer and KV
+ * head, the element-wise min and max of the page's keys as stored (after RoPE, dequantized):
+ * a box that contains every key of the page. The box lives in RAM in arrays indexed by
+ * physical page id (never in the page slab), so it is there also for pages on disk, and it
+ * is saved with snapshots. For a decode query q the upper bound
+ *     bound(page) = max over the GQA group's query heads g of sum_d max(q_g,d * min_d, q_g,d * max_d)
+ * is >= q_g . k for every key k of the page, so the pages with the highest bounds are those
+ * that can hold the largest attention scores.
+ *
+ * A selection for one (sequence, layer) picks, per KV head:
+ *   - the sink pages (logical pages covering the first `sinks` tokens),
+ *   - the recent pages (the last ceil(recent / P) logical pages, the partial tail included),
+ *   - every page without a box (not sealed yet, or sealed with no valid key),
+ *   - and the k other pages with the highest bounds, k = budget / P - (pages above),
+ * and lists them as indices into the sequence's view list (st_kv_seq_views: logical order,
+ * holes omitted) IN INCREASING ORDER. A budget that covers every page therefore yields
+ * exactly the dense list, and attention (which merges runs in list order) is bit-identical
+ * to dense: the exactness gate. Selection reads only page tables and boxes, never page data.
+ *
+ * Errors follow core.h: 0, a negative ST_E_* code; outputs cleared / untouched on error.
+ * Threads: an st_kv_select is used by one thread at a time; selection reads the st_kv
+ * (read-only) under the rules of kv.h.
+ */
+#ifndef STRATA_QUEST_H
+#define STRATA_QUEST_H
+
+#include "strata/attn.h"
+#include "strata/kv.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Quest knobs, in tokens (rounded up to whole pages), as the CLI flags name them. */
+typedef struct st_kv_quest_params {
+    int64_t budget;   /* --kv-budget: tokens attended per KV head; 0 = dense */
+    int64_t sinks;    /* --kv-sinks: < 0 = one page (default) */
+    int64_t recent;   /* --kv-recent: < 0 = two pages (default), partial tail included */
+    int32_t dense_layers; /* --kv-dense-layers: layers [0, dense_layers) stay dense; < 0 = 2 */
+} st_kv_quest_params;
+
+/* budget 0 (dense), sinks -1, recent -1, dense_layers -1 (the defaults above). */
+st_kv_quest_params st_kv_quest_default_params(void);
+
+/* Read-only: the key box of physical page `page`, layer `layer`, KV head `kv_head`.
+ * *kmin, *kmax point at [head_dim] floats owned by kv, valid until the page is unsealed,
+ * freed or kv destroyed. Returns 0; ST_E_INVAL (an index out of range, NULL output);
+ * ST_E_NOT_FOUND (the page has no box: not sealed, or no valid key at seal time). */
+int st_kv_page_box(const st_kv *kv, st_kv_page_id page, int layer, int kv_head,
+                   const float **kmin, const float **kmax);
+
+/* ---- selections -------------------------------------------------------------------------- */
+
+/* One (sequence, layer)'s selection: per KV head, the chosen indices into the view list.
+ * Opaque; owns its buffers (reused from call to call, so steady-state decode allocates
+ * nothing). */
+typedef struct st_kv_select st_kv_select;
+
+/* Returns 0 or ST_E_INVAL / ST_E_NOMEM. *out owned by the caller: st_kv_select_destroy. */
+int st_kv_select_create(st_kv_select **out);
+void st_kv_select_destroy(st_kv_select *s); /* NULL is a no-op */
+
+/* Selects the pages layer `layer` of sequence seq attends to for the decode query q
+ * ([n_head][head_dim] f32, after RoPE; query head h belongs to KV head h / (n_head /
+ * n_kv_head)). ws supplies the bound kernel's ISA (st_attn_quest_bounds). p NULL = defaults.
+ * Dense (budget 0, or layer < dense_layers) makes a selection that lists every page.
+ * Read-only for kv; overwrites *s. Returns 0; ST_E_INVAL (NULL pointer, layer, n_head not a
+ * multiple of n_kv_head), ST_E_STATE (stale seq), ST_E_LIMIT (more than INT32_MAX views),
+ * ST_E_NOMEM (s could not grow; s then holds an empty, dense selection). */
+int st_kv_quest_select(const st_kv *kv, st_kv_seq_id seq, int layer, const st_attn_ws *ws,
+                       const float *q, int32_t n_head, const st_kv_quest_params *p,
+                       st_kv_select *s);
+
+/* Read-only accessors. dense: 1 when every page is listed for every head (attention may then
+ * read the plain page list). n_views: the length of the view list the indices refer to.
+ * st_kv_select_head: KV head h's indices (*idx: [*n] ascending, owned by s, valid until the
+ * next select on s); ST_E_INVAL for h out of range. */
+int st_kv_select_dense(const st_kv_select *s);
+int32_t st_kv_select_n_views(const st_kv_select *s);
+int32_t st_kv_select_n_kv_head(const st_kv_select *s);
+int st_kv_select_head(const st_kv_select *s, int32_t h, const int32_t **idx, int32_t *n);
+
+/* Points a's optional subset (sel, n_sel, sel_stride) at s: NULL when s is dense, so dense
+ * decode takes exactly its usual path. a->pages must be the view list s was made for (same
+ * length: else ST_E_INVAL and a unchanged). a borrows s's arrays until the next select. */
+int st_kv_select_apply(const st_kv_select *s, st_attn_seq *a);
+
+/* Counters of the last select on s (per KV head summed): pages listed, pages forced in
+ * (sinks, recent, no box), pages ranked by bound. */
+typedef struct st_kv_select_stats {
+    int64_t n_listed, n_forced, n_ranked;
+} st_kv_select_stats;
+void st_kv_select_get_stats(const st_kv_select *s, st_kv_select_stats *out);
+
+/* ---- audit -------------------------------------------------------------------------------- */
+
+/* The fraction of the dense softmax mass (scores q.k * scale over every valid token of the
+ * view list) that the pages selected for each query head's KV head hold: frac[h] in [0, 1]
+ * for h < n_head (1 for a dense selection; 0 if the query sees no token; NaN scores give NaN).
+ * views: the dense list s was made for ([n_views], st_kv_seq_views of that layer); scale 0 =
+ * 1/sqrt(head_dim). Reads every key (a dense pass: sample it). Returns 0 or ST_E_INVAL /
+ * ST_E_NOMEM. */
+int st_kv_quest_mass(const st_kv *kv, const st_attn_page *views, int32_t n_views,
+                     const st_kv_select *s, const float *q, int32_t n_head, float scale,
+                     double *frac);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_QUEST_H */

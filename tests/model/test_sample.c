@@ -1,0 +1,119 @@
+/* Sampler: greedy, filters, penalty, and reproducibility from the seed. */
+#include "strata/sample.h"
+#include "../test.h"
+
+#define NV 1000
+
+static void fill(float *lg, unsigned seed) {
+    for (int i = 0; i < NV; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        lg[i] = (float)((seed >> 8) % 10000) / 1000.0f; /* 0..10 */
+    }
+}
+
+static int argmax(const float *x) {
+    int b = 0;
+    for (int i = 1; i < NV; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+TEST(test_greedy) {
+    float lg[NV];
+    fill(lg, 1);
+    st_sampler_params p = st_sampler_default_params();
+    p.temp = 0;
+    st_sampler *s = NULL;
+    REQUIRE(st_sampler_create(&p, NV, &s) == 0);
+    CHECK_INT(st_sampler_sample(s, lg), argmax(lg));
+    lg[3] = 100; /* ties go to the lowest id */
+    lg[7] = 100;
+    CHECK_INT(st_sampler_sample(s, lg), 3);
+    st_sampler_destroy(s);
+    st_sampler_destroy(NULL);
+}
+
+TEST(test_top_k_one_is_greedy_and_filters_bound_choices) {
+    float lg[NV];
+    fill(lg, 2);
+    st_sampler_params p = st_sampler_default_params();
+    p.top_k = 1, p.temp = 1.5f;
+    st_sampler *s = NULL;
+    REQUIRE(st_sampler_create(&p, NV, &s) == 0);
+    for (int i = 0; i < 50; i++) CHECK_INT(st_sampler_sample(s, lg), argmax(lg));
+    st_sampler_destroy(s);
+    /* top-k 5: every draw is among the 5 best */
+    p.top_k = 5, p.top_p = 1, p.min_p = 0, p.temp = 5;
+    REQUIRE(st_sampler_create(&p, NV, &s) == 0);
+    int seen[NV] = {0}, distinct = 0;
+    for (int i = 0; i < 400; i++) {
+        int t = st_sampler_sample(s, lg);
+        int better = 0;
+        for (int j = 0; j < NV; j++) better += lg[j] > lg[t];
+        CHECK(better < 5);
+        distinct += !seen[t]++;
+    }
+    CHECK(distinct > 1);
+    st_sampler_destroy(s);
+    /* min-p 0.5 at temp 1 over logits where only two tokens are within log(2) of the best */
+    for (int i = 0; i < NV; i++) lg[i] = 0;
+    lg[10] = 10, lg[11] = 9.8f, lg[12] = 9;
+    p.top_k = 0, p.top_p = 1, p.min_p = 0.5f, p.temp = 1;
+    REQUIRE(st_sampler_create(&p, NV, &s) == 0);
+    for (int i = 0; i < 200; i++) {
+        int t = st_sampler_sample(s, lg);
+        CHECK(t == 10 || t == 11);
+    }
+    st_sampler_destroy(s);
+    /* top-p 0.5: the best token alone holds > 0.5 of the mass */
+    p.min_p = 0, p.top_p = 0.5f;
+    lg[11] = 5;
+    REQUIRE(st_sampler_create(&p, NV, &s) == 0);
+    for (int i = 0; i < 100; i++) CHECK_INT(st_sampler_sample(s, lg), 10);
+    st_sampler_destroy(s);
+}
+
+TEST(test_seed_reproducible) {
+    float lg[NV];
+    fill(lg, 3);
+    st_sampler_params p = st_sampler_default_params();
+    p.temp = 2, p.top_k = 0, p.top_p = 1, p.min_p = 0, p.seed = 1234;
+    st_sampler *a = NULL, *b = NULL, *c = NULL;
+    REQUIRE(st_sampler_create(&p, NV, &a) == 0);
+    REQUIRE(st_sampler_create(&p, NV, &b) == 0);
+    p.seed = 99;
+    REQUIRE(st_sampler_create(&p, NV, &c) == 0);
+    int same = 1, differ = 0, ta[64];
+    for (int i = 0; i < 64; i++) {
+        ta[i] = st_sampler_sample(a, lg);
+        same &= ta[i] == st_sampler_sample(b, lg);
+        differ += ta[i] != st_sampler_sample(c, lg);
+    }
+    CHECK(same);
+    CHECK(differ > 0);
+    st_sampler_reset(a); /* back to the seed */
+    for (int i = 0; i < 64; i++) CHECK_INT(st_sampler_sample(a, lg), ta[i]);
+    st_sampler_destroy(a), st_sampler_destroy(b), st_sampler_destroy(c);
+}
+
+TEST(test_repetition_penalty) {
+    float lg[NV] = {0};
+    lg[5] = 2.0f, lg[6] = 1.9f, lg[7] = -1.0f;
+    st_sampler_params p = st_sampler_default_params();
+    p.temp = 0, p.repeat_penalty = 1.2f, p.repeat_last_n = 4;
+    st_sampler *s = NULL;
+    REQUIRE(st_sampler_create(&p, NV, &s) == 0);
+    CHECK_INT(st_sampler_sample(s, lg), 5);
+    st_sampler_accept(s, 5); /* 2.0 / 1.2 < 1.9 */
+    CHECK_INT(st_sampler_sample(s, lg), 6);
+    for (int i = 0; i < 4; i++) st_sampler_accept(s, 100 + i); /* 5 leaves the window */
+    CHECK_INT(st_sampler_sample(s, lg), 5);
+    st_sampler_destroy(s);
+    CHECK_INT(st_sampler_create(&p, 0, &s), ST_E_INVAL);
+    p.repeat_penalty = 0;
+    CHECK_INT(st_sampler_create(&p, NV, &s), ST_E_INVAL);
+    CHECK(s == NULL);
+}
+
+TEST_MAIN(test_greedy, test_top_k_one_is_greedy_and_filters_bound_choices, test_seed_reproducible,
+          test_repetition_penalty)
