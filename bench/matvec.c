@@ -1,13 +1,15 @@
 /* bench/matvec: matrix-vector products per weight type against the read-bandwidth probe,
  * and prefill-like matrix-matrix products.
  *
- *   matvec [--threads N] [--quick]
+ *   matvec [--threads N] [--quick] [--type NAME]... [--no-matmul]
  *
  * For each weight type and shape (rows x cols: 4096x4096 and 2048x8192) the matrix is
  * replicated into enough distinct copies that one measured pass streams >= 512 MiB
  * (this CPU's L3 is 32 MiB), and each pass runs st_matvec over every copy in turn.
  * Printed: GB/s of weight bytes streamed (best of the passes) and the ratio to
- * bench_read_bandwidth measured in the same run. Then st_matmul with 512 tokens
+ * bench_read_bandwidth measured in the same run (probed before and after the
+ * products; the ratio uses the larger, i.e. the conservative, figure). On a shared
+ * machine run it alone, e.g. `chrt -f 10 build/bench/matvec`, or the figures are noise. Then st_matmul with 512 tokens
  * (activations quantized beforehand, not timed; printed separately) in GFLOP/s.
  * Honors STRATA_ISA to force a kernel path. */
 #include "bench_common.h"
@@ -48,8 +50,15 @@ static uint8_t *make_matrix(st_type t, int64_t rows, int64_t cols, size_t copies
     return m;
 }
 
-static void bench_matvec(st_threadpool *tp, const st_kernels *k, st_type t, int64_t rows, int64_t cols,
-                         double probe) {
+struct mv_result {
+    st_type t;
+    int64_t rows, cols;
+    size_t mb, copies;
+    double gbs;
+};
+
+static struct mv_result bench_matvec(st_threadpool *tp, const st_kernels *k, st_type t, int64_t rows,
+                                     int64_t cols) {
     const size_t mb = st_row_bytes(t, cols) * (size_t)rows;
     const size_t copies = (MIN_PASS_BYTES + mb - 1) / mb;
     uint8_t *m = make_matrix(t, rows, cols, copies);
@@ -65,12 +74,11 @@ static void bench_matvec(st_threadpool *tp, const st_kernels *k, st_type t, int6
         const double gbs = (double)(mb * copies) / (st_time_now() - t0) / 1e9;
         if (p && gbs > best) best = gbs;
     }
-    printf("matvec %-5s %5lldx%-5lld %7.1f MiB x%-3zu %7.2f GB/s  %5.1f%% of probe\n", st_type_name(t),
-           (long long)rows, (long long)cols, (double)mb / (1 << 20), copies, best, 100.0 * best / probe);
     st_free_aligned(m);
     free(x);
     free(y);
     free(xq);
+    return (struct mv_result){t, rows, cols, mb, copies, best};
 }
 
 static void bench_matmul(st_threadpool *tp, const st_kernels *k, st_type t, int64_t rows, int64_t cols,
@@ -101,16 +109,21 @@ static void bench_matmul(st_threadpool *tp, const st_kernels *k, st_type t, int6
 }
 
 int main(int argc, char **argv) {
-    int quick = 0;
+    int quick = 0, no_matmul = 0, n_only = 0;
+    const char *only[16];
     st_ctx_params prm = st_ctx_default_params();
     prm.n_threads = 2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--no-matmul"))
+            no_matmul = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             prm.n_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--type") && i + 1 < argc && n_only < 16)
+            only[n_only++] = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--quick]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--threads N] [--quick] [--type NAME]... [--no-matmul]\n", argv[0]);
             return 2;
         }
     }
@@ -124,21 +137,35 @@ int main(int argc, char **argv) {
     const st_kernels *k = st_kernels_get(st_ctx_isa(ctx));
     printf("kernels: %s%s, threads: %d\n", st_isa_name(k->isa), k->vnni ? " (VNNI)" : "",
            st_threadpool_n_threads(tp));
-    const double probe = bench_read_bandwidth(tp, (size_t)1 << 30, 3);
-    printf("read-bandwidth probe (1 GiB, best of 3): %.2f GB/s\n", probe);
+    const double probe1 = bench_read_bandwidth(tp, (size_t)1 << 30, 3);
+    struct mv_result res[32];
+    int n_res = 0;
 
     static const st_type types[] = {ST_TYPE_Q8_0, ST_TYPE_Q4_K, ST_TYPE_Q6_K, ST_TYPE_F16,
                                     ST_TYPE_Q4_0, ST_TYPE_Q4_1, ST_TYPE_Q5_0, ST_TYPE_Q5_1,
                                     ST_TYPE_Q5_K, ST_TYPE_BF16, ST_TYPE_F32};
-    const int n_types = quick ? 4 : (int)(sizeof types / sizeof types[0]);
+    const int n_types = quick && !n_only ? 4 : (int)(sizeof types / sizeof types[0]);
     for (int i = 0; i < n_types; i++) {
         if (st_type_vec_dot_type(types[i]) == ST_TYPE_COUNT_) continue;
-        bench_matvec(tp, k, types[i], 4096, 4096, probe);
-        bench_matvec(tp, k, types[i], 2048, 8192, probe);
+        int wanted = !n_only;
+        for (int j = 0; j < n_only; j++) wanted |= !strcmp(only[j], st_type_name(types[i]));
+        if (!wanted) continue;
+        res[n_res++] = bench_matvec(tp, k, types[i], 4096, 4096);
+        res[n_res++] = bench_matvec(tp, k, types[i], 2048, 8192);
     }
     const double probe2 = bench_read_bandwidth(tp, (size_t)1 << 30, 3);
-    printf("read-bandwidth probe again: %.2f GB/s\n", probe2);
+    const double probe = probe1 > probe2 ? probe1 : probe2;
+    printf("read-bandwidth probe (1 GiB, best of 3): %.2f GB/s before, %.2f GB/s after; ratios use %.2f\n",
+           probe1, probe2, probe);
+    for (int i = 0; i < n_res; i++)
+        printf("matvec %-5s %5lldx%-5lld %6.1f MiB x%-3zu %7.2f GB/s  %5.1f%% of probe\n", st_type_name(res[i].t),
+               (long long)res[i].rows, (long long)res[i].cols, (double)res[i].mb / (1 << 20), res[i].copies,
+               res[i].gbs, 100.0 * res[i].gbs / probe);
 
+    if (no_matmul) {
+        st_ctx_destroy(ctx);
+        return 0;
+    }
     bench_matmul(tp, k, ST_TYPE_Q8_0, 2048, 2048, 512);
     bench_matmul(tp, k, ST_TYPE_Q8_0, 8192, 2048, 512);
     bench_matmul(tp, k, ST_TYPE_Q4_K, 2048, 2048, 512);

@@ -124,6 +124,47 @@ int st_attn_quest_bounds(const st_attn_ws *ws, int32_t head_dim, int32_t n_group
 int st_attn_key_minmax(const st_attn_geom *g, const st_attn_page *page, int32_t kv_head,
                        float *kmin, float *kmax);
 
+
+/* ---- streaming entry points (the SSD tier, issue 6) ------------------------------------
+ *
+ * The KV library streams pages that are not in RAM through small buffers, a window of
+ * pages at a time, and must produce exactly what one call over the whole list would.
+ * These split the decode and chunk paths at their natural seams without changing the
+ * arithmetic: decode = per-run partials merged in run order; chunk = one online-softmax
+ * state per (KV head, query tile) folded over the pages in list order.
+ */
+
+/* Floats per query head per decode run: m, l (lane sum), acc[head_dim]. */
+#define ST_ATTN_PART_FLOATS(head_dim) ((size_t)(head_dim) + 2)
+
+/* Decode partials of ONE sequence: the runs its page list is cut into (as st_attn_decode
+ * cuts them), each run's softmax state written to parts[run][n_head][ST_ATTN_PART_FLOATS].
+ * The list must be a suffix-free window of a longer list that starts at a run boundary
+ * (for a selection: each head's list starts at a run boundary), so its runs are the
+ * longer list's runs. *n_runs (may be NULL) = runs written; parts needs room for
+ * st_attn_runs_count(g, seq) runs. Needs page_size <= ST_ATTN_SPLIT_TOKENS. Returns 0,
+ * ST_E_INVAL, ST_E_NOMEM. Uses ws like st_attn_decode (threads: ctx's pool). */
+int32_t st_attn_runs_count(const st_attn_geom *g, const st_attn_seq *seq);
+int st_attn_decode_runs(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
+                        const st_attn_seq *seq, const float *q, float *parts, int32_t *n_runs);
+/* Merges parts[n_runs] (from st_attn_decode_runs over consecutive windows, in run order)
+ * into out[n_head][head_dim] with st_attn_decode's formula and order: bit-identical to
+ * st_attn_decode over the whole list. Returns 0 or ST_E_INVAL. */
+int st_attn_merge_runs(const st_attn_geom *g, const float *parts, int32_t n_runs, float *out);
+
+/* Chunk state for n_q queries (floats, 64-byte aligned buffer owned by the caller). */
+size_t st_attn_chunk_state_floats(const st_attn_geom *g, int32_t n_q);
+/* Resets the state (no token seen). Returns 0 or ST_E_INVAL. */
+int st_attn_chunk_begin(const st_attn_geom *g, int32_t n_q, float *state);
+/* Folds the listed pages (no selection), in order, into the state: calling it over
+ * consecutive windows of a list then st_attn_chunk_end gives exactly st_attn_chunk over
+ * the whole list. Same arguments and errors as st_attn_chunk. */
+int st_attn_chunk_fold(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
+                       const st_attn_seq *seq, const float *q, int32_t n_q, int64_t pos0_q,
+                       float *state);
+/* out[n_q][n_head][head_dim] from the state. Returns 0 or ST_E_INVAL. */
+int st_attn_chunk_end(const st_attn_geom *g, int32_t n_q, const float *state, float *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -37,9 +37,22 @@
  * threads may read the memory behind views concurrently as long as no st_kv call runs.
  *
  * Lifetime of borrowed pointers (views, page data): valid until the next call that changes
- * the page tables or the pool (any function below not marked "read-only"). Once the SSD
- * tier exists (issue 6) they are valid only while their pages are pinned (st_kv_pin), and
- * pinned pages never move.
+ * the page tables or the pool (any function below not marked "read-only"). With the SSD
+ * tier (a spill directory in the params) they are valid only while their pages are pinned
+ * (st_kv_pin), and pinned pages never move.
+ *
+ * SSD tier (issue 6; design essay at the top of src/kv/kv_pool.c). n_pages is the LOGICAL
+ * page count; with a spill directory only ram_pages of them hold RAM at once (the hot
+ * pool), the rest live in the spill file (cold) or are still all-zero (never touched).
+ * What does not fit is moved transparently: a write or pin fetches its page (evicting the
+ * least recently used unpinned page, write-behind), st_kv_read reads cold layer blocks
+ * directly, and attention goes through st_kv_attend_decode / st_kv_attend_chunk, which
+ * fetch what fits and stream the rest per layer with results bit-identical to the
+ * all-in-RAM computation. st_kv_seq_views only works for sequences whose pages are all
+ * resident (ST_E_STATE otherwise). I/O errors and checksum mismatches fail the affected
+ * sequences: they keep returning that error (st_kv_seq_error) until freed; an operation
+ * that stopped half-way for an I/O or disk-space error also fails its sequence, so no
+ * sequence ever holds a silent hole or garbage.
  */
 #ifndef STRATA_KV_H
 #define STRATA_KV_H
@@ -48,6 +61,7 @@
 
 #include "strata/attn.h"
 #include "strata/core.h"
+#include "strata/tier.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -88,10 +102,23 @@ typedef struct st_kv_params {
     int64_t n_reserve;  /* admission watermark: st_kv_admit keeps this many pages back */
     int max_seqs;       /* 0 = 256; [1, ST_KV_MAX_SEQS] live sequences at once */
     st_kv_key fingerprint; /* model/config identity mixed into prefix keys and snapshots */
+    /* SSD tier (issue 6). spill_dir NULL: every page has RAM, exactly as without a tier. */
+    const char *spill_dir;   /* root: DIR/instance-<id>/ holds lock, pid and spill file;
+                                borrowed for st_kv_create only */
+    const char *instance_id; /* NULL or "" = the pid */
+    int64_t ram_pages;       /* hot pool in pages: 0 = n_pages; [2, n_pages] with spill_dir */
+    uint64_t disk_budget;    /* bytes of spill slots; 0 = unlimited */
+    st_cold_type cold;       /* cold compression of spilled f32/f16/bf16 pages (lossy) */
+    int spill_no_direct;     /* 1: buffered spill I/O (default: O_DIRECT when possible) */
+    st_spill_open_fn spill_open; /* tests: open the spill file through another backend */
+    void *spill_open_arg;
 } st_kv_params;
 
 /* Zeroed params with page_size 16, type f16, max_seqs 256; caller fills the rest. */
 st_kv_params st_kv_default_params(void);
+/* Bytes of one page slab (all layers) for params p, as st_kv_create would lay it out (0
+ * when the geometry fields are out of range). The unit of --kv-ram. */
+size_t st_kv_page_bytes(const st_kv_params *p);
 
 /* Byte geometry of a page (read-only, fixed at creation). */
 typedef struct st_kv_geometry {
@@ -131,10 +158,41 @@ typedef struct st_kv_stats {
     int64_t prefix_tokens_reused; /* tokens attached from the cache */
     int64_t cache_evictions; /* cached pages reclaimed for new allocations */
     int64_t requants;       /* q8_0 page-head requantizations */
+    /* SSD tier (zero without a spill directory) */
+    int64_t ram_pages;      /* hot pool capacity in pages */
+    int64_t pages_hot;      /* pages holding RAM now */
+    int64_t pages_cold;     /* pages whose only copy is in the spill file */
+    int64_t tier_writes;    /* hot -> cold page spills */
+    int64_t tier_reads;     /* cold -> hot page fetches */
+    int64_t tier_block_reads; /* layer blocks streamed for attention or st_kv_read */
+    int64_t tier_bytes_written, tier_bytes_read;
+    int64_t fetch_stalls;   /* times a step waited for a read (sync fetch or stream wait) */
+    int64_t tier_drops;     /* cached pages dropped to make room in RAM or on disk */
+    int64_t tier_errors;    /* pages lost to an I/O error or checksum mismatch */
+    int64_t seqs_failed;    /* sequences marked failed */
 } st_kv_stats;
 
 /* Read-only. Fills *out (never fails for a valid kv). */
 void st_kv_get_stats(const st_kv *kv, st_kv_stats *out);
+
+/* The --verbose line: a one-line summary of what moved between two snapshots of the stats
+ * ("kv tier: +3 spilled, +5 fetched (80.0 KiB), ..."), written into buf[cap]. Returns its
+ * length, or 0 (buf = "") when nothing moved. */
+int st_kv_stats_line(const st_kv_stats *before, const st_kv_stats *after, char *buf,
+                     size_t cap);
+
+/* Read-only: how many of the sequence's pages hold RAM (*hot) and how many live only in
+ * the spill file (*cold); never-touched pages count as neither. Returns 0, ST_E_INVAL,
+ * ST_E_STATE. */
+int st_kv_seq_residency(const st_kv *kv, st_kv_seq_id seq, int64_t *hot, int64_t *cold);
+
+/* Read-only: the sequence's sticky error: 0, or the I/O / ST_E_CORRUPT / ST_E_NOSPACE code
+ * that failed it. Returns that code, or ST_E_INVAL / ST_E_STATE for a bad id. */
+int st_kv_seq_error(const st_kv *kv, st_kv_seq_id seq);
+
+/* Waits for every write-behind spill and returns the first write error since the last
+ * call (0 when none or no tier). Pages whose write failed fail their sequences when read. */
+int st_kv_flush(st_kv *kv);
 
 /* Admission check: 0 when n_tokens more tokens (ceil(n_tokens/P) pages) can be allocated
  * while still leaving n_reserve pages obtainable (free or evictable cached); else
@@ -224,10 +282,11 @@ int st_kv_seq_pages(const st_kv *kv, st_kv_seq_id seq, st_kv_page_id *out, int m
                     int *n_out);
 
 /* ---- pinning ------------------------------------------------------------------------ */
-/* Pins a page (pins are counted). A pinned page is never freed, evicted or (issue 6)
- * moved; a sequence may still drop its reference (truncate, remove, free): the page is then
- * released at its last unpin. Returns 0, ST_E_INVAL (id out of range), ST_E_STATE (page
- * free or only cached: not in use). */
+/* Pins a page (pins are counted). A pinned page is never freed, evicted or moved; a
+ * sequence may still drop its reference (truncate, remove, free): the page is then released
+ * at its last unpin. With the SSD tier a cold page is fetched into RAM first. Returns 0,
+ * ST_E_INVAL (id out of range), ST_E_STATE (page free or only cached: not in use),
+ * ST_E_POOL_FULL (every hot page pinned), ST_E_NOSPACE / a read error (tier). */
 int st_kv_pin(st_kv *kv, st_kv_page_id page);
 /* Returns 0, ST_E_INVAL, ST_E_STATE (page not pinned: unbalanced unpin). */
 int st_kv_unpin(st_kv *kv, st_kv_page_id page);
@@ -248,6 +307,34 @@ int st_kv_prefix_attach(st_kv *kv, st_kv_seq_id seq, const int32_t *tokens, int6
  * were recorded with exactly tokens[0..n), else 0. */
 int st_kv_prefix_covers(const st_kv *kv, st_kv_seq_id seq, const int32_t *tokens, int64_t n,
                         int *covers);
+
+/* ---- attention through the tiers --------------------------------------------------------- */
+
+/* A Quest selection (quest.h): per KV head, indices into the sequence's view list. */
+typedef struct st_kv_select st_kv_select;
+
+/* Decode attention of layer `layer` for n_seq sequences: sequence i's query q[i]
+ * ([n_head][head_dim] f32) -> out[i]. g: the attention geometry; its n_kv_head,
+ * head_dim, page_size and type must be the pool's. sel: NULL, or per sequence NULL (dense)
+ * or a selection made for this sequence and layer (st_kv_quest_select): only the selected
+ * pages are read, fetched or streamed. Output is bit-identical to st_attn_decode_batch
+ * over st_kv_seq_views (with the selection applied), whatever is in RAM: pages that are all
+ * resident are used in place; cold pages are fetched in one coalesced batch when they fit
+ * in the hot pool, else streamed layer block by layer block through a double buffer (the
+ * next window's reads in flight while the current one computes). ctx: errors and threads.
+ * Returns 0; ST_E_INVAL (arguments, geometry mismatch, selection size); ST_E_STATE (stale
+ * id); a sequence's sticky error; ST_E_CORRUPT / -errno when a read fails (the affected
+ * sequences are failed); ST_E_POOL_FULL; ST_E_NOMEM. On error out is unspecified. */
+int st_kv_attend_decode(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
+                        int layer, const st_kv_seq_id *seqs, int n_seq,
+                        const st_kv_select *const *sel, const float *q, float *out);
+
+/* Chunk (prefill) attention of layer `layer`: n_q queries of seq at positions pos0_q ..
+ * (their K/V already written), q, out: [n_q][n_head][head_dim]. Bit-identical to
+ * st_attn_chunk over st_kv_seq_views; streams what does not fit. Errors as decode. */
+int st_kv_attend_chunk(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
+                       int layer, st_kv_seq_id seq, const float *q, int32_t n_q,
+                       int64_t pos0_q, float *out);
 
 /* ---- snapshot I/O --------------------------------------------------------------------- */
 /* A small I/O interface with swappable backends (memory, FILE*, fd); tests plug in their

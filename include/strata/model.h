@@ -25,6 +25,7 @@
 #include "strata/core.h"
 #include "strata/gguf.h"
 #include "strata/kv.h"
+#include "strata/quest.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -172,6 +173,25 @@ int st_runner_forward(st_runner *r, const st_batch *b, float *logits);
 
 /* Seconds spent in the last forward (for statistics). */
 double st_runner_last_seconds(const st_runner *r);
+
+/* ---- Quest sparse decode (issue 7; quest.h) ------------------------------------------------ */
+
+/* Decode steps (single-token runs) attend, per layer >= p->dense_layers and KV head, only the
+ * pages st_kv_quest_select picks from the query; prefill chunks stay dense. p NULL or
+ * budget 0: dense (the default). audit_every > 0: every audit_every-th decode step also
+ * measures, per sparse layer and query head, the fraction of the dense softmax mass the
+ * selection captured (a dense pass). Returns 0 or ST_E_INVAL (negative budget/audit). */
+int st_runner_set_quest(st_runner *r, const st_kv_quest_params *p, int32_t audit_every);
+
+typedef struct st_runner_quest_stats {
+    int64_t steps;        /* decode steps run with a budget */
+    int64_t selects;      /* (sequence, sparse layer) selections */
+    int64_t pages_listed; /* pages attended, summed over selections and KV heads */
+    int64_t pages_total;  /* pages a dense pass would have read, same sum */
+    int64_t audits;       /* (query head, layer, step) samples of the captured mass */
+    double mass_mean, mass_min; /* over the samples; 1 / 1 when none */
+} st_runner_quest_stats;
+void st_runner_get_quest_stats(const st_runner *r, st_runner_quest_stats *out);
 
 #ifdef __cplusplus
 }

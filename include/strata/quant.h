@@ -150,8 +150,8 @@ typedef struct st_kernels {
 } st_kernels;
 
 /* The immutable kernel table for isa (pass st_ctx_isa(ctx)). Never NULL. An ISA the CPU
- * cannot run falls back to the best one it can (AVX-512 kernels need VNNI and BF16
- * besides F/BW/VL/DQ; without them the AVX2 table is returned); ->isa says which.
+ * cannot run falls back to the best one it can (AVX-512 kernels need VNNI besides
+ * F/BW/VL/DQ; without it the AVX2 table is returned); ->isa says which.
  * Valid for the life of the process; shared by all threads. */
 const st_kernels *st_kernels_get(st_isa isa);
 

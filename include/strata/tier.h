@@ -176,7 +176,14 @@ typedef struct st_spill_params {
     void *open_arg;
     st_spill_done_fn on_done; /* optional write-completion callback */
     void *done_arg;
+    /* Parts (the KV pool passes n_layer): 0 or 1 = one whole payload. Else every page
+     * written has a length that is a multiple of n_parts and is stored as n_parts equal
+     * parts, each checksummed (and cold-coded) on its own, so one part or a run of parts
+     * (one layer block of a page) can be read and verified alone (st_spill_rd.part_*). */
+    uint32_t n_parts;
 } st_spill_params;
+
+#define ST_SPILL_MAX_PARTS 4096
 
 st_spill_params st_spill_default_params(size_t slot_bytes);
 
@@ -229,8 +236,12 @@ typedef struct st_spill_rd {
     st_slot slot;
     uint64_t key, gen; /* must equal what was written (else ST_E_STATE) */
     void *buf;
-    size_t len;
+    size_t len;        /* whole payload: the written length; parts: part_count * part length */
     int rc; /* out: 0, ST_E_CORRUPT, -errno of the failed write/read, ST_E_STATE... */
+    /* Ranged read (stores opened with n_parts > 1): parts [part_first, part_first +
+     * part_count) only, one aligned I/O, each part's checksum verified. part_count 0 = the
+     * whole payload (part_first must then be 0). */
+    uint32_t part_first, part_count;
 } st_spill_rd;
 
 /* Reads slots back: sorted by file offset, adjacent slots coalesced into one read,

@@ -624,3 +624,245 @@ int st_attn_key_minmax(const st_attn_geom *g, const st_attn_page *page, int32_t 
         for (size_t d = 0; d < D; d++) kmin[d] = kmax[d] = 0;
     return n;
 }
+
+/* ---- streaming entry points (issue 6) ---------------------------------------------------
+ * The SSD tier computes a list in windows. Decode: st_attn_decode_runs leaves each run's
+ * partial exactly as decode_item does, and st_attn_merge_runs is merge_task's formula in
+ * merge_task's order, so the split is invisible in the bits. Chunk: the per-(KV head, tile)
+ * online state lives in a caller buffer across windows; the kernels fold blocks strictly in
+ * order and a block's result does not depend on which batch it was queued in, so folding
+ * window after window equals one walk over the whole list. */
+
+int32_t st_attn_runs_count(const st_attn_geom *g, const st_attn_seq *seq) {
+    if (!g || !seq || g->n_kv_head < 1 || g->page_size < 1 || g->page_size > ST_ATTN_SPLIT_TOKENS)
+        return 0;
+    return runs_for(g, seq).n_runs;
+}
+
+int st_attn_decode_runs(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
+                        const st_attn_seq *seq, const float *q, float *parts, int32_t *n_runs) {
+    if (n_runs) *n_runs = 0;
+    if (!ws || !seq || !q || !parts)
+        return st_seterr(ctx, ST_E_INVAL, "attn: decode_runs: NULL argument");
+    int rc = check_geom(ctx, g);
+    if (!rc) rc = check_seq(ctx, g, seq, 0);
+    if (rc) return rc;
+    if (g->page_size > ST_ATTN_SPLIT_TOKENS)
+        return st_seterr(ctx, ST_E_INVAL, "attn: decode_runs: page_size %d > %d", g->page_size,
+                         ST_ATTN_SPLIT_TOKENS);
+    const int32_t H = g->n_kv_head, D = g->head_dim;
+    int nth;
+    st_threadpool *tp;
+    if ((rc = begin_call(ctx, ws, g, g->n_head / H, &nth, &tp))) return rc;
+    if (grow_items(ws, 0, 1)) return st_seterr(ctx, ST_E_NOMEM, "attn: decode_runs workspace");
+    ws->runs[0] = runs_for(g, seq);
+    ws->runs[0].slot0 = 0;
+    const size_t n_items = (size_t)ws->runs[0].n_runs;
+    const int32_t G = ws->G;
+    ws->slot_stride = r16((size_t)G * (size_t)D) + r16((size_t)G) + (size_t)G * ATTN_BLK;
+    size_t part_need, q_need = (size_t)g->n_head * (size_t)D;
+    if (__builtin_mul_overflow(n_items * (size_t)H, ws->slot_stride, &part_need) ||
+        grow_floats(&ws->part, &ws->part_cap, part_need) || grow_items(ws, n_items, 0) ||
+        grow_floats(&ws->qs, &ws->qs_cap, q_need))
+        return st_seterr(ctx, ST_E_NOMEM, "attn: decode_runs workspace for %zu runs", n_items);
+    for (size_t i = 0; i < q_need; i++) ws->qs[i] = q[i] * ws->scale;
+    for (size_t c = 0; c < n_items; c++) ws->items[c] = (attn_item){0, (int32_t)c};
+    ws->n_items = (int64_t)n_items;
+    atomic_store_explicit(&ws->next, 0, memory_order_relaxed);
+    ws->seqs = seq;
+    ws->n_seq = 1;
+    ws->q = q;
+    ws->out = NULL;
+    if (tp && nth > 1 && n_items > 1) st_threadpool_run(tp, decode_task, ws);
+    else decode_task(ws, 0, 1);
+    const size_t ss = ws->slot_stride, moff = r16((size_t)G * D), PF = ST_ATTN_PART_FLOATS(D);
+    for (size_t c = 0; c < n_items; c++)
+        for (int32_t h = 0; h < H; h++) {
+            const float *slot = ws->part + (c * (size_t)H + (size_t)h) * ss;
+            for (int32_t gi = 0; gi < G; gi++) {
+                float *dst = parts + (c * (size_t)g->n_head + (size_t)h * G + gi) * PF;
+                dst[0] = slot[moff + gi];
+                dst[1] = attn_lane_sum(slot + moff + r16((size_t)G) + (size_t)gi * ATTN_BLK);
+                memcpy(dst + 2, slot + (size_t)gi * D, sizeof(float) * (size_t)D);
+            }
+        }
+    if (n_runs) *n_runs = (int32_t)n_items;
+    return 0;
+}
+
+int st_attn_merge_runs(const st_attn_geom *g, const float *parts, int32_t n_runs, float *out) {
+    if (check_geom(NULL, g) || n_runs < 0 || !out || (n_runs > 0 && !parts)) return ST_E_INVAL;
+    const int32_t NH = g->n_head, D = g->head_dim;
+    const size_t PF = ST_ATTN_PART_FLOATS(D);
+    for (int32_t hq = 0; hq < NH; hq++) {
+        float *o = out + (size_t)hq * D;
+        float M = -INFINITY;
+        for (int32_t c = 0; c < n_runs; c++) {
+            float mc = parts[((size_t)c * NH + hq) * PF];
+            if (mc > M) M = mc;
+        }
+        memset(o, 0, sizeof(float) * (size_t)D);
+        if (M == -INFINITY) continue;
+        float L = 0;
+        for (int32_t c = 0; c < n_runs; c++) {
+            const float *pp = parts + ((size_t)c * NH + hq) * PF;
+            float mc = pp[0];
+            if (mc == -INFINITY) continue;
+            float w = expf(mc - M);
+            L += pp[1] * w;
+            for (int d = 0; d < D; d++) o[d] += pp[2 + d] * w;
+        }
+        float inv = 1.0f / L;
+        for (int d = 0; d < D; d++) o[d] *= inv;
+    }
+    return 0;
+}
+
+/* Chunk tiling, as st_attn_chunk chooses it. */
+typedef struct chunk_plan {
+    int32_t G, T, n_tiles;
+    size_t block; /* floats per (KV head, tile) state block: m, l lanes, acc */
+} chunk_plan;
+
+static chunk_plan chunk_plan_for(const st_attn_geom *g, int32_t n_q) {
+    chunk_plan c;
+    c.G = g->n_head / g->n_kv_head;
+    c.T = ATTN_CHUNK_ROWS / c.G > 1 ? ATTN_CHUNK_ROWS / c.G : 1;
+    if (c.T > n_q) c.T = n_q;
+    if (c.T < 1) c.T = 1;
+    c.n_tiles = (n_q + c.T - 1) / c.T;
+    const size_t R = (size_t)c.G * (size_t)c.T;
+    c.block = r16(R) + R * ATTN_BLK + r16(R * (size_t)g->head_dim);
+    return c;
+}
+
+static void chunk_state_rows(const chunk_plan *c, float *b, float **m, float **l, float **acc) {
+    const size_t R = (size_t)c->G * (size_t)c->T;
+    *m = b;
+    *l = b + r16(R);
+    *acc = *l + R * ATTN_BLK;
+}
+
+size_t st_attn_chunk_state_floats(const st_attn_geom *g, int32_t n_q) {
+    if (check_geom(NULL, g) || n_q < 1) return 0;
+    chunk_plan c = chunk_plan_for(g, n_q);
+    return c.block * (size_t)g->n_kv_head * (size_t)c.n_tiles;
+}
+
+int st_attn_chunk_begin(const st_attn_geom *g, int32_t n_q, float *state) {
+    if (check_geom(NULL, g) || n_q < 0 || (n_q > 0 && !state)) return ST_E_INVAL;
+    if (n_q == 0) return 0;
+    chunk_plan c = chunk_plan_for(g, n_q);
+    const size_t n = (size_t)g->n_kv_head * (size_t)c.n_tiles;
+    for (size_t i = 0; i < n; i++) {
+        float *m, *l, *acc;
+        chunk_state_rows(&c, state + i * c.block, &m, &l, &acc);
+        memset(state + i * c.block, 0, sizeof(float) * c.block);
+        for (size_t r = 0; r < (size_t)c.G * (size_t)c.T; r++) m[r] = -INFINITY;
+    }
+    return 0;
+}
+
+typedef struct chunk_fold_job {
+    st_attn_ws *ws;
+    chunk_plan plan;
+    float *state;
+} chunk_fold_job;
+
+static void chunk_fold_item(const chunk_fold_job *job, int ith, const attn_item *it) {
+    st_attn_ws *ws = job->ws;
+    const st_attn_geom *g = ws->g;
+    const st_attn_seq *s = ws->seqs;
+    const int G = ws->G, D = g->head_dim;
+    const int32_t kvh = it->seq, q0 = it->c * ws->T;
+    const int32_t tn = ws->n_q - q0 < ws->T ? ws->n_q - q0 : ws->T;
+    const int R = G * tn;
+    attn_tile t = tile_at(ws, ith, R);
+    float *qs = (float *)t.q;
+    int64_t *lim = (int64_t *)(void *)(ws->thr + (size_t)ith * ws->thr_stride +
+                                       layout_for((size_t)R, (size_t)D).lim);
+    for (int32_t j = 0; j < tn; j++)
+        for (int gi = 0; gi < G; gi++) {
+            const float *qr = ws->q + ((size_t)(q0 + j) * g->n_head + (size_t)kvh * G + gi) * D;
+            float *dst = qs + (size_t)(j * G + gi) * D;
+            for (int d = 0; d < D; d++) dst[d] = qr[d] * ws->scale;
+            lim[j * G + gi] = ws->pos0_q + q0 + j;
+        }
+    t.lim = lim;
+    chunk_state_rows(&job->plan, job->state + ((size_t)kvh * job->plan.n_tiles + it->c) * job->plan.block,
+                     &t.m, &t.l, &t.acc);
+    const int64_t max_pos = ws->pos0_q + q0 + tn - 1;
+    attn_batch bt;
+    bt.k = ws->k, bt.n = 0;
+    for (int32_t i = 0; i < s->n_pages; i++) {
+        if (i + ATTN_PF_PAGES < s->n_pages) prefetch_page(g, &s->pages[i + ATTN_PF_PAGES], kvh);
+        walk_page(&bt, &t, g, &s->pages[i], kvh, 0, g->page_size, max_pos);
+    }
+    batch_flush(&bt);
+}
+
+static void chunk_fold_task(void *arg, int ith, int nth) {
+    const chunk_fold_job *job = arg;
+    for (;;) {
+        int64_t i = atomic_fetch_add_explicit(&job->ws->next, 1, memory_order_relaxed);
+        if (i >= job->ws->n_items) break;
+        chunk_fold_item(job, ith, &job->ws->items[i]);
+    }
+}
+
+int st_attn_chunk_fold(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
+                       const st_attn_seq *seq, const float *q, int32_t n_q, int64_t pos0_q,
+                       float *state) {
+    if (!ws || !seq || n_q < 0 || (n_q > 0 && (!q || !state)))
+        return st_seterr(ctx, ST_E_INVAL, "attn: chunk_fold: NULL argument or n_q %d < 0", n_q);
+    if (pos0_q < 0 || pos0_q > INT64_MAX / 4)
+        return st_seterr(ctx, ST_E_INVAL, "attn: chunk_fold: pos0_q %lld out of range",
+                         (long long)pos0_q);
+    int rc = check_geom(ctx, g);
+    if (!rc) rc = check_seq(ctx, g, seq, 0);
+    if (rc || n_q == 0) return rc;
+    if (seq->sel) return st_seterr(ctx, ST_E_INVAL, "attn: chunk_fold: selections not supported");
+    chunk_fold_job job = {.ws = ws, .plan = chunk_plan_for(g, n_q), .state = state};
+    const int32_t H = g->n_kv_head;
+    const size_t n_items = (size_t)H * (size_t)job.plan.n_tiles;
+    int nth;
+    st_threadpool *tp;
+    if ((rc = begin_call(ctx, ws, g, job.plan.G * job.plan.T, &nth, &tp))) return rc;
+    if (grow_items(ws, n_items, 0))
+        return st_seterr(ctx, ST_E_NOMEM, "attn: chunk_fold workspace for %zu tiles", n_items);
+    size_t ni = 0;
+    for (int32_t h = 0; h < H; h++)
+        for (int32_t c = 0; c < job.plan.n_tiles; c++) ws->items[ni++] = (attn_item){h, c};
+    ws->n_items = (int64_t)ni;
+    atomic_store_explicit(&ws->next, 0, memory_order_relaxed);
+    ws->seqs = seq;
+    ws->q = q;
+    ws->out = NULL;
+    ws->T = job.plan.T;
+    ws->n_q = n_q;
+    ws->pos0_q = pos0_q;
+    if (tp && nth > 1 && ni > 1) st_threadpool_run(tp, chunk_fold_task, &job);
+    else chunk_fold_task(&job, 0, 1);
+    return 0;
+}
+
+int st_attn_chunk_end(const st_attn_geom *g, int32_t n_q, const float *state, float *out) {
+    if (check_geom(NULL, g) || n_q < 0 || (n_q > 0 && (!state || !out))) return ST_E_INVAL;
+    if (n_q == 0) return 0;
+    chunk_plan c = chunk_plan_for(g, n_q);
+    const int D = g->head_dim;
+    for (int32_t h = 0; h < g->n_kv_head; h++)
+        for (int32_t ti = 0; ti < c.n_tiles; ti++) {
+            float *m, *l, *acc;
+            chunk_state_rows(&c, (float *)state + ((size_t)h * c.n_tiles + ti) * c.block, &m, &l,
+                             &acc);
+            const int32_t q0 = ti * c.T, tn = n_q - q0 < c.T ? n_q - q0 : c.T;
+            for (int32_t j = 0; j < tn; j++)
+                for (int gi = 0; gi < c.G; gi++) {
+                    int r = j * c.G + gi;
+                    float *o = out + ((size_t)(q0 + j) * g->n_head + (size_t)h * c.G + gi) * D;
+                    write_row(o, acc + (size_t)r * D, m[r], l + (size_t)r * ATTN_BLK, D);
+                }
+        }
+    return 0;
+}

@@ -155,9 +155,14 @@ int st_cli_session_open(const char *cmd, const st_cli_session_opts *o, st_cli_se
     int32_t n_seqs = o->n_seqs > 0 ? o->n_seqs : 1;
     kp.n_pages = ((int64_t)n_ctx + kp.page_size - 1) / kp.page_size * n_seqs + n_seqs;
     st_model_fingerprint(s->model, kp.fingerprint.b);
-    /* refuse a pool that cannot fit in memory before allocating it */
+    if (o->kv_flags && (rc = st_cli_kv_flags_apply(o->kv_flags, &kp, cmd))) {
+        st_cli_session_close(s);
+        return st_cli_exit_code(rc);
+    }
+    /* refuse a pool that cannot fit in memory before allocating it (the hot pool: with the
+     * SSD tier only ram_pages of the n_pages hold RAM) */
     size_t eb = kp.type == ST_TYPE_F32 ? 4 : kp.type == ST_TYPE_Q8_0 ? 1 : 2;
-    unsigned long long need = (unsigned long long)kp.n_pages * kp.page_size * hp->n_layer * hp->n_head_kv *
+    unsigned long long need = (unsigned long long)(kp.ram_pages ? kp.ram_pages : kp.n_pages) * kp.page_size * hp->n_layer * hp->n_head_kv *
                               hp->head_dim * 2 * eb, avail = st_cli_mem_available();
     if (avail && need > avail) {
         st_seterr(s->ctx, ST_E_LIMIT, "context %d needs %llu MiB of KV cache, more than the %llu MiB of memory "

@@ -3,6 +3,7 @@
 #ifndef STRATA_CLI_UTIL_H
 #define STRATA_CLI_UTIL_H
 
+#include "cli/kv_flags.h"
 #include "strata/model.h"
 #include "strata/tok.h"
 
@@ -48,6 +49,7 @@ typedef struct st_cli_session_opts {
     st_type kv_type;
     int32_t n_batch;        /* 0: 256 */
     int need_tok;           /* load the tokenizer */
+    const st_cli_kv_flags *kv_flags; /* NULL: no SSD tier (kv_flags.h) */
 } st_cli_session_opts;
 
 /* Opens everything; on error prints one line "strata <cmd>: <message>" to stderr and

@@ -1,6 +1,8 @@
 /* strata perplexity: chunks of CTX tokens as llama.cpp's perplexity tool cuts them (the text
  * tokenized once with BOS, each chunk's first token replaced by BOS, the second half of each
  * chunk scored), printing the running estimate after every chunk and the final value. */
+#include "cli/cli_quest.h"
+#include "cli/kv_flags.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 
@@ -10,7 +12,10 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: strata perplexity -m FILE -f TEXT [-c CTX] [-t THREADS] [-b N_BATCH] [--chunks N]\n"
-               "                         [--kv-page P] [--kv-type f16|bf16|f32|q8_0]\n");
+               "                         [--kv-page P] [--kv-type f16|bf16|f32|q8_0] [--kv-budget N ...]\n"
+               "With any --kv-* Quest flag every token is run as a decode step (token by token), so it\n"
+               "is scored with exactly the attention sparse decode gives it (--kv-budget 0: dense).\n"
+               ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
 }
 
 /* -log p(target) from one row of logits, in double as llama.cpp does. */
@@ -27,10 +32,20 @@ int st_cmd_perplexity(int argc, char **argv) {
     const char *model = NULL, *file = NULL;
     long long n_ctx = 512, n_threads = 0, n_batch = 0, kv_page = 16, max_chunks = -1;
     st_type kv_type = ST_TYPE_F16;
+    st_cli_quest quest;
+    st_cli_quest_init(&quest);
+    st_cli_kv_flags tier;
+    st_cli_kv_flags_init(&tier);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int ok = v != NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        int ok = v != NULL, qa = st_cli_quest_arg(&quest, a, v), ta = qa ? 0 : st_cli_kv_flags_arg(&tier, a, v);
+        if (qa) {
+            ok = qa > 0;
+        } else if (ta == 2) {
+            continue; /* --verbose: no value */
+        } else if (ta) {
+            ok = ta > 0;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "-m")) model = v;
@@ -64,11 +79,18 @@ int st_cmd_perplexity(int argc, char **argv) {
     }
     st_cli_session_opts so = {.model_path = model, .n_threads = (int)n_threads, .n_ctx = (int32_t)n_ctx,
                               .n_seqs = 1, .page_size = (int)kv_page, .kv_type = kv_type,
-                              .n_batch = (int32_t)(n_batch ? n_batch : n_ctx), .need_tok = 1};
+                              .n_batch = (int32_t)(n_batch ? n_batch : n_ctx), .need_tok = 1,
+                              .kv_flags = &tier};
     st_cli_session s;
     if ((rc = st_cli_session_open("perplexity", &so, &s))) {
         free(text);
         return rc;
+    }
+    if (quest.given && (rc = st_cli_quest_apply(&quest, s.runner))) {
+        fprintf(stderr, "strata perplexity: %s\n", st_ctx_error(s.ctx));
+        free(text);
+        st_cli_session_close(&s);
+        return st_cli_exit_code(rc);
     }
     int32_t *tok = NULL;
     int n_tok = 0;
@@ -99,8 +121,17 @@ int st_cmd_perplexity(int argc, char **argv) {
         memset(want + first, 1, (size_t)(C - first));
         st_kv_seq_id seq;
         if ((rc = st_kv_seq_create(s.kv, &seq))) break;
-        st_batch b = {.n_tokens = C, .tokens = chunk, .seq_single = seq, .want_logits = want};
-        rc = st_runner_forward(s.runner, &b, logits);
+        if (quest.given) { /* decode steps: the first `first` tokens need no logits */
+            const uint8_t no = 0;
+            for (int j = 0; j < C && !rc; j++) {
+                st_batch b1 = {.n_tokens = 1, .tokens = chunk + j, .seq_single = seq,
+                               .want_logits = j >= first ? NULL : &no};
+                rc = st_runner_forward(s.runner, &b1, j >= first ? logits + (size_t)(j - first) * nv : NULL);
+            }
+        } else {
+            st_batch b = {.n_tokens = C, .tokens = chunk, .seq_single = seq, .want_logits = want};
+            rc = st_runner_forward(s.runner, &b, logits);
+        }
         st_kv_seq_free(s.kv, seq);
         for (int j = 0; j < C - 1 - first && !rc; j++, count++)
             sum += nll(logits + (size_t)j * nv, nv, tok[(size_t)c * C + first + 1 + j]);
@@ -111,6 +142,7 @@ int st_cmd_perplexity(int argc, char **argv) {
         printf("Final estimate: PPL = %.4f\n", exp(sum / (double)count));
         fprintf(stderr, "%lld tokens scored in %.2f s (%.1f tok/s evaluated)\n", count, st_time_now() - t0,
                 (double)n_chunk * C / (st_time_now() - t0));
+        st_cli_quest_print(&quest, s.runner, stderr);
     } else {
         fprintf(stderr, "strata perplexity: %s\n", *st_ctx_error(s.ctx) ? st_ctx_error(s.ctx) : st_strerror(rc));
     }

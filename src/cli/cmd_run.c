@@ -1,7 +1,10 @@
 /* strata run: generate text from a GGUF model (or the built-in synthetic one).
  * Only the generated text goes to stdout; statistics and messages go to stderr. */
+#include "cli/chat.h"
+#include "cli/cli_quest.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/kv_flags.h"
 #include "strata/sample.h"
 
 #include <stdlib.h>
@@ -12,9 +15,13 @@ static void usage(FILE *f) {
             "usage: strata run [-m FILE] [-p PROMPT | -f FILE] [-n N] [-c CTX] [-t THREADS] [--temp T]\n"
             "                  [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
             "                  [--seed S] [--kv-page P] [--kv-type f16|bf16|f32|q8_0] [-b N_BATCH]\n"
+            "                  [--chat [--chat-template NAME] [--system TEXT]]\n"
+            "--chat: interactive chat on stdin (one message a line; /reset, /exit); the KV is kept\n"
+            "between turns. The template comes from the GGUF unless --chat-template names one.\n"
             "Without -m, runs a built-in synthetic model (random weights, byte-level tokenizer).\n"
             "--temp 0 is greedy. Defaults: -n 128, -c min(model, 4096), --temp 0.8, --top-k 40,\n"
-            "--top-p 0.95, --min-p 0.05, --repeat-penalty 1.0, --kv-page 16, --kv-type f16.\n");
+            "--top-p 0.95, --min-p 0.05, --repeat-penalty 1.0, --kv-page 16, --kv-type f16.\n"
+            ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
 }
 
 typedef struct run_opts {
@@ -22,6 +29,10 @@ typedef struct run_opts {
     long long n_predict, n_ctx, n_threads, kv_page, n_batch;
     st_type kv_type;
     st_sampler_params sp;
+    int chat;
+    const char *chat_template, *system;
+    st_cli_quest quest;
+    st_cli_kv_flags tier;
 } run_opts;
 
 static int bad(const char *opt, const char *val) {
@@ -32,6 +43,8 @@ static int bad(const char *opt, const char *val) {
 static int parse(int argc, char **argv, run_opts *o) {
     o->n_predict = 128, o->kv_page = 16, o->kv_type = ST_TYPE_F16;
     o->sp = st_sampler_default_params();
+    st_cli_quest_init(&o->quest);
+    st_cli_kv_flags_init(&o->tier);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double d;
@@ -40,10 +53,17 @@ static int parse(int argc, char **argv, run_opts *o) {
             usage(stdout);
             return -1;
         }
-        int takes = 1;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
+        int takes = 1, qa = st_cli_quest_arg(&o->quest, a, v), ta = 0;
+        if (qa < 0) return bad(a, v);
+        if (!qa && (ta = st_cli_kv_flags_arg(&o->tier, a, v)) < 0) return bad(a, v);
+        if (qa > 0) ;
+        else if (ta) takes = ta == 1;
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->prompt_file = v;
+        else if (!strcmp(a, "--chat")) o->chat = 1, takes = 0;
+        else if (!strcmp(a, "--chat-template")) o->chat_template = v;
+        else if (!strcmp(a, "--system")) o->system = v;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             if (st_cli_int(v, 0, 1 << 30, &o->n_predict)) return bad(a, v);
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
@@ -86,6 +106,11 @@ static int parse(int argc, char **argv, run_opts *o) {
     }
     if (o->prompt && o->prompt_file) {
         fprintf(stderr, "strata run: give -p or -f, not both\n");
+        return ST_EXIT_INPUT;
+    }
+    if (o->chat ? o->prompt || o->prompt_file : o->chat_template || o->system) {
+        fprintf(stderr, "strata run: --chat reads the conversation from stdin: it takes --chat-template and "
+                        "--system, not -p or -f\n");
         return ST_EXIT_INPUT;
     }
     return 0;
@@ -144,8 +169,13 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
         if (n_gen == max_gen) break;
         double t1 = st_time_now();
         st_batch b = {.n_tokens = 1, .tokens = &t, .seq_single = seq};
+        st_kv_stats k0, k1;
+        if (o->tier.verbose) st_kv_get_stats(s->kv, &k0);
         rc = st_runner_forward(s->runner, &b, logits);
         t_decode += st_time_now() - t1;
+        char line[256];
+        if (o->tier.verbose && (st_kv_get_stats(s->kv, &k1), st_kv_stats_line(&k0, &k1, line, sizeof line)))
+            fprintf(stderr, "[step %lld] %s\n", n_gen, line);
     }
     const char *tail;
     size_t nt;
@@ -164,6 +194,13 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
         fprintf(stderr, "KV pages used: %lld of %lld (page %d tokens, %s)\n", (long long)ks.pages_used,
                 (long long)ks.n_pages, st_kv_get_geometry(s->kv)->page_size,
                 st_type_name(st_kv_get_geometry(s->kv)->type));
+        st_cli_quest_print(&o->quest, s->runner, stderr);
+        if (ks.ram_pages)
+            fprintf(stderr, "KV tier: hot pool %lld pages; %lld spilled, %lld fetched, %lld blocks "
+                    "streamed, %.1f MiB read, %lld stalls, %lld dropped\n", (long long)ks.ram_pages,
+                    (long long)ks.tier_writes, (long long)ks.tier_reads, (long long)ks.tier_block_reads,
+                    (double)ks.tier_bytes_read / 1048576.0, (long long)ks.fetch_stalls,
+                    (long long)ks.tier_drops);
     }
     st_detok_free(dt);
     st_sampler_destroy(smp);
@@ -185,7 +222,8 @@ int st_cmd_run(int argc, char **argv) {
     st_synth_params synth = builtin_model();
     st_cli_session_opts so = {.model_path = o.model, .synth = &synth, .n_threads = (int)o.n_threads,
                               .n_ctx = (int32_t)o.n_ctx, .n_seqs = 1, .page_size = (int)o.kv_page,
-                              .kv_type = o.kv_type, .n_batch = (int32_t)o.n_batch, .need_tok = 1};
+                              .kv_type = o.kv_type, .n_batch = (int32_t)o.n_batch, .need_tok = 1,
+                              .kv_flags = &o.tier};
     if (!o.model)
         fprintf(stderr, "strata run: no -m given: running the built-in synthetic model (random weights, "
                         "byte-level tokenizer; the text it writes is noise)\n");
@@ -195,6 +233,19 @@ int st_cmd_run(int argc, char **argv) {
         return rc;
     }
     if (!o.model) fprintf(stderr, "model: %s\n", st_model_desc(s.model));
+    if (o.quest.given && (rc = st_cli_quest_apply(&o.quest, s.runner))) {
+        fprintf(stderr, "strata run: %s\n", st_ctx_error(s.ctx));
+        free(text);
+        st_cli_session_close(&s);
+        return st_cli_exit_code(rc);
+    }
+    if (o.chat) {
+        st_cli_chat_opts co = {.template_name = o.chat_template, .system = o.system, .n_predict = o.n_predict,
+                               .n_batch = (int32_t)o.n_batch, .sp = o.sp, .in = stdin};
+        rc = st_cli_chat(&s, &co);
+        st_cli_session_close(&s);
+        return rc;
+    }
     const char *prompt = text ? text : o.prompt ? o.prompt : "Once upon a time";
     int32_t *ids = NULL;
     int n_ids = 0;

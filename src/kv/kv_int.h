@@ -15,6 +15,16 @@ enum kv_page_state {
     KV_PAGE_CACHED = 2, /* refs == pins == 0, registered in the prefix index, on the LRU */
 };
 
+/* Residency of a USED or CACHED page (kv_page.resident; the SSD tier, see kv_pool.c).
+ * KV_RES_RAM is 1 so that the byte keeps meaning "resident" for snapshots. */
+enum kv_residency {
+    KV_RES_NONE = 0,  /* FREE pages */
+    KV_RES_RAM = 1,   /* holds a frame; clean when it also holds a slot, else dirty */
+    KV_RES_ZERO = 2,  /* never touched since allocation: all zero, no frame, no slot */
+    KV_RES_DISK = 3,  /* only the slot holds the data (maybe still being written behind) */
+    KV_RES_ERROR = 4, /* its data is lost (err); the sequences naming it are failed */
+};
+
 typedef struct kv_page {
     int32_t refs;        /* page-table entries naming this page */
     int32_t pins;        /* st_kv_pin count */
@@ -22,12 +32,19 @@ typedef struct kv_page {
     uint8_t sealed;      /* full and committed: contents frozen while sealed */
     uint8_t has_key;     /* key/parent valid; tokens in kv->page_tokens */
     uint8_t registered;  /* in the prefix index (implies has_key) */
-    uint8_t resident;    /* always 1 until the tier exists */
+    uint8_t resident;    /* enum kv_residency */
     int32_t prev, next;  /* LRU links (CACHED) or free list link (FREE: next only) */
     int32_t hnext;       /* prefix index chain (registered) */
     uint64_t last_use;   /* kv->tick when last referenced: the residency score */
     st_kv_key key;       /* XXH3-128(parent, tokens, fingerprint) */
     st_kv_key parent;    /* key of the page before it (zero for the first page) */
+    /* SSD tier */
+    int32_t frame;       /* RAM frame (KV_RES_RAM), else -1 */
+    st_slot slot;        /* spill slot holding a copy (clean RAM, DISK), else ST_SLOT_NONE */
+    int32_t rprev, rnext; /* hot LRU (pages with a frame), least recently used first */
+    int32_t hold;        /* operation-scoped pins: never evicted while > 0 */
+    int32_t err;         /* KV_RES_ERROR: why */
+    uint64_t gen;        /* spill generation: identity of the slot's contents */
 } kv_page;
 
 typedef struct kv_entry {
@@ -46,13 +63,14 @@ typedef struct kv_seq {
     int32_t *tokens;   /* [len] token ids recorded at reserve, -1 unknown */
     int64_t cap_tok;
     int64_t seal_from; /* entries before it are sealed or holes (commit starts here) */
+    int err;           /* sticky failure (I/O, checksum, half-done operation); 0 = fine */
 } kv_seq;
 
 struct st_kv {
     st_ctx *ctx; /* borrowed, for error messages */
     st_kv_params p;
     st_kv_geometry g;
-    uint8_t *data;        /* [n_pages][page_bytes], 4096-aligned */
+    uint8_t *data;        /* [n_frames][page_bytes], 4096-aligned: the hot pool */
     kv_page *pages;       /* [n_pages] */
     int32_t *page_tokens; /* [n_pages][P] token ids of keyed pages */
     int32_t n_pages;
@@ -71,13 +89,26 @@ struct st_kv {
      * invalidates it, and kv_quest_seal (from kv_seal_page) recomputes it. */
     float *qbox;          /* [n_layer][n_kv_head][n_pages][2][head_dim]: kmin then kmax */
     uint8_t *qbox_ok;     /* [n_pages] box computed at the page's last seal */
+    /* SSD tier (kv_tier.c); spill == NULL: no tier, frame == page id for every page */
+    st_spill_dir *spill_dir;
+    st_spill *spill;
+    int32_t n_frames;     /* hot pool capacity (ram_pages) */
+    int32_t *frame_free;  /* [n_frames] stack of free frames */
+    int32_t n_frame_free;
+    int32_t res_head, res_tail; /* hot LRU through kv_page.rprev/rnext */
+    int64_t n_hot, n_cold;
+    uint64_t spill_gen;
+    uint8_t *zero_blk;    /* [layer_bytes] zeros: the view of a never-touched page */
+    uint8_t *rd_blk;      /* [layer_bytes] st_kv_read's buffer for a cold layer block */
+    struct kv_stream *stream; /* kv_attend.c: buffers reused across calls */
 };
 
 #define KV_SEQ_SLOT(id) ((int)((id) & 0xffff))
 #define KV_SEQ_GEN(id) ((int)(((id) >> 16) & 0x7fff))
 
 static inline uint8_t *kv_page_data(const st_kv *kv, int32_t page) {
-    return kv->data + (size_t)page * kv->g.page_bytes;
+    ST_ASSERT(kv->pages[page].resident == KV_RES_RAM && kv->pages[page].frame >= 0);
+    return kv->data + (size_t)kv->pages[page].frame * kv->g.page_bytes;
 }
 static inline uint8_t *kv_layer_data(const st_kv *kv, int32_t page, int layer) {
     return kv_page_data(kv, page) + (size_t)layer * kv->g.layer_bytes;
@@ -91,8 +122,13 @@ int kv_need(st_kv *kv, int64_t n_pages, const char *what);
 int32_t kv_page_alloc(st_kv *kv); /* zeroed, USED, refs 1; ST_ASSERT on empty: kv_need first */
 void kv_page_ref(st_kv *kv, int32_t page);
 void kv_page_unref(st_kv *kv, int32_t page);
-int32_t kv_page_copy(st_kv *kv, int32_t src); /* new exclusive page with src's bytes */
+/* A new exclusive page with src's bytes in *out (refs 1): 0, or a fetch error (nothing
+ * changed). Needs one page from kv_need and up to two frames. */
+int kv_page_copy(st_kv *kv, int32_t src, int32_t *out);
 int kv_seq_get(const st_kv *kv, st_kv_seq_id id, kv_seq **out);
+/* kv_seq_get, then the sequence's sticky error (with a message) if it failed. */
+int kv_seq_get_ok(const st_kv *kv, st_kv_seq_id id, kv_seq **out);
+void kv_cache_drop(st_kv *kv, int32_t page); /* CACHED -> FREE (unreferenced, unpinned) */
 /* Full invariant check (tests, debug): 0 or ST_E_STATE with the first violation in msg. */
 int kv_check(const st_kv *kv, char *msg, size_t cap);
 
@@ -115,13 +151,58 @@ void kv_seal_page(st_kv *kv, kv_seq *s, int64_t i);
 /* kv_quest.c: the Quest key boxes */
 int kv_quest_alloc(st_kv *kv);  /* at create: ST_E_NOMEM */
 void kv_quest_free(st_kv *kv);
-/* At seal: the box of `page` over entry e's valid slots (all P when no mask). */
-void kv_quest_seal(st_kv *kv, int32_t page, const kv_entry *e);
+/* At seal: the boxes of the full page `page` over all its P slots. */
+void kv_quest_seal(st_kv *kv, int32_t page);
+/* Snapshots: a page's boxes as [n_layer][n_kv_head][2][head_dim] f32 (kv_quest_box_bytes).
+ * get: 1 and the boxes, or 0 and zeros (no box). set: src NULL = no box. check: every key
+ * of the staged layer data (layer_stride apart; all P slots) lies inside the boxes:
+ * 0, ST_E_CORRUPT (msg), ST_E_NOMEM. */
+size_t kv_quest_box_bytes(const st_kv *kv);
+int kv_quest_get_box(const st_kv *kv, int32_t page, uint8_t *dst);
+void kv_quest_set_box(st_kv *kv, int32_t page, const uint8_t *src);
+int kv_quest_check_box(const st_kv *kv, const uint8_t *data, size_t layer_stride,
+                       const uint8_t *box, char *msg, size_t cap);
 static inline float *kv_qbox(const st_kv *kv, int layer, int head, int32_t page) {
     return kv->qbox +
            ((((size_t)layer * kv->p.n_kv_head + head) * kv->n_pages + page) * 2 *
             kv->p.head_dim);
 }
+
+/* kv_tier.c: residency (the tier half of the essay in kv_pool.c) */
+int kv_tier_open(st_kv *kv);   /* at create (no-op without spill_dir): 0 or an error */
+void kv_tier_close(st_kv *kv);
+/* A new page's storage: a frame when one is free (zeroed), else KV_RES_ZERO. */
+void kv_tier_new_page(st_kv *kv, int32_t page);
+/* The page goes FREE (or is dropped): its frame and slot are released. */
+void kv_tier_forget(st_kv *kv, int32_t page);
+/* Makes the page resident (fetching or materializing it; may evict others). Returns 0,
+ * ST_E_POOL_FULL (every frame pinned or held), ST_E_NOSPACE (eviction could not spill),
+ * the page's sticky error, or the read error (the page and its sequences then fail). */
+int kv_fetch(st_kv *kv, int32_t page);
+/* Batch fetch (kv_attend.c): a frame for cold page id (which stays DISK, the caller holds
+ * it), then, after the caller's batch read, done attaches it (rc 0) or fails the page. */
+int kv_fetch_frame(st_kv *kv, int32_t page, int32_t *frame);
+void kv_fetch_done(st_kv *kv, int32_t page, int32_t frame, int rc);
+/* Frames obtainable now without touching held or pinned pages. */
+int64_t kv_frames_obtainable(const st_kv *kv);
+/* Contents are about to change: the slot copy (if any) is stale and released. */
+void kv_dirty(st_kv *kv, int32_t page);
+void kv_touch(st_kv *kv, int32_t page); /* most recently used */
+static inline void kv_hold(st_kv *kv, int32_t page) { kv->pages[page].hold++; }
+static inline void kv_unhold(st_kv *kv, int32_t page) {
+    ST_ASSERT(kv->pages[page].hold > 0);
+    kv->pages[page].hold--;
+}
+/* The page's data is lost with rc: ERROR, unregistered, every sequence naming it fails. */
+void kv_page_fail(st_kv *kv, int32_t page, int rc);
+/* Marks s failed with rc (first error wins); returns rc. */
+int kv_seq_fail(st_kv *kv, kv_seq *s, int rc);
+/* Reads layer `layer` of a non-resident page into buf[layer_bytes] (zeros for ZERO).
+ * Returns 0 or the error (the page fails). */
+int kv_read_block(st_kv *kv, int32_t page, int layer, uint8_t *buf);
+/* kv_check's tier part: 0 or ST_E_STATE with msg. */
+int kv_tier_check(const st_kv *kv, char *msg, size_t cap);
+void kv_attend_free(st_kv *kv); /* kv_attend.c: the stream buffers */
 
 /* kv_seq.c */
 int kv_seq_new(st_kv *kv, kv_seq **out);         /* registers a new empty sequence */

@@ -54,17 +54,64 @@
  *       Pinned and referenced pages are never taken, so a full pool fails at once rather
  *       than waiting for pages that the caller itself holds (the deadlock guard).
  *
- * Room for the tiers (issue 6). USED and CACHED gain a residency dimension:
+ * The SSD tier (issue 6; kv_tier.c, kv_attend.c). USED and CACHED pages gain a residency,
+ * kv_page.resident (FREE pages are KV_RES_NONE). Page ids stay logical ([0, n_pages), what
+ * page tables, the prefix index and the Quest boxes are indexed by); RAM is a separate set
+ * of ram_pages FRAMES, and a page holds at most one frame and at most one spill slot:
  *
- *      RESIDENT --write--> DIRTY --writeback--> WRITING --I/O ok--> ON_DISK
- *         ^                                        | I/O error          |
- *         +------ LOADING <------- fetch ----------+--------------------+
- *                    | checksum mismatch / I/O error -> ERROR (sticky, per page; the
- *                    v                                  owning sequences fail cleanly)
- * Pinned pages are never written back; pinning an ON_DISK page fetches it first; the
- * eviction order is the LRU of kv_page.last_use (the ledger's "residency score"); sealing
- * is where issue 7 computes the per-page, per-head min/max key metadata, kept in RAM for
- * every page whatever its residency. The state byte's values below 16 are this file's.
+ *                kv_page_alloc: free frame                 kv_dirty (write, zeroing):
+ *      (alloc) -------------------------> RAM clean <------ slot released -----+
+ *         |                                 |   ^  \                           |
+ *         | no free frame                   |   |   +--> RAM dirty ------------+
+ *         v                                 |   |         | evict_one: spill_page
+ *       ZERO --kv_fetch: frame, memset----->+   |         | (st_spill_write: the store
+ *    (no frame, no slot, all zero)         /    |         |  copies it and writes behind)
+ *                       evict_one: clean  /     |         v
+ *                  (slot valid): no I/O  v      |      DISK (slot only; "writing" while
+ *                                      DISK ----+-------   the store's write is in
+ *                                       |  kv_fetch / kv_fetch_done (read + checksum)
+ *                                       |  [LOADING: frame held, page held, sync or batch]
+ *                read or checksum fails v
+ *                                     ERROR (sticky: data lost; every sequence naming the
+ *                                            page fails; FREE when its last ref goes)
+ *
+ *   transition                  function                          counters
+ *   alloc -> RAM | ZERO         kv_tier_new_page (kv_page_alloc)  pages_hot
+ *   ZERO -> RAM                 kv_fetch                          -
+ *   RAM dirty -> DISK           evict_one -> spill_page           tier_writes, bytes
+ *   RAM clean -> DISK           evict_one -> spill_page (no I/O)  -
+ *   DISK -> RAM clean           kv_fetch, kv_fetch_done (batch)   tier_reads, fetch_stalls
+ *   RAM clean -> RAM dirty      kv_dirty (slot released)          -
+ *   CACHED RAM -> FREE          evict_one (cached dropped first)  tier_drops
+ *   CACHED DISK -> FREE         make_disk_room (disk full)        tier_drops
+ *   DISK/RAM -> ERROR           kv_page_fail                      tier_errors, seqs_failed
+ *   any -> (FREE)               kv_tier_forget (frame, slot back) -
+ *   attention on DISK pages     kv_attend.c streams layer blocks   tier_block_reads
+ *                               (no state change)
+ *
+ * Invariants of the tier (kv_tier_check, called by kv_check):
+ *   T1. Without a spill directory every non-FREE page is RAM with frame == its id: the
+ *       pool is exactly the pre-tier pool.
+ *   T2. Frames: the free-frame stack and the frames of RAM pages partition [0, ram_pages);
+ *       the hot LRU holds exactly the RAM pages; n_hot / n_cold count RAM / DISK pages.
+ *   T3. DISK => slot; ZERO => no frame, no slot; RAM with a slot => the slot holds the same
+ *       bytes (every mutation goes through kv_dirty first, which releases the slot).
+ *   T4. Pinned pages are RAM (st_kv_pin fetches first) and never evicted; neither are pages
+ *       held (kv_hold) by the operation in progress: a write holds its page and its COW
+ *       source, a fetch its target, attention the pages it uses. No hold survives an
+ *       operation. So an operation never evicts what it itself needs, and when every frame
+ *       is pinned or held the answer is ST_E_POOL_FULL at once, never a wait.
+ *   T5. ERROR pages are USED, unregistered, without frame or slot; their sequences carry the
+ *       error (kv_seq.err) and every later operation on them except free returns it. An
+ *       operation that stops half-way on an I/O or disk-space error fails its sequence too
+ *       (st_kv_write of several pages, a restore that could not place a page), so a live
+ *       sequence never holds a hole or garbage.
+ *   T6. Eviction order: unreferenced cached pages in RAM are dropped first (prefix LRU),
+ *       then the least recently used unpinned, unheld page is spilled. Disk full: the oldest
+ *       cached page on disk is dropped, else a clean copy of a resident page is released;
+ *       when only live pages remain the spill fails with ST_E_NOSPACE (nothing lost).
+ * Sealing reads the page (issue 7's key boxes), so st_kv_seq_commit fetches a spilled page
+ * before sealing it; the boxes themselves live in RAM for every page whatever its residency.
  */
 #include "kv_int.h"
 
@@ -97,6 +144,15 @@ static int check_params(st_ctx *ctx, st_kv_params *p) {
     RANGE(n_pages, 1, ST_KV_MAX_PAGES)
     RANGE(n_reserve, 0, p->n_pages)
     RANGE(max_seqs, 1, ST_KV_MAX_SEQS)
+    if (p->ram_pages == 0) p->ram_pages = p->n_pages;
+    if (p->spill_dir) {
+        RANGE(ram_pages, 2, p->n_pages)
+    } else if (p->ram_pages != p->n_pages) {
+        return st_seterr(ctx, ST_E_INVAL, "kv: ram_pages = %lld < n_pages = %lld needs a spill "
+                         "directory", (long long)p->ram_pages, (long long)p->n_pages);
+    }
+    if ((unsigned)p->cold > ST_COLD_Q4)
+        return st_seterr(ctx, ST_E_INVAL, "kv: cold type %d unknown", (int)p->cold);
 #undef RANGE
     if (p->page_size & (p->page_size - 1))
         return st_seterr(ctx, ST_E_INVAL, "kv: page_size = %d is not a power of two",
@@ -128,6 +184,18 @@ static void make_geometry(const st_kv_params *p, st_kv_geometry *g) {
     g->page_bytes = g->layer_bytes * (size_t)p->n_layer;
 }
 
+size_t st_kv_page_bytes(const st_kv_params *params) {
+    if (!params) return 0;
+    st_kv_params p = *params;
+    p.n_pages = p.n_pages > 0 ? p.n_pages : 1;
+    p.ram_pages = 0;
+    p.spill_dir = NULL;
+    if (check_params(NULL, &p)) return 0;
+    st_kv_geometry g;
+    make_geometry(&p, &g);
+    return g.page_bytes;
+}
+
 int st_kv_create(st_ctx *ctx, const st_kv_params *params, st_kv **out) {
     if (!out) return st_seterr(ctx, ST_E_INVAL, "kv: out is NULL");
     *out = NULL;
@@ -145,7 +213,8 @@ int st_kv_create(st_ctx *ctx, const st_kv_params *params, st_kv **out) {
     uint64_t nb = 16;
     while (nb < (uint64_t)p.n_pages) nb <<= 1;
     kv->hash_mask = nb - 1;
-    if (st_mul_overflow_u64((uint64_t)p.n_pages, kv->g.page_bytes, &slab) || slab > SIZE_MAX)
+    kv->n_frames = (int32_t)p.ram_pages;
+    if (st_mul_overflow_u64((uint64_t)p.ram_pages, kv->g.page_bytes, &slab) || slab > SIZE_MAX)
         goto nomem;
     kv->data = st_alloc_aligned((size_t)slab, ST_KV_LAYER_ALIGN);
     kv->pages = calloc((size_t)p.n_pages, sizeof *kv->pages);
@@ -163,11 +232,22 @@ int st_kv_create(st_ctx *ctx, const st_kv_params *params, st_kv **out) {
         pg->state = KV_PAGE_FREE;
         pg->next = i + 1 < kv->n_pages ? i + 1 : -1;
         pg->prev = pg->hnext = -1;
-        pg->resident = 1;
+        pg->resident = KV_RES_NONE;
+        pg->frame = pg->rprev = pg->rnext = -1;
+        pg->slot = ST_SLOT_NONE;
     }
     kv->free_head = 0;
     kv->n_free = kv->n_pages;
     kv->lru_head = kv->lru_tail = -1;
+    kv->res_head = kv->res_tail = -1;
+    if ((rc = kv_tier_open(kv)) != 0) {
+        st_kv_destroy(kv);
+        return rc;
+    }
+    /* borrowed for creation only (documented in kv.h) */
+    kv->p.spill_dir = kv->p.instance_id = NULL;
+    kv->p.spill_open = NULL;
+    kv->p.spill_open_arg = NULL;
     *out = kv;
     return 0;
 nomem:
@@ -187,6 +267,8 @@ void st_kv_destroy(st_kv *kv) {
             free(s);
         }
     }
+    kv_attend_free(kv);
+    kv_tier_close(kv);
     st_free_aligned(kv->data);
     free(kv->pages);
     free(kv->page_tokens);
@@ -208,6 +290,11 @@ void st_kv_get_stats(const st_kv *kv, st_kv_stats *out) {
     out->pages_cached = kv->n_cached;
     out->pages_pinned = kv->n_pinned;
     out->n_seqs = kv->n_seqs;
+    if (kv->spill) {
+        out->ram_pages = kv->n_frames;
+        out->pages_hot = kv->n_hot;
+        out->pages_cold = kv->n_cold;
+    }
 }
 
 static int pool_full(st_kv *kv, int64_t need, int64_t reserve, const char *what) {
@@ -233,14 +320,15 @@ int st_kv_admit(st_kv *kv, int64_t n_tokens) {
     return pool_full(kv, need, kv->p.n_reserve, "admission");
 }
 
-/* (6): the least recently used cached page goes back to FREE. */
-static void kv_evict(st_kv *kv) {
-    int32_t id = kv->lru_head;
+/* (6): a cached page goes back to FREE (kv_page_alloc: the least recently used one; the
+ * tier: the oldest one holding RAM or disk space it needs). */
+void kv_cache_drop(st_kv *kv, int32_t id) {
     ST_ASSERT(id >= 0);
     kv_page *pg = &kv->pages[id];
     ST_ASSERT(pg->state == KV_PAGE_CACHED && pg->refs == 0 && pg->pins == 0);
     kv_lru_remove(kv, id);
     kv_index_remove(kv, id);
+    kv_tier_forget(kv, id);
     pg->registered = pg->has_key = pg->sealed = 0;
     pg->state = KV_PAGE_FREE;
     pg->next = kv->free_head;
@@ -251,7 +339,7 @@ static void kv_evict(st_kv *kv) {
 }
 
 int32_t kv_page_alloc(st_kv *kv) {
-    if (kv->free_head < 0) kv_evict(kv);
+    if (kv->free_head < 0) kv_cache_drop(kv, kv->lru_head);
     int32_t id = kv->free_head;
     ST_ASSERT(id >= 0);
     kv_page *pg = &kv->pages[id];
@@ -264,15 +352,31 @@ int32_t kv_page_alloc(st_kv *kv) {
     pg->sealed = pg->has_key = pg->registered = 0;
     pg->last_use = ++kv->tick;
     kv->n_used++;
-    memset(kv_page_data(kv, id), 0, kv->g.page_bytes);
+    kv_tier_new_page(kv, id);
     return id;
 }
 
-int32_t kv_page_copy(st_kv *kv, int32_t src) {
+int kv_page_copy(st_kv *kv, int32_t src, int32_t *out) {
+    *out = -1;
+    kv_hold(kv, src);
+    int rc = kv->pages[src].resident == KV_RES_ZERO ? 0 : kv_fetch(kv, src);
+    if (rc) {
+        kv_unhold(kv, src);
+        return rc;
+    }
     int32_t id = kv_page_alloc(kv);
-    memcpy(kv_page_data(kv, id), kv_page_data(kv, src), kv->g.page_bytes);
+    if (kv->pages[src].resident != KV_RES_ZERO) {
+        if ((rc = kv_fetch(kv, id)) != 0) {
+            kv_unhold(kv, src);
+            kv_page_unref(kv, id);
+            return rc;
+        }
+        memcpy(kv_page_data(kv, id), kv_page_data(kv, src), kv->g.page_bytes);
+    }
+    kv_unhold(kv, src);
     kv->st.cow_copies++;
-    return id;
+    *out = id;
+    return 0;
 }
 
 void kv_page_ref(st_kv *kv, int32_t id) {
@@ -298,6 +402,7 @@ static void kv_page_release(st_kv *kv, int32_t id) {
         kv_lru_push(kv, id);
         kv->n_cached++;
     } else {
+        kv_tier_forget(kv, id);
         pg->state = KV_PAGE_FREE;
         pg->sealed = pg->has_key = 0;
         pg->next = kv->free_head;
@@ -327,6 +432,8 @@ int st_kv_pin(st_kv *kv, st_kv_page_id page) {
     if (pg->state != KV_PAGE_USED)
         return st_seterr(kv->ctx, ST_E_STATE, "kv: pin of page %d, which is %s (not in use)",
                          page, pg->state == KV_PAGE_FREE ? "free" : "only cached");
+    /* Pinned pages stay in RAM and never move: a cold page is fetched first. */
+    if ((rc = kv_fetch(kv, page)) != 0) return rc;
     if (pg->pins++ == 0) kv->n_pinned++;
     return 0;
 }
@@ -469,5 +576,5 @@ int kv_check(const st_kv *kv, char *msg, size_t cap) {
              (long long)kv->n_cached, (long long)n_used, (long long)kv->n_used,
              (long long)n_pinned, (long long)kv->n_pinned);
     free(refs);
-    return 0;
+    return kv_tier_check(kv, msg, cap);
 }

@@ -78,7 +78,7 @@ int st_kv_seq_fork(st_kv *kv, st_kv_seq_id src, st_kv_seq_id *dst) {
     if (!dst) return st_seterr(kv->ctx, ST_E_INVAL, "kv: fork: dst is NULL");
     *dst = -1;
     kv_seq *s, *d;
-    int rc = kv_seq_get(kv, src, &s);
+    int rc = kv_seq_get_ok(kv, src, &s);
     if (rc) return rc;
     if ((rc = kv_seq_new(kv, &d)) != 0) return rc;
     if (kv_seq_grow(d, s->n_ent, s->len)) {
@@ -124,21 +124,38 @@ int st_kv_seq_valid(const st_kv *kv, st_kv_seq_id seq, int64_t pos, int *valid) 
     return 0;
 }
 
-/* Makes entry i's page exclusive and mutable (I5): copy a shared page (COW), or take a
- * sole page out of the prefix index and unseal it. The caller checked kv_need. */
-static void make_writable(st_kv *kv, kv_seq *s, int64_t i) {
+/* Makes entry i's page exclusive, mutable (I5) and resident, its slot copy dropped (it is
+ * about to change): copy a shared page (COW), or fetch a sole page, take it out of the
+ * prefix index and unseal it. The caller checked kv_need. Returns 0 or a fetch error, in
+ * which case nothing changed. */
+static int make_writable(st_kv *kv, kv_seq *s, int64_t i) {
     kv_entry *e = &s->ent[i];
     ST_ASSERT(e->page >= 0);
-    kv_page *pg = &kv->pages[e->page];
-    if (pg->refs > 1) {
-        int32_t np = kv_page_copy(kv, e->page);
+    int rc;
+    if (kv->pages[e->page].refs > 1) {
+        int32_t np;
+        if ((rc = kv_page_copy(kv, e->page, &np)) != 0) return rc;
         kv_page_unref(kv, e->page);
         e->page = np;
     } else {
+        if ((rc = kv_fetch(kv, e->page)) != 0) return rc;
+        kv_page *pg = &kv->pages[e->page];
         if (pg->registered) kv_index_remove(kv, e->page);
         pg->has_key = pg->sealed = 0;
     }
+    if ((rc = kv_fetch(kv, e->page)) != 0) return rc; /* a copy of a never-touched page */
+    kv_dirty(kv, e->page);
     if (i < s->seal_from) s->seal_from = i;
+    return 0;
+}
+
+int kv_seq_get_ok(const st_kv *kv, st_kv_seq_id id, kv_seq **out) {
+    int rc = kv_seq_get(kv, id, out);
+    if (rc || !(*out)->err) return rc;
+    rc = (*out)->err;
+    *out = NULL;
+    return st_seterr(kv->ctx, rc, "kv: sequence %d failed earlier (%s); free it", id,
+                     st_strerror(rc));
 }
 
 static int needs_copy(const st_kv *kv, const kv_entry *e) {
@@ -149,7 +166,7 @@ int st_kv_seq_reserve(st_kv *kv, st_kv_seq_id seq, int64_t n, const int32_t *tok
                       int64_t *pos0) {
     if (pos0) *pos0 = 0;
     kv_seq *s;
-    int rc = kv_seq_get(kv, seq, &s);
+    int rc = kv_seq_get_ok(kv, seq, &s);
     if (rc) return rc;
     const int P = kv->p.page_size;
     const int64_t max_len = (int64_t)ST_KV_MAX_PAGES * P;
@@ -164,6 +181,11 @@ int st_kv_seq_reserve(st_kv *kv, st_kv_seq_id seq, int64_t n, const int32_t *tok
     if ((rc = kv_need(kv, need, "reserve")) != 0) return rc;
     if (kv_seq_grow(s, n_ent1, len1))
         return st_seterr(kv->ctx, ST_E_NOMEM, "kv: reserve: out of memory");
+    /* The tail's new slots are zeroed: it must be exclusive and in RAM (the only step that
+     * can fail: a fetch; the content of the page is unchanged until it succeeded). */
+    if (tail_partial && s->ent[n_ent0 - 1].page >= 0 &&
+        (rc = make_writable(kv, s, n_ent0 - 1)) != 0)
+        return rc;
     /* From here on nothing can fail. */
     if (tail_partial) {
         kv_entry *e = &s->ent[n_ent0 - 1];
@@ -174,7 +196,6 @@ int st_kv_seq_reserve(st_kv *kv, st_kv_seq_id seq, int64_t n, const int32_t *tok
             memset(e->mask, 0, sizeof e->mask);
             if (n_ent0 - 1 < s->seal_from) s->seal_from = n_ent0 - 1;
         } else {
-            make_writable(kv, s, n_ent0 - 1);
             kv_zero_slots(kv, e->page, e->n_tokens, s1);
         }
         if (e->has_mask)
@@ -214,7 +235,7 @@ static int check_range(const st_kv *kv, const kv_seq *s, int layer, int64_t pos,
 int st_kv_write(st_kv *kv, st_kv_seq_id seq, int layer, int64_t pos, int64_t n,
                 const float *k, const float *v) {
     kv_seq *s;
-    int rc = kv_seq_get(kv, seq, &s);
+    int rc = kv_seq_get_ok(kv, seq, &s);
     if (rc) return rc;
     if (n > 0 && (!k || !v)) return st_seterr(kv->ctx, ST_E_INVAL, "kv: write: k or v NULL");
     if ((rc = check_range(kv, s, layer, pos, n, "write")) != 0 || n == 0) return rc;
@@ -223,29 +244,39 @@ int st_kv_write(st_kv *kv, st_kv_seq_id seq, int layer, int64_t pos, int64_t n,
     int64_t need = 0;
     for (int64_t i = i0; i <= i1; i++) need += needs_copy(kv, &s->ent[i]);
     if ((rc = kv_need(kv, need, "copy-on-write")) != 0) return rc;
-    for (int64_t i = i0; i <= i1; i++) {
-        const kv_page *pg = &kv->pages[s->ent[i].page];
-        if (pg->refs > 1 || pg->registered || pg->sealed) make_writable(kv, s, i);
-    }
+    /* Page by page (a range may be larger than the hot pool): a page and the source of its
+     * copy are held at once, so two obtainable frames mean no POOL_FULL half-way. */
+    if (kv->spill && kv_frames_obtainable(kv) < (need ? 2 : 1))
+        return st_seterr(kv->ctx, ST_E_POOL_FULL, "kv: write: the hot pool is pinned full");
     const size_t row = (size_t)kv->p.n_kv_head * kv->p.head_dim;
-    for (int64_t j = 0; j < n; j++) {
-        int64_t p = pos + j;
-        const kv_entry *e = &s->ent[p / P];
-        kv_store_token(kv, kv_layer_data(kv, e->page, layer), (int)(p % P), k + j * row,
-                       v + j * row);
+    for (int64_t i = i0; i <= i1; i++) {
+        if ((rc = make_writable(kv, s, i)) != 0) /* half done: the sequence is not sound */
+            return i > i0 ? kv_seq_fail(kv, s, rc) : rc;
+        const int32_t page = s->ent[i].page;
+        uint8_t *blk = kv_layer_data(kv, page, layer);
+        const int64_t p0 = i * P > pos ? i * P : pos;
+        const int64_t p1 = (i + 1) * P < pos + n ? (i + 1) * P : pos + n;
+        for (int64_t p = p0; p < p1; p++)
+            kv_store_token(kv, blk, (int)(p % P), k + (p - pos) * row, v + (p - pos) * row);
     }
     return 0;
 }
 
 int st_kv_seq_commit(st_kv *kv, st_kv_seq_id seq) {
     kv_seq *s;
-    int rc = kv_seq_get(kv, seq, &s);
+    int rc = kv_seq_get_ok(kv, seq, &s);
     if (rc) return rc;
     const int P = kv->p.page_size;
     for (int64_t i = s->seal_from; i < s->n_ent; i++) {
         const kv_entry *e = &s->ent[i];
         if (e->n_tokens < P) break;
-        if (e->page >= 0 && !kv->pages[e->page].sealed) kv_seal_page(kv, s, i);
+        if (e->page < 0 || kv->pages[e->page].sealed) continue;
+        /* Sealing reads the page (the Quest boxes): bring it back if it was spilled. A
+         * failure leaves seal_from where it was, so a later commit resumes here. */
+        if ((rc = kv_fetch(kv, e->page)) != 0) return rc;
+        kv_hold(kv, e->page);
+        kv_seal_page(kv, s, i);
+        kv_unhold(kv, e->page);
     }
     s->seal_from = (s->len % P) ? s->n_ent - 1 : s->n_ent;
     return 0;
@@ -258,27 +289,46 @@ int st_kv_seq_append(st_kv *kv, st_kv_seq_id seq, int64_t n, const int32_t *toke
     int rc = st_kv_seq_reserve(kv, seq, n, tokens, &p0);
     if (rc) return rc;
     const size_t layer_stride = (size_t)n * kv->p.n_kv_head * kv->p.head_dim;
-    for (int l = 0; l < kv->p.n_layer; l++) {
-        /* Reserve made every target page exclusive, so this cannot fail. */
+    /* Reserve made every target page exclusive, so without the SSD tier nothing below can
+     * fail; with it a fetch or a spill can: the reservation is then undone (unless the
+     * sequence failed outright), so on error nothing changed. */
+    for (int l = 0; l < kv->p.n_layer && !rc; l++)
         rc = st_kv_write(kv, seq, l, p0, n, k + l * layer_stride, v + l * layer_stride);
-        ST_ASSERT(rc == 0);
+    ST_ASSERT(rc == 0 || kv->spill);
+    if (!rc) rc = st_kv_seq_commit(kv, seq);
+    if (rc && st_kv_seq_error(kv, seq) == 0) {
+        int trc = st_kv_seq_truncate(kv, seq, p0);
+        ST_ASSERT(trc == 0);
     }
-    return st_kv_seq_commit(kv, seq);
+    return rc;
 }
 
 int st_kv_read(const st_kv *kv, st_kv_seq_id seq, int layer, int64_t pos, int64_t n,
                float *k, float *v) {
     kv_seq *s;
-    int rc = kv_seq_get(kv, seq, &s);
+    int rc = kv_seq_get_ok(kv, seq, &s);
     if (rc) return rc;
     if ((rc = check_range(kv, s, layer, pos, n, "read")) != 0) return rc;
     const int P = kv->p.page_size;
     const size_t row = (size_t)kv->p.n_kv_head * kv->p.head_dim;
+    /* A cold page is read one layer block at a time into kv->rd_blk without changing its
+     * residency; only the counters and, on a failed read, the failure marks change. */
+    st_kv *mkv = (st_kv *)kv;
+    int32_t in_buf = -1;
     for (int64_t j = 0; j < n; j++) {
         int64_t p = pos + j;
         const kv_entry *e = &s->ent[p / P];
-        kv_load_token(kv, kv_layer_data(kv, e->page, layer), (int)(p % P),
-                      k ? k + j * row : NULL, v ? v + j * row : NULL);
+        const uint8_t *blk;
+        if (kv->pages[e->page].resident == KV_RES_RAM) {
+            blk = kv_layer_data(kv, e->page, layer);
+        } else {
+            if (in_buf != e->page) {
+                if ((rc = kv_read_block(mkv, e->page, layer, kv->rd_blk)) != 0) return rc;
+                in_buf = e->page;
+            }
+            blk = kv->rd_blk;
+        }
+        kv_load_token(kv, blk, (int)(p % P), k ? k + j * row : NULL, v ? v + j * row : NULL);
     }
     return 0;
 }
@@ -312,7 +362,7 @@ static void normalize_mask(kv_entry *e) {
 
 int st_kv_seq_truncate(st_kv *kv, st_kv_seq_id seq, int64_t len) {
     kv_seq *s;
-    int rc = kv_seq_get(kv, seq, &s);
+    int rc = kv_seq_get_ok(kv, seq, &s);
     if (rc) return rc;
     if (len < 0 || len > s->len)
         return st_seterr(kv->ctx, ST_E_INVAL, "kv: truncate of seq %d to %lld (length %lld)",
@@ -334,7 +384,7 @@ int st_kv_seq_truncate(st_kv *kv, st_kv_seq_id seq, int64_t len) {
 
 int st_kv_seq_remove(st_kv *kv, st_kv_seq_id seq, int64_t p0, int64_t p1) {
     kv_seq *s;
-    int rc = kv_seq_get(kv, seq, &s);
+    int rc = kv_seq_get_ok(kv, seq, &s);
     if (rc) return rc;
     if (p0 < 0 || p1 < p0)
         return st_seterr(kv->ctx, ST_E_INVAL, "kv: remove [%lld, %lld) from seq %d",
@@ -376,6 +426,11 @@ int st_kv_seq_views(const st_kv *kv, st_kv_seq_id seq, int layer, st_attn_page *
     if (n > max || (n > 0 && !out))
         return st_seterr(kv->ctx, ST_E_LIMIT, "kv: views: %lld pages, room for %d",
                          (long long)n, max);
+    if (s->err) return kv_seq_get_ok(kv, seq, &s);
+    for (int64_t i = 0; i < s->n_ent; i++)
+        if (s->ent[i].page >= 0 && kv->pages[s->ent[i].page].resident != KV_RES_RAM)
+            return st_seterr(kv->ctx, ST_E_STATE, "kv: views: page %lld of seq %d is not in "
+                             "RAM (use st_kv_attend_* or pin it)", (long long)i, seq);
     int j = 0;
     for (int64_t i = 0; i < s->n_ent; i++) {
         const kv_entry *e = &s->ent[i];

@@ -19,8 +19,10 @@
 #define SNAP_PAGE_HEAD 48u  /* bytes of a page record before its tokens */
 #define SNAP_SEQ_HEAD 32u   /* bytes of a sequence record before its entries */
 #define SNAP_FLAG_CUT 1u
+#define SNAP_FLAG_BOXES 2u /* page records end with the Quest key boxes (issue 7) */
 #define SNAP_PF_SEALED 1u
 #define SNAP_PF_KEY 2u
+#define SNAP_PF_BOX 4u
 
 /* ---- little-endian buffer ------------------------------------------------------------ */
 typedef struct wbuf {
@@ -54,8 +56,9 @@ static int mask_words(int P) { return (P + 63) / 64; }
 static size_t layer_payload(const st_kv *kv) {
     return 2 * kv->g.kv_bytes + (kv->p.type == ST_TYPE_Q8_0 ? 8u * kv->p.n_kv_head : 0);
 }
-static size_t page_record_bytes(const st_kv *kv) {
-    return SNAP_PAGE_HEAD + 4u * kv->p.page_size + kv->p.n_layer * layer_payload(kv) + 8;
+static size_t page_record_bytes(const st_kv *kv, int boxes) {
+    return SNAP_PAGE_HEAD + 4u * kv->p.page_size + kv->p.n_layer * layer_payload(kv) +
+           (boxes ? kv_quest_box_bytes(kv) : 0) + 8;
 }
 static size_t entry_bytes(int P) { return 16 + 8u * mask_words(P); }
 
@@ -77,8 +80,10 @@ static void put_page(const st_kv *kv, wbuf *w, int32_t idx, int32_t id) {
     const kv_page *pg = &kv->pages[id];
     const int P = kv->p.page_size;
     put_u32(w, (uint32_t)idx);
+    const int box = pg->sealed && kv->qbox_ok[id];
     uint8_t b[4] = {pg->resident, (uint8_t)kv->p.type,
-                    (uint8_t)((pg->sealed ? SNAP_PF_SEALED : 0) | (pg->has_key ? SNAP_PF_KEY : 0)),
+                    (uint8_t)((pg->sealed ? SNAP_PF_SEALED : 0) | (pg->has_key ? SNAP_PF_KEY : 0) |
+                              (box ? SNAP_PF_BOX : 0)),
                     0};
     put(w, b, 4);
     put_u64(w, pg->last_use);
@@ -94,6 +99,9 @@ static void put_page(const st_kv *kv, wbuf *w, int32_t idx, int32_t id) {
         put(w, blk + kv->g.v_offset, kv->g.kv_bytes);
         if (kv->p.type == ST_TYPE_Q8_0) put(w, blk + kv->g.scale_offset, 8u * kv->p.n_kv_head);
     }
+    const size_t nb = kv_quest_box_bytes(kv);
+    put(w, kv->qbox, nb); /* room (any bytes), overwritten below */
+    if (!w->oom) kv_quest_get_box(kv, id, w->b + w->n - nb);
 }
 
 static void put_seq(const st_kv *kv, wbuf *w, uint32_t idx, const kv_seq *s, int64_t cut,
@@ -134,7 +142,7 @@ int st_kv_snapshot_write(st_kv *kv, const st_kv_seq_id *seqs, int n_seqs, int64_
         goto done;
     }
     for (int j = 0; j < n_seqs; j++) {
-        if ((rc = kv_seq_get(kv, seqs[j], &ss[j])) != 0) goto done;
+        if ((rc = kv_seq_get_ok(kv, seqs[j], &ss[j])) != 0) goto done;
         for (int i = 0; i < j; i++)
             if (ss[i] == ss[j]) {
                 rc = st_seterr(kv->ctx, ST_E_INVAL, "kv snapshot: sequence %d listed twice",
@@ -169,7 +177,7 @@ int st_kv_snapshot_write(st_kv *kv, const st_kv_seq_id *seqs, int n_seqs, int64_
     put_u32(&w, (uint32_t)kv->p.head_dim);
     put_u32(&w, (uint32_t)kv->p.page_size);
     put_u32(&w, (uint32_t)kv->p.type);
-    put_u32(&w, flags);
+    put_u32(&w, flags | SNAP_FLAG_BOXES);
     put_u64(&w, layer_payload(kv));
     put(&w, kv->p.fingerprint.b, 16);
     put_u32(&w, (uint32_t)n_seqs);
@@ -177,6 +185,8 @@ int st_kv_snapshot_write(st_kv *kv, const st_kv_seq_id *seqs, int n_seqs, int64_
     size_t k = 0;
     if ((rc = flush_record(io, &w, sums, k++)) != 0) goto io_err;
     for (int32_t i = 0; i < n_snap; i++) {
+        /* the SSD tier: a cold page comes back to RAM to be written out */
+        if ((rc = kv_fetch(kv, order[i])) != 0) goto done;
         put_page(kv, &w, i, order[i]);
         if ((rc = flush_record(io, &w, sums, k++)) != 0) goto io_err;
     }
@@ -205,6 +215,7 @@ typedef struct rd {
     st_kv *kv;
     st_kv_io *io;
     uint64_t off; /* bytes consumed so far */
+    int boxes;    /* header flag SNAP_FLAG_BOXES */
 } rd;
 
 /* Reads exactly n bytes or fails: ST_E_FORMAT naming what was being read where. */
@@ -271,8 +282,9 @@ static int read_header(rd *r, uint32_t *n_seqs, uint32_t *n_pages, uint64_t *sum
     if (get_u32(h + 32) != (uint32_t)kv->p.type)
         BAD(ST_E_TYPE, "kv snapshot: element type %u at byte 32, the pool's is %d (%s)",
             get_u32(h + 32), (int)kv->p.type, st_type_name(kv->p.type));
-    if (get_u32(h + 36) & ~SNAP_FLAG_CUT)
+    if (get_u32(h + 36) & ~(SNAP_FLAG_CUT | SNAP_FLAG_BOXES))
         BAD(ST_E_FORMAT, "kv snapshot: unknown flags %#x at byte 36", get_u32(h + 36));
+    r->boxes = (get_u32(h + 36) & SNAP_FLAG_BOXES) != 0;
     if (get_u64(h + 40) != layer_payload(kv))
         BAD(ST_E_FORMAT, "kv snapshot: layer payload %llu bytes at byte 40, want %zu",
             (unsigned long long)get_u64(h + 40), layer_payload(kv));
@@ -290,12 +302,13 @@ static int read_header(rd *r, uint32_t *n_seqs, uint32_t *n_pages, uint64_t *sum
     return 0;
 }
 
-/* One page record into pg (ledger), tok[P] and data[n_layer * layer_payload]. */
+/* One page record into pg (ledger), tok[P], data[n_layer * layer_payload] and box[box bytes]
+ * (*box_ok = 1 when the record carries a box). */
 static int read_page(rd *r, uint32_t i, uint8_t *rec, kv_page *pg, int32_t *tok, uint8_t *data,
-                     uint64_t *sum) {
+                     uint8_t *box, uint8_t *box_ok, uint64_t *sum) {
     st_kv *kv = r->kv;
     const int P = kv->p.page_size;
-    const size_t n = page_record_bytes(kv);
+    const size_t n = page_record_bytes(kv, r->boxes);
     const uint64_t start = r->off;
     int rc = read_exact(r, rec, n, "page record");
     if (rc) return rc;
@@ -304,8 +317,9 @@ static int read_page(rd *r, uint32_t i, uint8_t *rec, kv_page *pg, int32_t *tok,
         BAD(ST_E_FORMAT, "kv snapshot: page record at byte %llu has index %u, want %u",
             (unsigned long long)start, get_u32(rec), i);
     uint8_t resident = rec[4], type = rec[5], fl = rec[6];
-    if (resident > 1 || rec[7] != 0 || (fl & ~(SNAP_PF_SEALED | SNAP_PF_KEY)) ||
-        ((fl & SNAP_PF_KEY) && !(fl & SNAP_PF_SEALED)))
+    if (resident > 1 || rec[7] != 0 ||
+        (fl & ~(SNAP_PF_SEALED | SNAP_PF_KEY | (r->boxes ? SNAP_PF_BOX : 0))) ||
+        ((fl & (SNAP_PF_KEY | SNAP_PF_BOX)) && !(fl & SNAP_PF_SEALED)))
         BAD(ST_E_FORMAT, "kv snapshot: page %u at byte %llu: bad ledger bytes %u %u %u %u", i,
             (unsigned long long)start + 4, resident, type, fl, rec[7]);
     if (type != (uint8_t)kv->p.type)
@@ -334,6 +348,15 @@ static int read_page(rd *r, uint32_t i, uint8_t *rec, kv_page *pg, int32_t *tok,
     }
     const uint8_t *d = rec + SNAP_PAGE_HEAD + 4u * P;
     memcpy(data, d, kv->p.n_layer * layer_payload(kv));
+    *box_ok = (fl & SNAP_PF_BOX) != 0;
+    if (r->boxes) {
+        const uint8_t *b = d + kv->p.n_layer * layer_payload(kv);
+        const size_t nb = kv_quest_box_bytes(kv);
+        memcpy(box, b, nb);
+        for (size_t j = 0; !*box_ok && j < nb; j++)
+            if (b[j])
+                BAD(ST_E_FORMAT, "kv snapshot: page %u: box bytes set without the box flag", i);
+    }
     if (kv->p.type == ST_TYPE_Q8_0)
         for (int l = 0; l < kv->p.n_layer; l++)
             for (int h = 0; h < 2 * kv->p.n_kv_head; h++) {
@@ -420,6 +443,8 @@ typedef struct staged {
     int32_t *tokens; /* [n_pages][P] */
     uint8_t *data;   /* [n_pages][n_layer * layer_payload] */
     kv_seq *seqs;    /* [n_seqs], entries name snapshot page indices */
+    uint8_t *box;    /* [n_pages][kv_quest_box_bytes] Quest key boxes */
+    uint8_t *box_ok; /* [n_pages] the record carried a box */
 } staged;
 
 static void staged_free(staged *st) {
@@ -431,6 +456,8 @@ static void staged_free(staged *st) {
     free(st->pages);
     free(st->tokens);
     free(st->data);
+    free(st->box);
+    free(st->box_ok);
 }
 
 /* Cross-record checks: every page referenced; keyed pages agree with the tokens of the
@@ -460,6 +487,18 @@ static int cross_check(rd *r, const staged *st) {
             rc = st_seterr(r->kv->ctx, ST_E_FORMAT,
                            "kv snapshot: page %u is referenced by no sequence", i);
     free(seen);
+    /* A stored box must hold every key of its page (kv_quest.c, Q2). */
+    const size_t lp = layer_payload(r->kv), nb = kv_quest_box_bytes(r->kv);
+    for (uint32_t i = 0; i < st->n_pages && !rc; i++) {
+        if (!st->box_ok[i]) continue;
+        char msg[160];
+        rc = kv_quest_check_box(r->kv, st->data + (size_t)i * r->kv->p.n_layer * lp, lp,
+                                st->box + i * nb, msg, sizeof msg);
+        if (rc == ST_E_CORRUPT)
+            rc = st_seterr(r->kv->ctx, rc, "kv snapshot: page %u: Quest box %s", i, msg);
+        else if (rc)
+            rc = st_seterr(r->kv->ctx, rc, "kv snapshot: out of memory");
+    }
     return rc;
 }
 
@@ -475,6 +514,12 @@ static void apply(st_kv *kv, staged *st, int32_t *phys, st_kv_seq_id *out) {
         int32_t id = kv_page_alloc(kv);
         phys[i] = id;
         kv_page *pg = &kv->pages[id];
+        /* The SSD tier: the page needs RAM (earlier pages may be spilled for it). A failed
+         * eviction loses this page: it and its sequences fail cleanly (see below). */
+        if (kv_fetch(kv, id) != 0) {
+            kv_page_fail(kv, id, ST_E_NOSPACE);
+            continue;
+        }
         for (int l = 0; l < kv->p.n_layer; l++) {
             uint8_t *blk = kv_layer_data(kv, id, l);
             const uint8_t *d = st->data + ((size_t)i * kv->p.n_layer + l) * lp;
@@ -485,6 +530,13 @@ static void apply(st_kv *kv, staged *st, int32_t *phys, st_kv_seq_id *out) {
         }
         pg->sealed = sp->sealed;
         pg->has_key = sp->has_key;
+        if (st->box_ok[i]) {
+            kv_quest_set_box(kv, id, st->box + i * kv_quest_box_bytes(kv));
+        } else if (sp->sealed) { /* a stream without boxes: computed as at seal */
+            kv_quest_seal(kv, id);
+        } else {
+            kv_quest_set_box(kv, id, NULL);
+        }
         pg->key = sp->key;
         pg->parent = sp->parent;
         /* Keep the ledger's order of use, placed after everything the pool already did. */
@@ -515,6 +567,8 @@ static void apply(st_kv *kv, staged *st, int32_t *phys, st_kv_seq_id *out) {
             if (s->ent[i].page >= 0) {
                 s->ent[i].page = phys[s->ent[i].page];
                 kv_page_ref(kv, s->ent[i].page);
+                if (kv->pages[s->ent[i].page].resident == KV_RES_ERROR)
+                    kv_seq_fail(kv, s, kv->pages[s->ent[i].page].err);
             }
         out[j] = s->id;
     }
@@ -526,7 +580,7 @@ int st_kv_snapshot_read(st_kv *kv, st_kv_io *io, st_kv_seq_id *out_seqs, int max
     if (n_out) *n_out = 0;
     if (!io || !io->read || !n_out || max_seqs < 0 || (max_seqs > 0 && !out_seqs))
         return st_seterr(kv->ctx, ST_E_INVAL, "kv snapshot: bad arguments");
-    rd r = {kv, io, 0};
+    rd r = {kv, io, 0, 0};
     staged st;
     memset(&st, 0, sizeof st);
     uint64_t hsum = 0;
@@ -544,14 +598,17 @@ int st_kv_snapshot_read(st_kv *kv, st_kv_io *io, st_kv_seq_id *out_seqs, int max
     const int P = kv->p.page_size;
     const size_t pdata = (size_t)kv->p.n_layer * layer_payload(kv);
     wbuf w = {0};
-    uint8_t *rec = malloc(page_record_bytes(kv));
+    uint8_t *rec = malloc(page_record_bytes(kv, r.boxes));
     uint64_t *sums = malloc(((size_t)st.n_pages + st.n_seqs + 1) * sizeof *sums);
     int32_t *phys = malloc((st.n_pages + 1) * sizeof *phys);
     st.seqs = calloc(st.n_seqs + 1, sizeof *st.seqs);
     st.pages = calloc(st.n_pages + 1, sizeof *st.pages);
     st.tokens = malloc(((size_t)st.n_pages * P + 1) * sizeof *st.tokens);
     st.data = malloc((size_t)st.n_pages * pdata + 1);
-    if (!rec || !sums || !phys || !st.seqs || !st.pages || !st.tokens || !st.data) {
+    st.box = malloc((size_t)st.n_pages * kv_quest_box_bytes(kv) + 1);
+    st.box_ok = calloc(st.n_pages + 1, 1);
+    if (!rec || !sums || !phys || !st.seqs || !st.pages || !st.tokens || !st.data || !st.box ||
+        !st.box_ok) {
         rc = st_seterr(kv->ctx, ST_E_NOMEM, "kv snapshot: out of memory staging %u pages",
                        st.n_pages);
         goto out;
@@ -560,7 +617,8 @@ int st_kv_snapshot_read(st_kv *kv, st_kv_io *io, st_kv_seq_id *out_seqs, int max
     sums[k++] = hsum;
     for (uint32_t i = 0; i < st.n_pages; i++, k++)
         if ((rc = read_page(&r, i, rec, &st.pages[i], st.tokens + (size_t)i * P,
-                            st.data + (size_t)i * pdata, &sums[k])) != 0)
+                            st.data + (size_t)i * pdata, st.box + i * kv_quest_box_bytes(kv),
+                            &st.box_ok[i], &sums[k])) != 0)
             goto out;
     for (uint32_t j = 0; j < st.n_seqs; j++, k++)
         if ((rc = read_seq(&r, j, st.n_pages, &w, &st.seqs[j], &sums[k])) != 0) goto out;

@@ -46,6 +46,13 @@ struct st_runner {
     int views_cap;
     st_attn_seq *aseq;      /* [n_batch] */
     double last_s;
+    /* Quest sparse decode (issue 7): budget 0 = dense */
+    st_kv_quest_params quest;
+    int32_t audit_every;    /* 0: no mass audit */
+    st_kv_select **qsel;    /* [n_batch] one selection per decode slot, made on first use */
+    double *qfrac;          /* [n_head] audit scratch */
+    double mass_sum;
+    st_runner_quest_stats qst;
 };
 
 st_runner_params st_runner_default_params(void) {
@@ -82,6 +89,9 @@ void st_runner_destroy(st_runner *r) {
     free(r->rope);
     free(r->views);
     free(r->aseq);
+    for (int32_t i = 0; r->qsel && i < r->n_batch; i++) st_kv_select_destroy(r->qsel[i]);
+    free(r->qsel);
+    free(r->qfrac);
     free(r);
 }
 
@@ -132,6 +142,8 @@ int st_runner_create(st_ctx *ctx, const st_model *m, st_kv *kv, const st_runner_
     r->actq = st_alloc_aligned(NB * r->act_row_max + 64, 64);
     r->rope = malloc(NB * (size_t)(hp->n_rot ? hp->n_rot : 1) * sizeof(float));
     r->aseq = calloc(NB, sizeof *r->aseq);
+    r->quest = st_kv_quest_default_params();
+    r->qst.mass_mean = r->qst.mass_min = 1;
     r->views_cap = 64;
     r->views = malloc((size_t)r->views_cap * sizeof *r->views);
     int rc = st_attn_ws_create(st_ctx_isa(ctx), &r->ws);
@@ -145,6 +157,25 @@ int st_runner_create(st_ctx *ctx, const st_model *m, st_kv *kv, const st_runner_
 }
 
 double st_runner_last_seconds(const st_runner *r) { return r->last_s; }
+
+int st_runner_set_quest(st_runner *r, const st_kv_quest_params *p, int32_t audit_every) {
+    st_kv_quest_params q = p ? *p : st_kv_quest_default_params();
+    if (q.budget < 0 || audit_every < 0)
+        return st_seterr(r->ctx, ST_E_INVAL, "quest: budget %lld / audit %d", (long long)q.budget, audit_every);
+    if (q.budget > 0 && !r->qsel) {
+        r->qsel = calloc((size_t)r->n_batch, sizeof *r->qsel);
+        r->qfrac = malloc((size_t)r->ag.n_head * sizeof *r->qfrac);
+        if (!r->qsel || !r->qfrac) return ST_E_NOMEM;
+    }
+    r->quest = q;
+    r->audit_every = audit_every;
+    return 0;
+}
+
+void st_runner_get_quest_stats(const st_runner *r, st_runner_quest_stats *out) {
+    *out = r->qst;
+    if (out->audits) out->mass_mean = r->mass_sum / (double)out->audits;
+}
 
 /* ---- elementwise pieces (as ggml computes them) ------------------------------------------- */
 
@@ -221,21 +252,66 @@ static int fetch_views(st_runner *r, st_kv_seq_id seq, int layer, int off, int *
     }
 }
 
-static int attention(st_runner *r, int layer, const span *sp, int n_sp, int decode) {
-    /* gather every span's views first (the array may grow), then point the sequences at them */
-    int off = 0, rc;
+/* Quest: each decode span's pages per KV head, chosen from its query (after RoPE), applied to
+ * its st_attn_seq; sampled steps also audit the captured softmax mass. */
+static int quest_select(st_runner *r, int layer, const span *sp, int n_sp) {
+    if (layer == 0) r->qst.steps++;
+    const int audit = r->audit_every > 0 && (r->qst.steps - 1) % r->audit_every == 0;
     for (int s = 0; s < n_sp; s++) {
-        int nv = 0;
-        if ((rc = fetch_views(r, sp[s].seq, layer, off, &nv))) return st_seterr(r->ctx, rc, "KV views: %s", st_strerror(rc));
-        r->aseq[s] = (st_attn_seq){.n_pages = nv};
-        off += nv;
+        if (!r->qsel[s] && st_kv_select_create(&r->qsel[s])) return ST_E_NOMEM;
+        st_kv_select *sel = r->qsel[s];
+        const float *q = r->q + (size_t)sp[s].i0 * r->HQ;
+        int rc = st_kv_quest_select(r->kv, sp[s].seq, layer, r->ws, q, r->ag.n_head, &r->quest, sel);
+        if (!rc) rc = st_kv_select_apply(sel, &r->aseq[s]);
+        if (rc) return st_seterr(r->ctx, rc, "Quest selection (layer %d): %s", layer, st_strerror(rc));
+        if (st_kv_select_dense(sel)) continue;
+        st_kv_select_stats ss;
+        st_kv_select_get_stats(sel, &ss);
+        r->qst.selects++;
+        r->qst.pages_listed += ss.n_listed;
+        r->qst.pages_total += (int64_t)r->aseq[s].n_pages * r->ag.n_kv_head;
+        if (!audit) continue;
+        rc = st_kv_quest_mass(r->kv, r->aseq[s].pages, r->aseq[s].n_pages, sel, q, r->ag.n_head, r->ag.scale,
+                              r->qfrac);
+        if (rc) return st_seterr(r->ctx, rc, "Quest audit: %s", st_strerror(rc));
+        for (int h = 0; h < r->ag.n_head; h++) {
+            r->mass_sum += r->qfrac[h];
+            if (r->qfrac[h] < r->qst.mass_min) r->qst.mass_min = r->qfrac[h];
+            r->qst.audits++;
+        }
     }
-    for (int s = 0, o = 0; s < n_sp; o += r->aseq[s].n_pages, s++) r->aseq[s].pages = r->views + o;
+    return 0;
+}
+
+static int attention(st_runner *r, int layer, const span *sp, int n_sp, int decode) {
+    int rc;
+    const int quest = decode && r->quest.budget > 0;
+    if (quest) {
+        /* Quest's selection bookkeeping and audit read the view lists: gather every span's
+         * views first (the array may grow), then point the sequences at them */
+        int off = 0;
+        for (int s = 0; s < n_sp; s++) {
+            int nv = 0;
+            if ((rc = fetch_views(r, sp[s].seq, layer, off, &nv))) return st_seterr(r->ctx, rc, "KV views: %s", st_strerror(rc));
+            r->aseq[s] = (st_attn_seq){.n_pages = nv};
+            off += nv;
+        }
+        for (int s = 0, o = 0; s < n_sp; o += r->aseq[s].n_pages, s++) r->aseq[s].pages = r->views + o;
+        if ((rc = quest_select(r, layer, sp, n_sp))) return rc;
+    }
+    /* The KV library attends (SSD tier: fetching or streaming cold pages), bit-identical to
+     * the kernels over the views. */
     if (decode) {
-        rc = st_attn_decode_batch(r->ctx, r->ws, &r->ag, r->aseq, n_sp, r->q, r->att);
+        st_kv_seq_id ids_buf[64], *ids = n_sp <= 64 ? ids_buf : malloc((size_t)n_sp * sizeof *ids);
+        if (!ids) return st_seterr(r->ctx, ST_E_NOMEM, "attention: out of memory");
+        for (int s = 0; s < n_sp; s++) ids[s] = sp[s].seq;
+        rc = st_kv_attend_decode(r->kv, r->ctx, r->ws, &r->ag, layer, ids, n_sp,
+                                 quest ? (const st_kv_select *const *)r->qsel : NULL, r->q, r->att);
+        if (ids != ids_buf) free(ids);
     } else {
         ST_ASSERT(n_sp == 1);
-        rc = st_attn_chunk(r->ctx, r->ws, &r->ag, &r->aseq[0], r->q, sp[0].n, sp[0].pos0, r->att);
+        rc = st_kv_attend_chunk(r->kv, r->ctx, r->ws, &r->ag, layer, sp[0].seq, r->q, sp[0].n, sp[0].pos0,
+                                r->att);
     }
     return rc;
 }

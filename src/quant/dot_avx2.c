@@ -5,7 +5,9 @@
  * offset, q8_0) use the sign trick |x| * sign(y, x) (at most 2 * 127 * 127, no
  * saturation); unsigned weights of the _1 types go straight in (at most 2 * 31 * 127).
  * Integer block sums are exact; only the float accumulation order differs from the
- * scalar reference. No tile kernels here: products loop over vec_dot. */
+ * scalar reference. No tile kernels here: products loop over vec_dot. No software
+ * prefetch: rows are single sequential streams, which the hardware prefetcher follows
+ * better alone (bench/matvec). */
 #include "quant_int.h"
 
 #include <immintrin.h>
@@ -60,7 +62,6 @@ void st_vec_dot_q8_0_q8_0_avx2(int n, float *s, const void *vx, const void *vy) 
     const st_block_q8_0 *x = vx, *y = vy;
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / 32; i++) {
-        _mm_prefetch((const char *)(x + i + 12), _MM_HINT_T0);
         const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
         const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
         acc = _mm256_fmadd_ps(dot_ss(qx, qy), dscale(x[i].d, y[i].d), acc);
@@ -73,7 +74,6 @@ void st_vec_dot_q4_0_q8_0_avx2(int n, float *s, const void *vx, const void *vy) 
     const st_block_q8_0 *y = vy;
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / 32; i++) {
-        _mm_prefetch((const char *)(x + i + 24), _MM_HINT_T0);
         const __m256i qx = _mm256_sub_epi8(nibbles(x[i].qs), _mm256_set1_epi8(8));
         const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
         acc = _mm256_fmadd_ps(dot_ss(qx, qy), dscale(x[i].d, y[i].d), acc);
@@ -86,7 +86,6 @@ void st_vec_dot_q5_0_q8_0_avx2(int n, float *s, const void *vx, const void *vy) 
     const st_block_q8_0 *y = vy;
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / 32; i++) {
-        _mm_prefetch((const char *)(x + i + 20), _MM_HINT_T0);
         __m256i qx = _mm256_or_si256(nibbles(x[i].qs), high_bits(ld32(x[i].qh)));
         qx = _mm256_sub_epi8(qx, _mm256_set1_epi8(16));
         const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
@@ -101,7 +100,6 @@ void st_vec_dot_q4_1_q8_1_avx2(int n, float *s, const void *vx, const void *vy) 
     __m256 acc = _mm256_setzero_ps();
     float summs = 0.0f;
     for (int i = 0; i < n / 32; i++) {
-        _mm_prefetch((const char *)(x + i + 20), _MM_HINT_T0);
         const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
         acc = _mm256_fmadd_ps(dot_us(nibbles(x[i].qs), qy), dscale(x[i].d, y[i].d), acc);
         summs += H2F(x[i].m) * H2F(y[i].s);
@@ -115,7 +113,6 @@ void st_vec_dot_q5_1_q8_1_avx2(int n, float *s, const void *vx, const void *vy) 
     __m256 acc = _mm256_setzero_ps();
     float summs = 0.0f;
     for (int i = 0; i < n / 32; i++) {
-        _mm_prefetch((const char *)(x + i + 16), _MM_HINT_T0);
         const __m256i qx = _mm256_or_si256(nibbles(x[i].qs), high_bits(ld32(x[i].qh)));
         const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
         acc = _mm256_fmadd_ps(dot_us(qx, qy), dscale(x[i].d, y[i].d), acc);
@@ -137,13 +134,12 @@ static inline float ld1_f32(const void *p, int64_t i) { return ((const float *)p
 static inline float ld1_f16(const void *p, int64_t i) { return H2F(((const uint16_t *)p)[i]); }
 static inline float ld1_bf16(const void *p, int64_t i) { return st_bf16_to_fp32(((const uint16_t *)p)[i]); }
 
-#define ST_DEF_FDOT_(name, ld, ld1, esz)                                                   \
+#define ST_DEF_FDOT_(name, ld, ld1)                                                   \
     void st_vec_dot_##name##_f32_avx2(int n, float *s, const void *x, const void *vy) {    \
         const float *y = vy;                                                                \
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                         \
         int64_t i = 0;                                                                      \
         for (; i + 32 <= n; i += 32) {                                                      \
-            _mm_prefetch((const char *)x + (i + 512) * (esz), _MM_HINT_T0);                 \
             a0 = _mm256_fmadd_ps(ld(x, i), _mm256_loadu_ps(y + i), a0);                     \
             a1 = _mm256_fmadd_ps(ld(x, i + 8), _mm256_loadu_ps(y + i + 8), a1);             \
             a2 = _mm256_fmadd_ps(ld(x, i + 16), _mm256_loadu_ps(y + i + 16), a2);           \
@@ -155,9 +151,9 @@ static inline float ld1_bf16(const void *p, int64_t i) { return st_bf16_to_fp32(
         *s = sum;                                                                           \
     }
 
-ST_DEF_FDOT_(f32, ld_f32, ld1_f32, 4)
-ST_DEF_FDOT_(f16, ld_f16, ld1_f16, 2)
-ST_DEF_FDOT_(bf16, ld_bf16, ld1_bf16, 2)
+ST_DEF_FDOT_(f32, ld_f32, ld1_f32)
+ST_DEF_FDOT_(f16, ld_f16, ld1_f16)
+ST_DEF_FDOT_(bf16, ld_bf16, ld1_bf16)
 
 void st_dequantize_row_f16_avx2(const void *x, float *y, int64_t k) {
     int64_t i = 0;

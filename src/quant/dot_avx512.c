@@ -151,39 +151,6 @@ ALWAYS_INLINE void tile_impl(int kind, int NR, int NC, int n, float *s, size_t b
         for (int c = 0; c < NC; c++) acc[r][c] = _mm512_setzero_ps();
     int b = 0;
     for (; b + 1 < nb; b += 2) {
-#ifndef ST_MV_PF
-#define ST_MV_PF 1
-#endif
-#ifndef ST_MV_PFD
-#define ST_MV_PFD 1024
-#endif
-        if (NC == 1 && ST_MV_PF == 2) {
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                const char *p = (const char *)(x + r * bx + (size_t)b * wk_bytes(kind)) + ST_MV_PFD;
-                _mm_prefetch(p, _MM_HINT_T0);
-                if (2 * wk_bytes(kind) > 64) _mm_prefetch(p + 64, _MM_HINT_T0);
-            }
-        }
-        if (NC == 1 && ST_MV_PF == 3) {
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                const char *p = (const char *)(x + (r + NR) * bx + (size_t)b * wk_bytes(kind));
-                _mm_prefetch(p, _MM_HINT_T1);
-                if (2 * wk_bytes(kind) > 64) _mm_prefetch(p + 64, _MM_HINT_T1);
-            }
-        }
-        if (NC == 1 && ST_MV_PF == 1) {
-            /* Streaming weights (matvec): rows of consecutive tiles are contiguous, so
-             * fetch the same offset one tile ahead (NR rows on): a steady distance over
-             * the thread's whole byte range, no prefetcher re-training at row starts. */
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                const char *p = (const char *)(x + (r + NR) * bx + (size_t)b * wk_bytes(kind));
-                _mm_prefetch(p, _MM_HINT_T0);
-                if (2 * wk_bytes(kind) > 64) _mm_prefetch(p + 64, _MM_HINT_T0);
-            }
-        }
         tile_step(kind, NR, NC, acc, x, bx, y, by, b, 0);
     }
     if (b < nb) tile_step(kind, NR, NC, acc, x, bx, y, by, b, 1);
@@ -245,13 +212,12 @@ ALWAYS_INLINE __m512 ld_tail(int kind, const void *p, int64_t i, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-#define ST_DEF_FDOT_(name, kind, ld, esz)                                                  \
+#define ST_DEF_FDOT_(name, kind, ld)                                                  \
     void st_vec_dot_##name##_f32_avx512(int n, float *s, const void *x, const void *vy) {  \
         const float *y = vy;                                                                \
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                         \
         int64_t i = 0;                                                                      \
         for (; i + 64 <= n; i += 64) {                                                      \
-            _mm_prefetch((const char *)x + (i + 512) * (esz), _MM_HINT_T0);                 \
             a0 = _mm512_fmadd_ps(ld(x, i), _mm512_loadu_ps(y + i), a0);                     \
             a1 = _mm512_fmadd_ps(ld(x, i + 16), _mm512_loadu_ps(y + i + 16), a1);           \
             a2 = _mm512_fmadd_ps(ld(x, i + 32), _mm512_loadu_ps(y + i + 32), a2);           \
@@ -264,9 +230,9 @@ ALWAYS_INLINE __m512 ld_tail(int kind, const void *p, int64_t i, __mmask16 m) {
         *s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))); \
     }
 
-ST_DEF_FDOT_(f32, 0, ld_f32, 4)
-ST_DEF_FDOT_(f16, 1, ld_f16, 2)
-ST_DEF_FDOT_(bf16, 2, ld_bf16, 2)
+ST_DEF_FDOT_(f32, 0, ld_f32)
+ST_DEF_FDOT_(f16, 1, ld_f16)
+ST_DEF_FDOT_(bf16, 2, ld_bf16)
 
 /* ---- activation quantizers ---- */
 ALWAYS_INLINE void q8_block(const float *x, int8_t *qs, float *d_out, int *sum_out) {

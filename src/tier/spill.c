@@ -64,6 +64,21 @@
  * the side table is the authority anyway. It detects bit rot, lost and misdirected
  * writes alike, because the expected value never went through the disk.
  *
+ * Parts (ranged reads). The KV pool opens the store with n_parts = n_layer: a payload is
+ * n_parts equal parts (a page's layer blocks), each coded and checksummed on its own and
+ * placed at a fixed stride in the slot (the part length itself when uncompressed, so a
+ * layer block is exactly one 4096-aligned range; rounded to 64 bytes when cold-coded, the
+ * read then covers the aligned superset). st_spill_rd.part_first/part_count read a run of
+ * parts in one I/O and verify each part's checksum, which is what lets attention stream one
+ * layer of a cold page without reading the others. The side table holds np checksums per
+ * slot (st_spill.psum), copied into the read ticket at submit (the table may move).
+ *
+ * The pool's view of the same machine (the integrated state machine is the essay at the
+ * top of src/kv/kv_pool.c): WRITING is a sub-state of the pool's DISK (a read of a WRITING
+ * slot is served from the staging copy), LOADING is a page whose frame is reserved while a
+ * st_spill_read / st_spill_read_batch runs, and the store's FAILED slot becomes the pool's
+ * ERROR page, which fails its sequences.
+ *
  * Threads: every public function is thread-safe (one mutex, mu). The I/O thread drains
  * the write queue and the read tickets in rounds, executing a round without mu: one
  * io_uring submission for the whole round when available, else pread/pwrite loops
@@ -127,6 +142,9 @@ static int check_params(const st_spill_params *p, st_ctx *ctx) {
         return st_seterr(ctx, ST_E_INVAL, "spill: queue depth %d not in 0..%d", p->queue_depth,
                          ST_SPILL_MAX_QUEUE);
     if ((unsigned)p->cold > ST_COLD_Q4) return st_seterr(ctx, ST_E_INVAL, "spill: bad cold type");
+    if (p->n_parts > ST_SPILL_MAX_PARTS)
+        return st_seterr(ctx, ST_E_INVAL, "spill: %u parts per payload (limit %d)", p->n_parts,
+                         ST_SPILL_MAX_PARTS);
     return 0;
 }
 
@@ -143,13 +161,15 @@ static int spill_new(const st_spill_params *p, st_spill **out) {
     uint64_t ms = p->disk_budget ? p->disk_budget / s->slot_bytes : UINT32_MAX - 1;
     s->max_slots = (uint32_t)(ms > UINT32_MAX - 1 ? UINT32_MAX - 1 : ms);
     s->fs_cap = UINT32_MAX - 1;
+    s->np = p->n_parts ? p->n_parts : 1;
     s->stage = calloc((size_t)s->p.queue_depth, sizeof *s->stage);
     s->wq = calloc((size_t)s->p.queue_depth, sizeof *s->wq);
     *out = s;
     if (!s->stage || !s->wq) return ST_E_NOMEM;
     for (int i = 0; i < s->p.queue_depth; i++) {
         s->stage[i].buf = st_alloc_aligned(s->slot_bytes, ST_SPILL_ALIGN);
-        if (!s->stage[i].buf) return ST_E_NOMEM;
+        s->stage[i].sums = calloc(s->np, sizeof(uint64_t));
+        if (!s->stage[i].buf || !s->stage[i].sums) return ST_E_NOMEM;
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv_io, NULL);
@@ -267,8 +287,12 @@ void st_spill_close(st_spill *s) {
     if (s->uring_ok) io_uring_queue_exit(&s->ring);
     st_io_close(s->io);
     if (s->stage)
-        for (int i = 0; i < s->p.queue_depth; i++) st_free_aligned(s->stage[i].buf);
+        for (int i = 0; i < s->p.queue_depth; i++) {
+            st_free_aligned(s->stage[i].buf);
+            free(s->stage[i].sums);
+        }
     free(s->stage);
+    free(s->psum);
     free(s->wq);
     free(s->ent);
     free(s->free_list);
@@ -317,6 +341,9 @@ static int slot_alloc(st_spill *s, st_slot *out) {
             st_slot *f = realloc(s->free_list, (size_t)nc * sizeof *f);
             if (!f) return ST_E_NOMEM;
             s->free_list = f;
+            uint64_t *ps = realloc(s->psum, (size_t)nc * s->np * sizeof *ps);
+            if (!ps) return ST_E_NOMEM;
+            s->psum = ps;
             s->ent_cap = nc;
         }
         *out = s->hwm++;
@@ -354,9 +381,14 @@ int st_spill_write(st_spill *s, const st_spill_page *pg, int flags, st_slot *slo
         return st_seterr(ctx, ST_E_INVAL, "spill: bad page (no data or length 0)");
     int cold = s->p.cold != ST_COLD_NONE &&
                (pg->type == ST_TYPE_F32 || pg->type == ST_TYPE_F16 || pg->type == ST_TYPE_BF16);
-    size_t stored = cold ? st_cold_bytes(s->p.cold, pg->type, pg->len) : pg->len;
-    if (!stored) return st_seterr(ctx, ST_E_INVAL, "spill: %zu bytes is not a whole number of %s",
-                                  pg->len, st_type_name(pg->type));
+    if (pg->len % s->np)
+        return st_seterr(ctx, ST_E_INVAL, "spill: %zu bytes is not %u equal parts", pg->len, s->np);
+    const size_t part_raw = pg->len / s->np;
+    size_t part_len = cold ? st_cold_bytes(s->p.cold, pg->type, part_raw) : part_raw;
+    if (!part_len) return st_seterr(ctx, ST_E_INVAL, "spill: %zu bytes is not a whole number of %s",
+                                    part_raw, st_type_name(pg->type));
+    const size_t stride = st_spill_stride(s, (uint32_t)part_len);
+    size_t stored = (s->np - 1) * stride + part_len;
     if (stored > s->slot_bytes)
         return st_seterr(ctx, ST_E_LIMIT, "spill: page of %zu bytes exceeds the slot size %zu",
                          stored, s->slot_bytes);
@@ -405,24 +437,33 @@ int st_spill_write(st_spill *s, const st_spill_page *pg, int flags, st_slot *slo
     s->ent[sl].stage = (int16_t)si;
     pthread_mutex_unlock(&s->mu);
 
-    /* Copy (and encode) outside the lock: the staging buffer is ours now. */
+    /* Copy (and encode) outside the lock: the staging buffer is ours now. Each part is
+     * coded and checksummed on its own, at its stride, so it can be read alone. */
     size_t len = stored;
-    if (cold) {
-        rc = st_cold_encode(s->p.cold, pg->type, pg->data, pg->len, sg->buf, s->slot_bytes, &len);
-        ST_ASSERT(rc == 0 && len == stored);
-    } else {
-        memcpy(sg->buf, pg->data, len);
+    for (uint32_t i = 0; i < s->np; i++) {
+        uint8_t *dst = sg->buf + i * stride;
+        const uint8_t *src = (const uint8_t *)pg->data + i * part_raw;
+        if (cold) {
+            size_t got = 0;
+            rc = st_cold_encode(s->p.cold, pg->type, src, part_raw, dst, part_len, &got);
+            ST_ASSERT(rc == 0 && got == part_len);
+        } else {
+            memcpy(dst, src, part_len);
+        }
+        if (i + 1 < s->np) memset(dst + part_len, 0, stride - part_len);
+        sg->sums[i] = !cold && s->np == 1 && pg->has_checksum ? pg->checksum
+                                                                : XXH3_64bits(dst, part_len);
     }
     uint32_t io_len = st_spill_pad((uint32_t)len);
     memset(sg->buf + len, 0, io_len - len);
-    uint64_t sum = !cold && pg->has_checksum ? pg->checksum : XXH3_64bits(sg->buf, len);
 
     pthread_mutex_lock(&s->mu);
     st_slot_ent *e = &s->ent[sl];
     e->key = pg->key;
     e->gen = pg->gen;
-    e->sum = sum;
+    memcpy(s->psum + (size_t)sl * s->np, sg->sums, s->np * sizeof(uint64_t));
     e->len = (uint32_t)len;
+    e->part_len = (uint32_t)part_len;
     e->raw_len = (uint32_t)pg->len;
     e->cold = (uint8_t)(cold ? s->p.cold : ST_COLD_NONE);
     e->type = (uint8_t)pg->type;
@@ -496,15 +537,53 @@ st_spill_stats st_spill_get_stats(st_spill *s) {
 
 /* ---- reads --------------------------------------------------------------------------- */
 
-int st_spill_deliver(const uint8_t *src, uint32_t len, uint64_t sum, uint8_t cold, uint8_t type,
-                     st_spill_rd *rd) {
-    if (XXH3_64bits(src, len) != sum) {
-        memset(rd->buf, 0, rd->len);
-        return ST_E_CORRUPT;
+int st_spill_deliver(const uint8_t *src, const st_rd_snap *sn, st_spill_rd *rd) {
+    src += sn->skip;
+    /* Verify every part before delivering any: the caller never sees a partial mix. */
+    for (uint32_t i = 0; i < sn->n_part; i++)
+        if (XXH3_64bits(src + (size_t)i * sn->stride, sn->part_len) != sn->sums[i]) {
+            memset(rd->buf, 0, rd->len);
+            return ST_E_CORRUPT;
+        }
+    for (uint32_t i = 0; i < sn->n_part; i++) {
+        uint8_t *dst = (uint8_t *)rd->buf + (size_t)i * sn->part_raw;
+        const uint8_t *p = src + (size_t)i * sn->stride;
+        if (sn->cold != ST_COLD_NONE) {
+            int rc = st_cold_decode((st_cold_type)sn->cold, (st_type)sn->type, p, sn->part_len, dst,
+                                    sn->part_raw);
+            if (rc) {
+                memset(rd->buf, 0, rd->len);
+                return rc;
+            }
+        } else {
+            memcpy(dst, p, sn->part_raw);
+        }
     }
-    if (cold != ST_COLD_NONE)
-        return st_cold_decode((st_cold_type)cold, (st_type)type, src, len, rd->buf, rd->len);
-    memcpy(rd->buf, src, rd->len);
+    return 0;
+}
+
+/* Describes read r of slot e (mu held): 0, or ST_E_STATE for a bad range. */
+static int describe(const st_spill *s, st_slot slot, const st_slot_ent *e, const st_spill_rd *r,
+                    st_rd_snap *sn, uint64_t *sums) {
+    uint32_t first = r->part_first, cnt = r->part_count ? r->part_count : s->np;
+    uint32_t part_raw = e->raw_len / s->np;
+    if ((!r->part_count && first) || first > s->np || cnt > s->np - first ||
+        (uint64_t)cnt * part_raw != r->len)
+        return ST_E_STATE;
+    uint32_t stride = st_spill_stride(s, e->part_len);
+    uint64_t start = (uint64_t)first * stride, bytes = (uint64_t)(cnt - 1) * stride + e->part_len;
+    uint64_t astart = start & ~(uint64_t)(ST_SPILL_ALIGN - 1);
+    sn->off = st_spill_slot_off(s, slot) + astart;
+    sn->io_len = st_spill_pad((uint32_t)(start + bytes - astart));
+    sn->skip = (uint32_t)(start - astart);
+    sn->n_part = cnt;
+    sn->part_len = e->part_len;
+    sn->stride = stride;
+    sn->part_raw = part_raw;
+    memcpy(sums, s->psum + (size_t)slot * s->np + first, cnt * sizeof *sums);
+    sn->sums = sums;
+    sn->cold = e->cold;
+    sn->type = e->type;
     return 0;
 }
 
@@ -514,39 +593,44 @@ int st_spill_read_submit(st_spill *s, st_spill_rd *rd, int n, st_spill_ticket **
     if (!s || n < 0 || (n && !rd)) return ST_E_INVAL;
     st_spill_ticket *t = calloc(1, sizeof *t);
     st_rd_snap *snap = n ? calloc((size_t)n, sizeof *snap) : NULL;
-    if (!t || (n && !snap)) {
+    size_t n_sums = 0;
+    for (int i = 0; i < n; i++)
+        n_sums += rd[i].part_count && rd[i].part_count < s->np ? rd[i].part_count : s->np;
+    uint64_t *sums = n ? malloc(n_sums * sizeof *sums) : NULL;
+    if (!t || (n && (!snap || !sums))) {
         free(t);
         free(snap);
+        free(sums);
         return ST_E_NOMEM;
     }
     t->rd = rd;
     t->n = n;
     t->snap = snap;
+    t->sums = sums;
+    size_t sum_at = 0;
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < n; i++) {
         st_spill_rd *r = &rd[i];
         st_slot_ent *e = slot_get(s, r->slot);
+        st_rd_snap *sn = &snap[t->n_snap];
         r->rc = 0;
-        if (!e || !r->buf || e->key != r->key || e->gen != r->gen || e->raw_len != r->len) {
+        if (!e || !r->buf || e->key != r->key || e->gen != r->gen ||
+            (r->part_count == 0 && e->raw_len != r->len)) {
             r->rc = ST_E_STATE;
         } else if (e->state == ST_SLOT_FAILED) {
             r->rc = e->err;
+        } else if ((r->rc = describe(s, r->slot, e, r, sn, sums + sum_at)) != 0) {
         } else if (e->state == ST_SLOT_WRITING) {
             /* Invariant 2: the staging copy is stable while we hold mu. */
-            r->rc = st_spill_deliver(s->stage[e->stage].buf, e->len, e->sum, e->cold, e->type, r);
+            sn->skip += (uint32_t)(sn->off - st_spill_slot_off(s, r->slot));
+            r->rc = st_spill_deliver(s->stage[e->stage].buf, sn, r);
             s->st.staged_reads++;
             if (r->rc == ST_E_CORRUPT) s->st.checksum_failures++;
             else s->st.reads++;
         } else {
-            st_rd_snap *sn = &snap[t->n_snap++];
+            sum_at += sn->n_part;
             sn->idx = i;
-            sn->off = st_spill_slot_off(s, r->slot);
-            sn->len = e->len;
-            sn->io_len = st_spill_pad(e->len);
-            sn->raw_len = e->raw_len;
-            sn->sum = e->sum;
-            sn->cold = e->cold;
-            sn->type = e->type;
+            t->n_snap++;
             e->readers++;
         }
     }
@@ -579,6 +663,7 @@ int st_spill_read_wait(st_spill *s, st_spill_ticket *t, st_ctx *ctx) {
                                        : st_strerror(rc));
     }
     free(t->snap);
+    free(t->sums);
     free(t);
     return rc;
 }

@@ -213,7 +213,7 @@ static int deliver_op(const io_op *op, uint64_t *n_ok, uint64_t *n_err) {
             (*n_err)++;
             continue;
         }
-        rd->rc = st_spill_deliver(op->buf + (sn->off - op->off), sn->len, sn->sum, sn->cold, sn->type, rd);
+        rd->rc = st_spill_deliver(op->buf + (sn->off - op->off), sn, rd);
         if (rd->rc == ST_E_CORRUPT) bad++;
         else if (!rd->rc) (*n_ok)++;
     }

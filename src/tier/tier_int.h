@@ -28,10 +28,11 @@ typedef enum st_slot_state {
  * (see the essay in spill.c). */
 typedef struct st_slot_ent {
     uint64_t key, gen;   /* page identity given by the pool */
-    uint64_t sum;        /* XXH3-64 of the len stored bytes */
+    /* checksums: st_spill.psum[slot * np + i] = XXH3-64 of part i's stored bytes */
     uint64_t epoch;      /* write sequence number, for fsync failure attribution */
     uint32_t len;        /* stored payload bytes (after cold coding) */
     uint32_t raw_len;    /* bytes the caller handed in and will get back */
+    uint32_t part_len;   /* stored bytes of one part (np == 1: == len) */
     int32_t err;         /* FAILED: the error */
     uint16_t readers;    /* disk reads in flight (release is refused meanwhile) */
     int16_t stage;       /* WRITING: staging buffer index; else -1 */
@@ -47,14 +48,20 @@ typedef struct st_stage {
     st_slot slot;    /* owner while busy */
     uint32_t io_len; /* bytes to write: stored len rounded up to 4096 */
     int busy;
+    uint64_t *sums;  /* (np) part checksums computed outside mu */
 } st_stage;
 
 /* One entry of a read ticket that must come from disk. */
 typedef struct st_rd_snap {
     int idx;       /* index into the caller's rd array */
-    uint64_t off;  /* file offset */
-    uint32_t len, io_len, raw_len;
-    uint64_t sum;
+    uint64_t off;  /* file offset of the (4096-aligned) read */
+    uint32_t io_len;    /* bytes read, a multiple of 4096 */
+    uint32_t skip;      /* first part's offset within the read */
+    uint32_t n_part;    /* parts delivered */
+    uint32_t part_len;  /* stored bytes per part */
+    uint32_t stride;    /* distance between parts in the slot */
+    uint32_t part_raw;  /* bytes per part delivered to the caller */
+    const uint64_t *sums; /* (n_part) expected checksums, copied at submit */
     uint8_t cold, type;
 } st_rd_snap;
 
@@ -63,6 +70,7 @@ struct st_spill_ticket {
     int n;
     st_rd_snap *snap; /* (n_snap) sorted by off by the I/O thread */
     int n_snap;
+    uint64_t *sums;   /* backing store of snap[].sums */
     int done;         /* set by the I/O thread under mu */
     st_spill_ticket *next;
 };
@@ -83,6 +91,8 @@ struct st_spill {
     int thread_started, stop;
 
     st_slot_ent *ent; /* (ent_cap) side table; [0, hwm) meaningful */
+    uint64_t *psum;   /* (ent_cap * np) part checksums */
+    uint32_t np;      /* parts per payload, >= 1 */
     uint32_t ent_cap, hwm, max_slots, fs_cap;
     st_slot *free_list; /* (ent_cap) stack */
     uint32_t n_free, n_used;
@@ -107,13 +117,16 @@ void st_spill_slot_free_locked(st_spill *s, st_slot slot);
 
 /* spill_io.c */
 void *st_spill_io_main(void *arg);
-/* Verifies and copies/decodes one payload into rd->buf; returns 0 or ST_E_CORRUPT (buf
- * zeroed). Called with or without mu; touches no store state. */
-int st_spill_deliver(const uint8_t *src, uint32_t len, uint64_t sum, uint8_t cold, uint8_t type,
-                     st_spill_rd *rd);
+/* Verifies and copies/decodes the parts described by sn from src (the first part at
+ * src + sn->skip) into rd->buf; returns 0 or ST_E_CORRUPT (buf zeroed). Called with or
+ * without mu; touches no store state. */
+int st_spill_deliver(const uint8_t *src, const st_rd_snap *sn, st_spill_rd *rd);
 
 static inline uint64_t st_spill_slot_off(const st_spill *s, st_slot slot) {
     return ST_SPILL_HEADER_BYTES + (uint64_t)slot * s->slot_bytes;
+}
+static inline uint32_t st_spill_stride(const st_spill *s, uint32_t part_len) {
+    return s->np > 1 ? (part_len + 63u) & ~63u : part_len;
 }
 static inline uint32_t st_spill_pad(uint32_t n) {
     return (n + ST_SPILL_ALIGN - 1) & ~(ST_SPILL_ALIGN - 1);

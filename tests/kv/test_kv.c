@@ -86,7 +86,7 @@ TEST(test_params_and_layout) {
     CHECK_INT(g->scale_offset, 384);
     CHECK_INT(g->layer_bytes, 4096);
     CHECK_INT(g->page_bytes, 3 * 4096);
-    CHECK_INT((uintptr_t)kv_page_data(kv, 1) % 4096, 0);
+    CHECK_INT((uintptr_t)kv->data % 4096, 0); /* every frame: page_bytes is a multiple */
     st_kv_destroy(kv);
     st_kv_destroy(NULL);
     st_ctx_destroy(ctx);

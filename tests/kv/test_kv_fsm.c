@@ -12,10 +12,21 @@
  * Keyed sequences (appended with token ids) hold "model-like" K/V: a deterministic function
  * of the token prefix, so pages found in the prefix cache have a known content. Anonymous
  * sequences (no token ids, never cached) receive arbitrary writes, which is what makes a
- * copy-on-write leak visible. Seeded and reproducible: `test_kv_fsm --slow` runs longer. */
+ * copy-on-write leak visible. Seeded and reproducible: `test_kv_fsm --slow` runs longer.
+ *
+ * Tiered worlds (issue 6) rerun the same machine with a hot pool of a few pages and a
+ * spill directory, so most operations spill and fetch; the faulty ones open the spill file
+ * through the fault-injecting backend and re-arm a random fault (failed or short writes,
+ * EINTR storms, ENOSPC, EIO or corrupted reads) every few dozen steps. The property: every
+ * live sequence equals the oracle, or it has been marked failed (st_kv_seq_error) by an
+ * operation that returned an error; failed sequences are freed and forgotten. */
 #include "strata/kv.h"
 #include "kv/kv_int.h"
 #include "../test.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 static int g_slow; /* test-only flag set from argv */
 
@@ -39,6 +50,8 @@ typedef struct cfg {
     st_type type;
     int P, L, H, D, n_pages, steps;
     uint64_t seed;
+    int ram;    /* > 0: tiered, hot pool of this many pages */
+    int faults; /* tiered: inject faults */
 } cfg;
 
 typedef struct oseq {
@@ -62,7 +75,20 @@ typedef struct world {
     int n_pins;
     int step, failed;
     long n_ok[16], n_err[16];
+    st_io *fault;  /* tiered + faults: the spill file's fault backend (owned by the store) */
+    long n_seq_failed;
+    char dir[64];
 } world;
+
+static int tiered(const world *w) { return w->c.ram > 0; }
+
+/* An operation's error is acceptable when it changed nothing (POOL_FULL, a refused spill)
+ * or failed the sequence; a failed sequence is then dropped. */
+static int tier_err_ok(world *w, const oseq *o, int rc) {
+    if (!tiered(w)) return 0;
+    if (rc == ST_E_POOL_FULL || rc == ST_E_NOSPACE) return 1;
+    return o && st_kv_seq_error(w->kv, o->id) != 0;
+}
 
 static float canon(uint64_t ph, int l, int i, int which) {
     uint64_t h = mix(ph ^ ((uint64_t)l << 48) ^ ((uint64_t)i << 8) ^ (uint64_t)which);
@@ -105,6 +131,7 @@ static float view_elem(const world *w, const st_attn_page *pv, int isv, int h, i
 }
 
 static void check_seq(world *w, const oseq *o) {
+    if (tiered(w) && st_kv_seq_error(w->kv, o->id)) return; /* dropped by check_all */
     int64_t len = -1;
     WCHECK(st_kv_seq_len(w->kv, o->id, &len) == 0 && len == o->len, "seq %d len %lld vs %lld",
            o->id, (long long)len, (long long)o->len);
@@ -119,6 +146,11 @@ static void check_seq(world *w, const oseq *o) {
                (long long)p, tok[p], o->tok[p]);
         for (int l = 0; l < w->c.L; l++) {
             int rc = st_kv_read(w->kv, o->id, l, p, 1, kb, vb);
+            if (rc && o->valid[p] && tiered(w)) { /* a read fault: the sequence must fail */
+                WCHECK(st_kv_seq_error(w->kv, o->id) == rc, "read rc %d but seq error %d", rc,
+                       st_kv_seq_error(w->kv, o->id));
+                return;
+            }
             if (!o->valid[p]) {
                 WCHECK(rc == ST_E_NOT_FOUND, "read of removed pos %lld: rc %d", (long long)p, rc);
                 continue;
@@ -134,7 +166,9 @@ static void check_seq(world *w, const oseq *o) {
     /* views: exactly the valid slots, with the same values, in logical order */
     st_attn_page views[MAXLEN];
     int nv = -1, l = rint_(&w->r, w->c.L);
-    WCHECK(st_kv_seq_views(w->kv, o->id, l, views, MAXLEN, &nv) == 0, "views");
+    int vrc = st_kv_seq_views(w->kv, o->id, l, views, MAXLEN, &nv);
+    if (tiered(w) && vrc == ST_E_STATE) return; /* a page not in RAM: only attend reads it */
+    WCHECK(vrc == 0, "views");
     int64_t seen = 0, last = -1;
     for (int j = 0; j < nv; j++) {
         const st_attn_page *pv = &views[j];
@@ -164,8 +198,20 @@ static void check_seq(world *w, const oseq *o) {
            (long long)n_valid);
 }
 
+static void drop_failed(world *w) {
+    for (int j = 0; j < MAXS; j++) {
+        oseq *o = &w->s[j];
+        if (!o->live || !st_kv_seq_error(w->kv, o->id)) continue;
+        WCHECK(tiered(w), "seq %d failed without a tier", o->id);
+        WCHECK(st_kv_seq_free(w->kv, o->id) == 0, "free of a failed seq");
+        o->live = 0;
+        w->n_seq_failed++;
+    }
+}
+
 static void check_all(world *w) {
     char msg[256];
+    drop_failed(w);
     WCHECK(kv_check(w->kv, msg, sizeof msg) == 0, "invariant: %s", msg);
     /* refcounts through the public API: refs == number of table entries naming the page */
     int32_t *refs = calloc((size_t)w->c.n_pages, sizeof *refs);
@@ -185,6 +231,9 @@ static void check_all(world *w) {
     }
     free(refs);
     WCHECK(bad < 0, "page %d refcount differs from table references", bad);
+    /* tiered: every cold position costs a disk read, so contents every 4th step (and the
+     * invariants, above, every step) keep the test at seconds */
+    if (tiered(w) && w->step % 4) return;
     for (int j = 0; j < MAXS && !w->failed; j++)
         if (w->s[j].live) check_seq(w, &w->s[j]);
 }
@@ -254,17 +303,24 @@ static void op_append(world *w, oseq *o) {
                 int a = rint_(&w->r, n + 1);
                 const float *kl = k + (size_t)l * n * HD, *vl = v + (size_t)l * n * HD;
                 int r1 = a ? st_kv_write(w->kv, o->id, l, p0, a, kl, vl) : 0;
-                int r2 = a < n ? st_kv_write(w->kv, o->id, l, p0 + a, n - a, kl + (size_t)a * HD,
-                                             vl + (size_t)a * HD) : 0;
+                int r2 = a < n && !r1 ? st_kv_write(w->kv, o->id, l, p0 + a, n - a,
+                                                    kl + (size_t)a * HD, vl + (size_t)a * HD) : 0;
+                if ((r1 || r2) && tier_err_ok(w, o, r1 ? r1 : r2)) {
+                    rc = r1 ? r1 : r2;
+                    break;
+                }
                 WCHECK(r1 == 0 && r2 == 0, "write after reserve: %d %d", r1, r2);
             }
-            rc = st_kv_seq_commit(w->kv, o->id);
+            if (!rc) rc = st_kv_seq_commit(w->kv, o->id);
+            /* the model's way of undoing a step (forward.c): back to the old length */
+            if (rc && !st_kv_seq_error(w->kv, o->id))
+                WCHECK(st_kv_seq_truncate(w->kv, o->id, p0) == 0, "undo truncate");
         }
     }
     free(k);
     free(v);
-    if (rc == ST_E_POOL_FULL) {
-        w->n_err[1]++;
+    if (rc == ST_E_POOL_FULL || (rc && tier_err_ok(w, o, rc))) {
+        w->n_err[rc == ST_E_POOL_FULL ? 1 : 7]++;
         return;
     }
     WCHECK(rc == 0, "append rc %d", rc);
@@ -294,7 +350,7 @@ static void op_write(world *w, oseq *o) {
         WCHECK(rc == ST_E_NOT_FOUND, "write over removed position: rc %d", rc);
         return;
     }
-    if (rc == ST_E_POOL_FULL) {
+    if (rc == ST_E_POOL_FULL || (rc && tier_err_ok(w, o, rc))) {
         w->n_err[2]++;
         return;
     }
@@ -312,6 +368,7 @@ static void op_fork(world *w, oseq *o) {
     if (!d) return;
     st_kv_seq_id id = -1;
     int rc = st_kv_seq_fork(w->kv, o->id, &id);
+    if (rc && tier_err_ok(w, o, rc)) return;
     WCHECK(rc == 0, "fork rc %d", rc);
     *d = *o;
     d->id = id;
@@ -375,7 +432,10 @@ static void op_pin(world *w) {
     if (n == 0) return;
     int32_t pg = ids[rint_(&w->r, n)];
     if (pg < 0) return;
-    WCHECK(st_kv_pin(w->kv, pg) == 0, "pin %d", pg);
+    if (tiered(w) && w->n_pins >= w->c.ram / 2) return; /* leave the hot pool room */
+    int rc = st_kv_pin(w->kv, pg);
+    if (rc && tier_err_ok(w, o, rc)) return;
+    WCHECK(rc == 0, "pin %d: rc %d", pg, rc);
     w->pins[w->n_pins++] = pg;
 }
 
@@ -393,6 +453,14 @@ static void op_snapshot(world *w) {
     st_kv_io io;
     st_kv_io_mem_writer(&io);
     int rc = st_kv_snapshot_write(w->kv, ids, n, maxp, &io);
+    if (rc && tiered(w)) {
+        int any_failed = 0;
+        for (int j = 0; j < n; j++) any_failed |= st_kv_seq_error(w->kv, ids[j]) != 0;
+        st_kv_io_mem_release(&io);
+        WCHECK(rc == ST_E_POOL_FULL || rc == ST_E_NOSPACE || any_failed,
+               "snapshot write rc %d without a failed sequence", rc);
+        return;
+    }
     WCHECK(rc == 0, "snapshot write rc %d", rc);
     st_kv_io in;
     st_kv_io_mem_reader(&in, io.buf, io.len);
@@ -412,12 +480,14 @@ static void op_snapshot(world *w) {
         WCHECK(len == os[j]->len || (maxp >= 0 && len < os[j]->len && len % w->c.P == 0),
                "restored len %lld of %lld", (long long)len, (long long)os[j]->len);
         WCHECK(st_kv_seq_free(w->kv, os[j]->id) == 0, "free original");
-        os[j]->id = out[j];
+        os[j]->id = out[j]; /* a restore that lost a page fails the copy: dropped later */
         os[j]->len = len;
     }
 }
 
 static void step(world *w) {
+    drop_failed(w); /* a check's read may have failed a sequence after it was checked */
+    if (w->failed) return;
     oseq *o = pick(w);
     int op = rint_(&w->r, 100);
     if (op < 6 || !o) {
@@ -457,6 +527,35 @@ static void step(world *w) {
     }
 }
 
+static int fault_open(void *arg, const char *path, int direct, st_io **out) {
+    world *w = arg;
+    st_io *fd;
+    int rc = st_io_fd_open(path, O_RDWR | O_CREAT | O_TRUNC, 0600, &fd);
+    if (rc) return rc;
+    st_io_fault_cfg none;
+    memset(&none, 0, sizeof none);
+    if ((rc = st_io_fault_create(fd, &none, out)) == 0) w->fault = *out;
+    return rc;
+}
+
+/* A new random fault, armed a few calls ahead (counters are absolute). */
+static void rearm(world *w) {
+    st_kv_flush(w->kv); /* no I/O in flight while the rules change */
+    st_io_fault_counts n = st_io_fault_get_counts(w->fault);
+    st_io_fault_cfg f;
+    memset(&f, 0, sizeof f);
+    switch (rint_(&w->r, 7)) {
+    case 0: f.fail_write_nth = n.writes + 1 + rint_(&w->r, 8); break;
+    case 1: f.short_write_max = 512 + rint_(&w->r, 4096); f.short_read_max = 1000; break;
+    case 2: f.eintr_storm = 3; break;
+    case 3: f.eio_read_nth = n.reads + 1 + rint_(&w->r, 8); break;
+    case 4: f.corrupt_read_nth = n.reads + 1 + rint_(&w->r, 8), f.corrupt_byte = rint_(&w->r, 5000); break;
+    case 5: f.enospc_enabled = 1, f.enospc_after_bytes = n.bytes_written + rint_(&w->r, 40000); break;
+    default: break; /* a quiet period */
+    }
+    st_io_fault_set(w->fault, &f);
+}
+
 static void run_world(cfg c) {
     world *w = calloc(1, sizeof *w);
     w->c = c;
@@ -473,6 +572,17 @@ static void run_world(cfg c) {
     p.n_pages = c.n_pages;
     p.max_seqs = 2 * MAXS;
     p.fingerprint.b[0] = 42;
+    if (c.ram) {
+        snprintf(w->dir, sizeof w->dir, "/tmp/strata-fsm-XXXXXX");
+        REQUIRE(mkdtemp(w->dir) != NULL);
+        p.spill_dir = w->dir;
+        p.ram_pages = c.ram;
+        p.spill_no_direct = (int)(c.seed & 1); /* both I/O paths */
+        if (c.faults) {
+            p.spill_open = fault_open;
+            p.spill_open_arg = w;
+        }
+    }
     if (st_kv_create(w->ctx, &p, &w->kv) != 0) {
         CHECK(0);
         st_ctx_destroy(w->ctx);
@@ -480,8 +590,15 @@ static void run_world(cfg c) {
         return;
     }
     for (w->step = 0; w->step < c.steps && !w->failed; w->step++) {
+        if (w->fault && w->step % 40 == 0) rearm(w);
         step(w);
         if (!w->failed) check_all(w);
+    }
+    if (w->fault) { /* quiet disk for the teardown checks */
+        st_io_fault_cfg none;
+        memset(&none, 0, sizeof none);
+        st_kv_flush(w->kv);
+        st_io_fault_set(w->fault, &none);
     }
     st_kv_stats st;
     st_kv_get_stats(w->kv, &st);
@@ -492,9 +609,19 @@ static void run_world(cfg c) {
             (long long)st.cow_copies, (long long)st.prefix_hits, (long long)st.prefix_misses,
             (long long)st.prefix_tokens_reused, (long long)st.cache_evictions, w->n_ok[6],
             w->n_err[6]);
+    if (c.ram)
+        fprintf(stderr, "    tier: ram %d pages%s: %lld spills, %lld fetches, %lld blocks read, "
+                "%lld drops, %lld pages lost, %ld sequences failed and dropped\n", c.ram,
+                c.faults ? " + faults" : "", (long long)st.tier_writes, (long long)st.tier_reads,
+                (long long)st.tier_block_reads, (long long)st.tier_drops,
+                (long long)st.tier_errors, w->n_seq_failed);
     if (!w->failed) { /* every path must have been exercised, or the test proves little */
         CHECK(st.forks > 0 && st.cow_copies > 0 && st.prefix_hits > 0 && st.prefix_misses > 0);
-        CHECK(st.cache_evictions > 0 && w->n_err[1] > 0 && w->n_ok[6] > 0);
+        /* (faulty worlds drop failed sequences so often that the pool rarely fills) */
+        CHECK(st.cache_evictions > 0 && (w->n_err[1] > 0 || c.faults) && w->n_ok[6] > 0);
+        if (c.ram) CHECK(st.tier_writes > 0 && st.tier_reads > 0 && st.tier_block_reads > 0);
+        if (c.faults) CHECK(st.tier_errors > 0 && w->n_seq_failed > 0);
+        if (c.ram && !c.faults) CHECK_INT(w->n_seq_failed, 0);
     }
     /* teardown: nothing may leak */
     while (w->n_pins) CHECK_OK(st_kv_unpin(w->kv, w->pins[--w->n_pins]));
@@ -514,23 +641,38 @@ static void run_world(cfg c) {
     CHECK_INT(st.pages_free, c.n_pages);
     char msg[256];
     CHECK_OK(kv_check(w->kv, msg, sizeof msg));
-    st_kv_destroy(w->kv);
+    st_kv_destroy(w->kv); /* removes the instance directory */
+    if (c.ram) CHECK_INT(rmdir(w->dir), 0);
     st_ctx_destroy(w->ctx);
     free(w);
 }
 
 TEST(test_fsm_f32) {
     int steps = g_slow ? 200000 : 8000;
-    run_world((cfg){ST_TYPE_F32, 8, 2, 2, 4, 32, steps, 1});
-    run_world((cfg){ST_TYPE_F32, 16, 1, 1, 3, 24, steps, 2});
+    run_world((cfg){ST_TYPE_F32, 8, 2, 2, 4, 32, steps, 1, 0, 0});
+    run_world((cfg){ST_TYPE_F32, 16, 1, 1, 3, 24, steps, 2, 0, 0});
     if (g_slow)
-        for (uint64_t s = 3; s < 13; s++) run_world((cfg){ST_TYPE_F32, 8, 2, 2, 8, 40, 50000, s});
+        for (uint64_t s = 3; s < 13; s++) run_world((cfg){ST_TYPE_F32, 8, 2, 2, 8, 40, 50000, s, 0, 0});
 }
 
 TEST(test_fsm_f16) {
     int steps = g_slow ? 200000 : 6000;
-    run_world((cfg){ST_TYPE_F16, 8, 2, 2, 4, 32, steps, 11});
-    run_world((cfg){ST_TYPE_BF16, 8, 2, 1, 5, 40, steps / 2, 12});
+    run_world((cfg){ST_TYPE_F16, 8, 2, 2, 4, 32, steps, 11, 0, 0});
+    run_world((cfg){ST_TYPE_BF16, 8, 2, 1, 5, 40, steps / 2, 12, 0, 0});
+}
+
+TEST(test_fsm_tiered) {
+    int steps = g_slow ? 100000 : 2000;
+    /* hot pool of 4-6 pages against 32-40 logical pages: most operations spill and fetch */
+    run_world((cfg){ST_TYPE_F32, 8, 2, 2, 4, 32, steps, 21, 4, 0});
+    run_world((cfg){ST_TYPE_F16, 16, 1, 1, 3, 24, steps, 22, 6, 0});
+    run_world((cfg){ST_TYPE_BF16, 8, 2, 2, 8, 24, steps, 23, 5, 0});
+}
+
+TEST(test_fsm_tiered_faults) {
+    int steps = g_slow ? 100000 : 2000;
+    run_world((cfg){ST_TYPE_F32, 8, 2, 2, 4, 32, steps, 31, 4, 1});
+    run_world((cfg){ST_TYPE_BF16, 8, 2, 1, 5, 40, steps, 32, 6, 1});
 }
 
 int main(int argc, char **argv) {
@@ -540,6 +682,7 @@ int main(int argc, char **argv) {
         else argv[j++] = argv[i];
     }
     argc = j;
-    test_fn_ fns[] = {test_fsm_f32, test_fsm_f16};
-    return test_run_all_("test_fsm_f32, test_fsm_f16", fns, 2, argc, argv);
+    test_fn_ fns[] = {test_fsm_f32, test_fsm_f16, test_fsm_tiered, test_fsm_tiered_faults};
+    return test_run_all_("test_fsm_f32, test_fsm_f16, test_fsm_tiered, test_fsm_tiered_faults",
+                         fns, 4, argc, argv);
 }

@@ -1,0 +1,28 @@
+/* strata run --chat: an interactive multi-turn chat that keeps the conversation's KV between
+ * turns, so each turn prefills only what is new. */
+#ifndef STRATA_CLI_CHAT_H
+#define STRATA_CLI_CHAT_H
+
+#include "cli/cli_util.h"
+#include "strata/sample.h"
+
+#include <stdio.h>
+
+typedef struct st_cli_chat_opts {
+    const char *template_name; /* --chat-template NAME, or NULL: detected from the GGUF */
+    const char *system;        /* --system TEXT, or NULL: no system message */
+    long long n_predict;       /* most tokens generated per reply (-n) */
+    int32_t n_batch;           /* prefill chunk (0: 256) */
+    st_sampler_params sp;
+    FILE *in;                  /* where user lines come from (stdin); borrowed */
+} st_cli_chat_opts;
+
+/* Runs the chat over the open session s (one KV sequence; s must have a tokenizer) until
+ * end of input or "/exit"; "/reset" starts the conversation over (keeping --system).
+ * Replies go to stdout, statistics and messages to stderr. A turn that would overflow the
+ * context, or whose forward fails, is refused with a message and the conversation stays
+ * usable. Returns the process exit code: 0 at the end of input, 2 for an unknown or missing
+ * chat template (the message names it), 1 when memory runs out. */
+int st_cli_chat(st_cli_session *s, const st_cli_chat_opts *o);
+
+#endif

@@ -1,0 +1,95 @@
+/* Parsing of the SSD-tier flags (kv_flags.h). */
+#include "cli/kv_flags.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void st_cli_kv_flags_init(st_cli_kv_flags *f) { memset(f, 0, sizeof *f); }
+
+int st_cli_parse_size(const char *s, unsigned long long *out) {
+    *out = 0;
+    if (!s || !*s || *s == '-' || *s == '+') return ST_E_USAGE;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s) return ST_E_USAGE;
+    unsigned shift = 0;
+    if (*end) {
+        switch (*end) {
+        case 'k': case 'K': shift = 10; break;
+        case 'm': case 'M': shift = 20; break;
+        case 'g': case 'G': shift = 30; break;
+        case 't': case 'T': shift = 40; break;
+        default: return ST_E_USAGE;
+        }
+        end++;
+        if (*end == 'i') end++;  /* KiB, MiB ... */
+        if (*end == 'B' || *end == 'b') end++;
+        if (*end) return ST_E_USAGE;
+    }
+    if (shift && v > (~0ull >> shift)) return ST_E_USAGE;
+    *out = v << shift;
+    return *out ? 0 : ST_E_USAGE;
+}
+
+int st_cli_kv_flags_arg(st_cli_kv_flags *f, const char *a, const char *v) {
+    if (!strcmp(a, "--verbose")) {
+        f->verbose = 1;
+        return 2;
+    }
+    int ours = !strcmp(a, "--kv-spill") || !strcmp(a, "--instance-id") || !strcmp(a, "--kv-ram") ||
+               !strcmp(a, "--kv-pool-pages") || !strcmp(a, "--kv-disk") || !strcmp(a, "--kv-cold-type");
+    if (!ours) return 0;
+    if (!v) return -1;
+    f->given = 1;
+    char *end;
+    if (!strcmp(a, "--kv-spill")) {
+        f->spill_dir = v;
+    } else if (!strcmp(a, "--instance-id")) {
+        f->instance_id = v;
+    } else if (!strcmp(a, "--kv-ram")) {
+        if (st_cli_parse_size(v, &f->ram_bytes)) return -1;
+    } else if (!strcmp(a, "--kv-pool-pages")) {
+        errno = 0;
+        f->pool_pages = strtoll(v, &end, 10);
+        if (errno || *end || end == v || f->pool_pages < 2) return -1;
+    } else if (!strcmp(a, "--kv-disk")) {
+        errno = 0;
+        f->disk_mib = strtoll(v, &end, 10);
+        if (errno || *end || end == v || f->disk_mib < 1 || f->disk_mib > (1ll << 40)) return -1;
+    } else {
+        int c = st_cold_parse(v);
+        if (c <= 0) return -1; /* q8 or q4 ("none" is the default: no flag) */
+        f->cold = (st_cold_type)c;
+    }
+    return 1;
+}
+
+int st_cli_kv_flags_apply(const st_cli_kv_flags *f, st_kv_params *p, const char *cmd) {
+    if (!f || !f->given) return 0;
+    if (!f->spill_dir) {
+        fprintf(stderr, "strata %s: --kv-ram, --kv-pool-pages, --kv-disk, --kv-cold-type and "
+                "--instance-id need --kv-spill DIR\n", cmd);
+        return ST_E_USAGE;
+    }
+    if (f->ram_bytes && f->pool_pages) {
+        fprintf(stderr, "strata %s: give --kv-ram or --kv-pool-pages, not both\n", cmd);
+        return ST_E_USAGE;
+    }
+    p->spill_dir = f->spill_dir;
+    p->instance_id = f->instance_id;
+    p->disk_budget = (uint64_t)f->disk_mib << 20;
+    p->cold = f->cold;
+    size_t pb = st_kv_page_bytes(p);
+    int64_t pages = f->pool_pages ? f->pool_pages
+                    : f->ram_bytes ? (int64_t)(f->ram_bytes / (pb ? pb : 1))
+                                   : p->n_pages;
+    if (pages < 2) {
+        fprintf(stderr, "strata %s: --kv-ram %llu bytes is less than two KV pages of %zu bytes "
+                "(the smallest pool that works)\n", cmd, f->ram_bytes, pb);
+        return ST_E_USAGE;
+    }
+    p->ram_pages = pages < p->n_pages ? pages : p->n_pages;
+    return 0;
+}

@@ -1,0 +1,610 @@
+/* Attention through the tiers: st_kv_attend_decode / st_kv_attend_chunk.
+ *
+ * Three paths, chosen per call from what the needed pages (dense: all of a sequence's
+ * pages; Quest: the union of the selected ones; selection itself never touches disk) are:
+ *
+ *   in RAM        views point into the hot pool; one st_attn_decode_batch / st_attn_chunk.
+ *   fit in RAM    the cold ones are fetched in ONE coalesced batch (st_spill_read_batch:
+ *                 sorted by offset, adjacent slots merged) into frames freed by evicting
+ *                 pages this call does not need (the needed ones are held), then as above.
+ *   do not fit    STREAM: only this layer's block of each cold page is read (a ranged,
+ *                 checksummed read of one part of the slot), a window at a time, into two
+ *                 buffers: window w+1's reads are in flight on the I/O thread while window
+ *                 w computes. Nothing is evicted and nothing moves into the hot pool.
+ *
+ * Exactness. Decode: windows are whole runs of ST_ATTN_SPLIT_TOKENS / P list entries
+ * (per KV head, for a selection), st_attn_decode_runs leaves each run's partial softmax
+ * state exactly as the in-RAM kernel does, and st_attn_merge_runs merges them in run order
+ * with the kernel's own formula, so the output is bit-identical to the all-in-RAM call.
+ * Chunk: the online state of every (KV head, query tile) is kept across windows
+ * (st_attn_chunk_fold), which folds the same blocks in the same order. A never-touched page
+ * (KV_RES_ZERO) is read as a zero block, which is what its RAM copy would hold.
+ *
+ * Failure: a read that fails or does not match its checksum fails the page and every
+ * sequence naming it (kv_page_fail); the call returns that error; no output is computed
+ * from the buffer (it is zeroed by the store anyway). Tickets in flight are always waited
+ * for before returning, so the store never writes into freed memory. */
+#include "kv_int.h"
+
+#include "strata/quest.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define KV_STREAM_BYTES ((size_t)2 << 20) /* per stream buffer; at least one run's blocks */
+
+/* One sequence's view list for a layer. */
+typedef struct seq_views {
+    kv_seq *s;
+    st_attn_page *v;   /* [n] views; cold pages point at the zero block until read */
+    int32_t *page;     /* [n] physical page of each view */
+    uint8_t *cold;     /* [n] 1: the page is on disk (its view is a placeholder) */
+    int32_t n;
+    const st_kv_select *sel; /* NULL = dense */
+} seq_views;
+
+void kv_attend_free(st_kv *kv) { (void)kv; }
+
+static int geom_check(const st_kv *kv, st_ctx *ctx, const st_attn_geom *g, int layer) {
+    if (!g) return st_seterr(ctx, ST_E_INVAL, "kv: attend: geometry is NULL");
+    if (g->n_kv_head != kv->p.n_kv_head || g->head_dim != kv->p.head_dim ||
+        g->page_size != kv->p.page_size || g->type != kv->p.type)
+        return st_seterr(ctx, ST_E_INVAL, "kv: attend: geometry (%d kv heads, dim %d, P %d, %s) "
+                         "is not the pool's (%d, %d, %d, %s)", g->n_kv_head, g->head_dim,
+                         g->page_size, st_type_name(g->type), kv->p.n_kv_head, kv->p.head_dim,
+                         kv->p.page_size, st_type_name(kv->p.type));
+    if (layer < 0 || layer >= kv->p.n_layer)
+        return st_seterr(ctx, ST_E_INVAL, "kv: attend: layer %d outside [0, %d)", layer,
+                         kv->p.n_layer);
+    return 0;
+}
+
+static st_attn_page block_view(const st_kv *kv, const uint8_t *blk, const kv_entry *e,
+                               int64_t i) {
+    st_attn_page v;
+    memset(&v, 0, sizeof v);
+    v.k = blk;
+    v.v = blk ? blk + kv->g.v_offset : NULL;
+    if (blk && kv->p.type == ST_TYPE_Q8_0) {
+        v.k_scale = (const float *)(blk + kv->g.scale_offset);
+        v.v_scale = v.k_scale + kv->p.n_kv_head;
+    }
+    v.valid = e->has_mask ? e->mask : NULL;
+    v.n_tokens = e->n_tokens;
+    v.pos0 = i * kv->p.page_size;
+    return v;
+}
+
+/* The views of s at `layer`: RAM pages in place, never-touched ones as the zero block,
+ * cold ones marked (their view is the zero block, replaced by a buffer when read; an
+ * unselected cold page is never read by the kernels). */
+static int gather(st_kv *kv, kv_seq *s, int layer, seq_views *sv) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < s->n_ent; i++) n += s->ent[i].page >= 0;
+    if (n > INT32_MAX) return st_seterr(kv->ctx, ST_E_LIMIT, "kv: attend: %lld pages", (long long)n);
+    sv->s = s;
+    sv->n = (int32_t)n;
+    sv->v = malloc((size_t)(n ? n : 1) * sizeof *sv->v);
+    sv->page = malloc((size_t)(n ? n : 1) * sizeof *sv->page);
+    sv->cold = malloc((size_t)(n ? n : 1));
+    if (!sv->v || !sv->page || !sv->cold) return st_seterr(kv->ctx, ST_E_NOMEM, "kv: attend: out of memory");
+    int32_t j = 0;
+    for (int64_t i = 0; i < s->n_ent; i++) {
+        const kv_entry *e = &s->ent[i];
+        if (e->page < 0) continue;
+        const kv_page *pg = &kv->pages[e->page];
+        const uint8_t *blk = pg->resident == KV_RES_RAM ? kv_layer_data(kv, e->page, layer)
+                                                        : kv->zero_blk;
+        sv->cold[j] = pg->resident != KV_RES_RAM && pg->resident != KV_RES_ZERO;
+        sv->v[j] = block_view(kv, blk, e, i);
+        sv->page[j++] = e->page;
+    }
+    return 0;
+}
+
+static void refresh(st_kv *kv, seq_views *sv, int layer) {
+    for (int32_t j = 0; j < sv->n; j++) {
+        const kv_page *pg = &kv->pages[sv->page[j]];
+        if (pg->resident == KV_RES_RAM && sv->cold[j]) {
+            sv->cold[j] = 0;
+            const uint8_t *blk = kv_layer_data(kv, sv->page[j], layer);
+            st_attn_page *v = &sv->v[j];
+            *v = block_view(kv, blk, &sv->s->ent[v->pos0 / kv->p.page_size], v->pos0 / kv->p.page_size);
+        }
+    }
+}
+
+/* Marks (want[j] = 1) the views sequence sv needs. Returns 0 or ST_E_INVAL. */
+static int needed(st_kv *kv, st_ctx *ctx, const seq_views *sv, uint8_t *want) {
+    if (!sv->sel) {
+        memset(want, 1, (size_t)sv->n);
+        return 0;
+    }
+    if (st_kv_select_n_views(sv->sel) != sv->n || st_kv_select_n_kv_head(sv->sel) != kv->p.n_kv_head)
+        return st_seterr(ctx, ST_E_INVAL, "kv: attend: selection made for %d views / %d heads, "
+                         "sequence %d has %d / %d", st_kv_select_n_views(sv->sel),
+                         st_kv_select_n_kv_head(sv->sel), sv->s->id, sv->n, kv->p.n_kv_head);
+    memset(want, 0, (size_t)sv->n);
+    for (int32_t h = 0; h < kv->p.n_kv_head; h++) {
+        const int32_t *idx;
+        int32_t n;
+        if (st_kv_select_head(sv->sel, h, &idx, &n)) return ST_E_INVAL;
+        for (int32_t i = 0; i < n; i++) {
+            if (idx[i] < 0 || idx[i] >= sv->n) return st_seterr(ctx, ST_E_INVAL, "kv: attend: bad selection");
+            want[idx[i]] = 1;
+        }
+    }
+    return 0;
+}
+
+/* Fetches pages[n] (cold) into frames in one batch; the needed RAM pages are held by the
+ * caller. Returns 0 or the first error (failed pages are marked). */
+
+/* ---- streaming ------------------------------------------------------------------------------ */
+
+typedef struct window {
+    int32_t c0, c1;     /* decode: runs [c0, c1); chunk: views [c0, c1) */
+    int32_t *uni;       /* [n_uni] view indices, in first-use order */
+    int32_t n_uni;
+    int32_t *sub_sel, *sub_nsel, stride; /* decode with a selection */
+    st_spill_rd *rd;    /* [n_rd] this window's cold reads */
+    int32_t n_rd;
+    int32_t *rd_of;     /* [n_uni] index into rd, or -1 */
+    st_spill_ticket *ticket;
+} window;
+
+typedef struct streamer {
+    st_kv *kv;
+    int layer;
+    seq_views *sv;
+    int32_t pps;         /* list entries per run (decode) */
+    const int32_t **list;/* [H] per-head lists (decode with a selection) */
+    int32_t *len;        /* [H] */
+    int32_t *stamp, *pos;/* [n views] scratch for unions */
+    uint8_t *buf[2];
+    int64_t cap;         /* blocks per buffer */
+    window w[2];
+} streamer;
+
+static int32_t list_at(const streamer *st, int32_t h, int32_t i) {
+    return st->list ? st->list[h][i] : i;
+}
+
+/* The union of views of window [c0, c1) (decode: runs, chunk: views) into w; counts cold. */
+static int32_t window_union(streamer *st, int chunk, int32_t c0, int32_t c1, int32_t id,
+                            window *w) {
+    const seq_views *sv = st->sv;
+    int32_t n_cold = 0;
+    w->n_uni = 0;
+    if (chunk || !st->list) {
+        int32_t v0 = chunk ? c0 : c0 * st->pps, v1 = chunk ? c1 : c1 * st->pps;
+        if (v1 > sv->n) v1 = sv->n;
+        for (int32_t j = v0; j < v1; j++) {
+            w->uni[w->n_uni++] = j;
+            n_cold += sv->cold[j];
+        }
+        return n_cold;
+    }
+    for (int32_t h = 0; h < st->kv->p.n_kv_head; h++) {
+        int32_t i1 = c1 * st->pps < st->len[h] ? c1 * st->pps : st->len[h];
+        for (int32_t i = c0 * st->pps; i < i1; i++) {
+            int32_t j = list_at(st, h, i);
+            if (st->stamp[j] == id) continue;
+            st->stamp[j] = id;
+            st->pos[j] = w->n_uni;
+            w->uni[w->n_uni++] = j;
+            n_cold += sv->cold[j];
+        }
+    }
+    return n_cold;
+}
+
+/* Plans window [c0, c1) into buffer b and submits its reads. */
+static int window_submit(streamer *st, int chunk, int32_t c0, int32_t c1, int32_t id, int b) {
+    st_kv *kv = st->kv;
+    window *w = &st->w[b];
+    w->c0 = c0, w->c1 = c1;
+    window_union(st, chunk, c0, c1, id, w);
+    w->n_rd = 0;
+    for (int32_t u = 0; u < w->n_uni; u++) {
+        int32_t j = w->uni[u];
+        w->rd_of[u] = -1;
+        if (!st->sv->cold[j]) continue;
+        const int32_t page = st->sv->page[j];
+        const kv_page *pg = &kv->pages[page];
+        ST_ASSERT(pg->resident == KV_RES_DISK && w->n_rd < st->cap);
+        const int32_t r = w->n_rd++;
+        w->rd_of[u] = r;
+        w->rd[r] = (st_spill_rd){.slot = pg->slot, .key = (uint64_t)page, .gen = pg->gen,
+                                 .buf = st->buf[b] + (size_t)r * kv->g.layer_bytes,
+                                 .len = kv->g.layer_bytes, .part_first = (uint32_t)st->layer,
+                                 .part_count = 1};
+    }
+    if (!chunk && st->list) {
+        const int32_t H = kv->p.n_kv_head;
+        w->stride = (c1 - c0) * st->pps;
+        for (int32_t h = 0; h < H; h++) {
+            int32_t i0 = c0 * st->pps, i1 = c1 * st->pps < st->len[h] ? c1 * st->pps : st->len[h];
+            w->sub_nsel[h] = i1 > i0 ? i1 - i0 : 0;
+            for (int32_t i = i0; i < i1; i++)
+                w->sub_sel[(size_t)h * w->stride + (i - i0)] = st->pos[list_at(st, h, i)];
+        }
+    }
+    w->ticket = NULL;
+    if (!w->n_rd) return 0;
+    kv->st.tier_block_reads += w->n_rd;
+    kv->st.tier_bytes_read += (int64_t)w->n_rd * (int64_t)kv->g.layer_bytes;
+    return st_spill_read_submit(kv->spill, w->rd, w->n_rd, &w->ticket);
+}
+
+/* Waits for buffer b's reads; a failed read fails its page (and sequences). */
+static int window_wait(streamer *st, st_ctx *ctx, int b) {
+    window *w = &st->w[b];
+    if (!w->ticket) return 0;
+    st_spill_stats s0 = st_spill_get_stats(st->kv->spill);
+    int rc = st_spill_read_wait(st->kv->spill, w->ticket, ctx);
+    st_spill_stats s1 = st_spill_get_stats(st->kv->spill);
+    st->kv->st.fetch_stalls += (int64_t)(s1.read_stalls - s0.read_stalls);
+    w->ticket = NULL;
+    if (rc)
+        for (int32_t i = 0; i < w->n_rd; i++)
+            if (w->rd[i].rc && st->kv->pages[w->rd[i].key].resident == KV_RES_DISK)
+                kv_page_fail(st->kv, (int32_t)w->rd[i].key, w->rd[i].rc);
+    return rc;
+}
+
+/* The window's page list as attention views (cold ones pointing into buffer b). */
+static void window_views(const streamer *st, int b, st_attn_page *out) {
+    const window *w = &st->w[b];
+    for (int32_t u = 0; u < w->n_uni; u++) {
+        out[u] = st->sv->v[w->uni[u]];
+        if (w->rd_of[u] >= 0) {
+            const uint8_t *blk = st->buf[b] + (size_t)w->rd_of[u] * st->kv->g.layer_bytes;
+            const int64_t i = out[u].pos0 / st->kv->p.page_size;
+            out[u] = block_view(st->kv, blk, &st->sv->s->ent[i], i);
+        }
+    }
+}
+
+static void streamer_free(streamer *st) {
+    for (int b = 0; b < 2; b++) {
+        st_free_aligned(st->buf[b]);
+        free(st->w[b].uni);
+        free(st->w[b].rd);
+        free(st->w[b].rd_of);
+        free(st->w[b].sub_sel);
+        free(st->w[b].sub_nsel);
+    }
+    free(st->stamp);
+    free(st->pos);
+    free(st->list);
+    free(st->len);
+}
+
+/* Plans the windows: bounds[n_win + 1] (runs or views), each with <= cap cold blocks
+ * (cap grows to the largest single step). Returns the window count or a negative error. */
+static int32_t plan(streamer *st, int chunk, int32_t n_steps, int32_t **bounds_out) {
+    int32_t *bounds = malloc((size_t)(n_steps + 1) * sizeof *bounds);
+    window tmp = {.uni = malloc((size_t)(st->sv->n ? st->sv->n : 1) * sizeof(int32_t))};
+    if (!bounds || !tmp.uni) {
+        free(bounds);
+        free(tmp.uni);
+        return ST_E_NOMEM;
+    }
+    int32_t stamp = 1 << 30, n_win = 0, c = 0;
+    for (int32_t j = 0; j < st->sv->n; j++) st->stamp[j] = -1;
+    int64_t one_max = 0;
+    for (int32_t i = 0; i < n_steps; i++) {
+        int64_t k = window_union(st, chunk, i, i + 1, --stamp, &tmp);
+        if (k > one_max) one_max = k;
+    }
+    if (one_max > st->cap) st->cap = one_max;
+    bounds[n_win++] = 0;
+    while (c < n_steps) {
+        int32_t c1 = c + 1;
+        while (c1 < n_steps && window_union(st, chunk, c, c1 + 1, --stamp, &tmp) <= st->cap) c1++;
+        bounds[n_win++] = c1;
+        c = c1;
+    }
+    free(tmp.uni);
+    *bounds_out = bounds;
+    return n_win - 1;
+}
+
+static int streamer_init(streamer *st, st_kv *kv, int layer, seq_views *sv, int chunk) {
+    memset(st, 0, sizeof *st);
+    st->kv = kv;
+    st->layer = layer;
+    st->sv = sv;
+    st->pps = ST_ATTN_SPLIT_TOKENS / kv->p.page_size;
+    st->cap = (int64_t)(KV_STREAM_BYTES / kv->g.layer_bytes);
+    if (st->cap < 1) st->cap = 1;
+    const size_t nv = (size_t)(sv->n ? sv->n : 1);
+    const int32_t H = kv->p.n_kv_head;
+    st->stamp = malloc(nv * sizeof *st->stamp);
+    st->pos = malloc(nv * sizeof *st->pos);
+    if (!st->stamp || !st->pos) return ST_E_NOMEM;
+    if (!chunk && sv->sel) {
+        st->list = malloc((size_t)H * sizeof *st->list);
+        st->len = malloc((size_t)H * sizeof *st->len);
+        if (!st->list || !st->len) return ST_E_NOMEM;
+        for (int32_t h = 0; h < H; h++)
+            if (st_kv_select_head(sv->sel, h, &st->list[h], &st->len[h])) return ST_E_INVAL;
+    }
+    return 0;
+}
+
+static int streamer_buffers(streamer *st, int chunk, int32_t max_steps) {
+    const size_t nv = (size_t)(st->sv->n ? st->sv->n : 1);
+    const int32_t H = st->kv->p.n_kv_head;
+    for (int b = 0; b < 2; b++) {
+        window *w = &st->w[b];
+        st->buf[b] = st_alloc_aligned((size_t)st->cap * st->kv->g.layer_bytes, ST_KV_LAYER_ALIGN);
+        w->uni = malloc(nv * sizeof *w->uni);
+        w->rd_of = malloc(nv * sizeof *w->rd_of);
+        w->rd = malloc((size_t)st->cap * sizeof *w->rd);
+        if (!st->buf[b] || !w->uni || !w->rd_of || !w->rd) return ST_E_NOMEM;
+        if (!chunk && st->list) {
+            w->sub_sel = malloc((size_t)H * (size_t)max_steps * (size_t)st->pps * sizeof(int32_t) + 4);
+            w->sub_nsel = malloc((size_t)H * sizeof(int32_t));
+            if (!w->sub_sel || !w->sub_nsel) return ST_E_NOMEM;
+        }
+    }
+    return 0;
+}
+
+/* Streams one sequence: decode (q -> out via partials) or chunk (q[n_q] -> out). */
+static int stream_one(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, int layer,
+                      seq_views *sv, int chunk, const float *q, int32_t n_q, int64_t pos0_q,
+                      float *out) {
+    streamer st;
+    int32_t *bounds = NULL;
+    float *acc = NULL;
+    st_attn_page *views = malloc((size_t)(sv->n ? sv->n : 1) * sizeof *views);
+    int rc = views ? streamer_init(&st, kv, layer, sv, chunk) : ST_E_NOMEM;
+    int32_t n_steps = 0;
+    if (!rc && !chunk) {
+        int32_t maxlen = sv->n;
+        if (st.list) {
+            maxlen = 0;
+            for (int32_t h = 0; h < kv->p.n_kv_head; h++)
+                if (st.len[h] > maxlen) maxlen = st.len[h];
+        }
+        n_steps = (maxlen + st.pps - 1) / st.pps;
+        if (n_steps < 1) n_steps = 1;
+    } else {
+        n_steps = sv->n;
+    }
+    int32_t n_win = 0;
+    if (!rc) {
+        n_win = plan(&st, chunk, n_steps, &bounds);
+        if (n_win < 0) rc = n_win;
+    }
+    int32_t max_steps = 1;
+    for (int32_t i = 0; !rc && i < n_win; i++)
+        if (bounds[i + 1] - bounds[i] > max_steps) max_steps = bounds[i + 1] - bounds[i];
+    if (!rc) rc = streamer_buffers(&st, chunk, max_steps);
+    size_t acc_n = chunk ? st_attn_chunk_state_floats(g, n_q)
+                         : (size_t)n_steps * (size_t)g->n_head * ST_ATTN_PART_FLOATS(g->head_dim);
+    if (!rc && !(acc = st_alloc_aligned((acc_n ? acc_n : 1) * sizeof(float), 64))) rc = ST_E_NOMEM;
+    if (rc) {
+        rc = st_seterr(ctx, rc, "kv: attend: cannot set up streaming (%s)", st_strerror(rc));
+        goto out;
+    }
+    for (int32_t j = 0; j < sv->n; j++) st.stamp[j] = -1;
+    if (chunk) st_attn_chunk_begin(g, n_q, acc);
+    if (n_win > 0) rc = window_submit(&st, chunk, bounds[0], bounds[1], 1, 0);
+    int err = rc;
+    for (int32_t wi = 0; wi < n_win; wi++) {
+        const int b = wi & 1;
+        if (!err && wi + 1 < n_win)
+            err = window_submit(&st, chunk, bounds[wi + 1], bounds[wi + 2], wi + 2, b ^ 1);
+        int wrc = window_wait(&st, ctx, b);
+        if (!err) err = wrc;
+        if (err) continue; /* keep draining: every ticket must be waited for */
+        const window *w = &st.w[b];
+        window_views(&st, b, views);
+        st_attn_seq a = {.pages = views, .n_pages = w->n_uni};
+        if (chunk) {
+            err = st_attn_chunk_fold(ctx, ws, g, &a, q, n_q, pos0_q, acc);
+        } else {
+            if (st.list) {
+                a.sel = w->sub_sel;
+                a.n_sel = w->sub_nsel;
+                a.sel_stride = w->stride;
+            }
+            int32_t nr = 0;
+            err = st_attn_decode_runs(ctx, ws, g, &a, q,
+                                      acc + (size_t)w->c0 * g->n_head * ST_ATTN_PART_FLOATS(g->head_dim),
+                                      &nr);
+            ST_ASSERT(err || nr == w->c1 - w->c0);
+        }
+    }
+    if (err && n_win > 1 && st.w[n_win & 1].ticket) window_wait(&st, ctx, n_win & 1);
+    rc = err;
+    if (!rc) rc = chunk ? st_attn_chunk_end(g, n_q, acc, out) : st_attn_merge_runs(g, acc, n_steps, out);
+out:
+    if (rc && sv->s && kv->spill) { /* a lost page already failed the sequence */ }
+    streamer_free(&st);
+    free(bounds);
+    free(views);
+    st_free_aligned(acc);
+    return rc;
+}
+
+/* ---- fetch ------------------------------------------------------------------------------------ */
+
+static int fetch_batch(st_kv *kv, const int32_t *pages, int32_t n) {
+    if (!n) return 0;
+    st_spill_rd *rd = malloc((size_t)n * sizeof *rd);
+    if (!rd) return st_seterr(kv->ctx, ST_E_NOMEM, "kv: attend: out of memory");
+    int rc = 0;
+    int32_t got = 0;
+    for (; got < n; got++) {
+        /* kv_fetch would read one page at a time: here the frames come first, then one
+         * coalesced batch. A ZERO page just materializes. */
+        int32_t id = pages[got], frame;
+        if ((rc = kv_fetch_frame(kv, id, &frame)) != 0) break;
+        const kv_page *pg = &kv->pages[id];
+        rd[got] = (st_spill_rd){.slot = pg->slot, .key = (uint64_t)id, .gen = pg->gen,
+                                .buf = kv->data + (size_t)frame * kv->g.page_bytes,
+                                .len = kv->g.page_bytes, .rc = frame};
+    }
+    int32_t *frames = malloc((size_t)(got ? got : 1) * sizeof *frames);
+    if (!frames) { /* give the frames back: nothing was read */
+        for (int32_t i = 0; i < got; i++) kv_fetch_done(kv, pages[i], rd[i].rc, ST_E_NOMEM);
+        free(rd);
+        return st_seterr(kv->ctx, ST_E_NOMEM, "kv: attend: out of memory");
+    }
+    for (int32_t i = 0; i < got; i++) frames[i] = rd[i].rc;
+    int rrc = got ? st_spill_read_batch(kv->spill, rd, got, kv->ctx) : 0;
+    kv->st.fetch_stalls += got > 0;
+    for (int32_t i = 0; i < got; i++) kv_fetch_done(kv, pages[i], frames[i], rd[i].rc);
+    free(frames);
+    free(rd);
+    return rc ? rc : rrc;
+}
+
+/* ---- entry points ------------------------------------------------------------------------------ */
+
+/* Needed pages of the batch, fetched when they fit; *stream = 1 when they do not. */
+static int prepare(st_kv *kv, st_ctx *ctx, int layer, seq_views *sv, int n_seq, int *stream) {
+    *stream = 0;
+    int64_t n_tot = 0;
+    for (int i = 0; i < n_seq; i++) n_tot += sv[i].n;
+    uint8_t *want = malloc((size_t)(n_tot ? n_tot : 1));
+    int32_t *cold = malloc((size_t)(n_tot ? n_tot : 1) * sizeof *cold), n_cold = 0;
+    int32_t *held = malloc((size_t)(n_tot ? n_tot : 1) * sizeof *held), n_held = 0;
+    int rc = want && cold && held ? 0 : st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
+    int64_t off = 0;
+    for (int i = 0; i < n_seq && !rc; off += sv[i].n, i++) {
+        if ((rc = needed(kv, ctx, &sv[i], want + off)) != 0) break;
+        for (int32_t j = 0; j < sv[i].n && !rc; j++) {
+            if (!want[off + j]) continue;
+            kv_page *pg = &kv->pages[sv[i].page[j]];
+            if (pg->resident == KV_RES_ERROR) {
+                kv_seq_fail(kv, sv[i].s, pg->err);
+                rc = st_seterr(ctx, pg->err, "kv: attend: page %d of seq %d was lost: %s",
+                               sv[i].page[j], sv[i].s->id, st_strerror(pg->err));
+            } else if (pg->resident == KV_RES_DISK && !pg->hold) {
+                kv_hold(kv, sv[i].page[j]); /* dedupe across forks sharing pages */
+                held[n_held++] = cold[n_cold++] = sv[i].page[j];
+            } else if (pg->resident == KV_RES_RAM && !pg->hold) {
+                kv_hold(kv, sv[i].page[j]);
+                held[n_held++] = sv[i].page[j];
+            }
+        }
+    }
+    if (!rc && n_cold) {
+        if (n_cold <= kv_frames_obtainable(kv)) {
+            rc = fetch_batch(kv, cold, n_cold);
+            for (int i = 0; i < n_seq && !rc; i++) refresh(kv, &sv[i], layer);
+        } else {
+            *stream = 1;
+        }
+    }
+    for (int32_t i = 0; i < n_held; i++) kv_unhold(kv, held[i]);
+    free(want);
+    free(cold);
+    free(held);
+    return rc;
+}
+
+static int begin(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, int layer,
+                 const st_kv_seq_id *seqs, int n_seq, const st_kv_select *const *sel,
+                 seq_views *sv) {
+    int rc = geom_check(kv, ctx, g, layer);
+    if (rc) return rc;
+    if (!ws) return st_seterr(ctx, ST_E_INVAL, "kv: attend: workspace is NULL");
+    for (int i = 0; i < n_seq; i++) {
+        kv_seq *s;
+        if ((rc = kv_seq_get_ok(kv, seqs[i], &s)) != 0) return rc;
+        if ((rc = gather(kv, s, layer, &sv[i])) != 0) return rc;
+        sv[i].sel = sel && sel[i] && !st_kv_select_dense(sel[i]) ? sel[i] : NULL;
+        if (sel && sel[i] && st_kv_select_dense(sel[i]) && st_kv_select_n_views(sel[i]) != sv[i].n)
+            return st_seterr(ctx, ST_E_INVAL, "kv: attend: selection for %d views, seq has %d",
+                             st_kv_select_n_views(sel[i]), sv[i].n);
+    }
+    return 0;
+}
+
+static void end(seq_views *sv, int n_seq) {
+    for (int i = 0; i < n_seq; i++) {
+        free(sv[i].v);
+        free(sv[i].page);
+        free(sv[i].cold);
+    }
+    free(sv);
+}
+
+/* Views with the selection applied, for the in-RAM kernels. */
+static int as_attn_seq(st_ctx *ctx, const seq_views *sv, st_attn_seq *a) {
+    memset(a, 0, sizeof *a);
+    a->pages = sv->v;
+    a->n_pages = sv->n;
+    if (sv->sel && st_kv_select_apply(sv->sel, a))
+        return st_seterr(ctx, ST_E_INVAL, "kv: attend: selection does not fit the view list");
+    return 0;
+}
+
+int st_kv_attend_decode(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
+                        int layer, const st_kv_seq_id *seqs, int n_seq,
+                        const st_kv_select *const *sel, const float *q, float *out) {
+    if (!kv) return ST_E_INVAL;
+    if (n_seq < 0 || (n_seq > 0 && (!seqs || !q || !out)))
+        return st_seterr(ctx, ST_E_INVAL, "kv: attend_decode: NULL argument or n_seq %d", n_seq);
+    if (n_seq == 0) return geom_check(kv, ctx, g, layer);
+    seq_views *sv = calloc((size_t)n_seq, sizeof *sv);
+    st_attn_seq *as = calloc((size_t)n_seq, sizeof *as);
+    int rc = sv && as ? 0 : st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
+    int stream = 0;
+    if (!rc) rc = begin(kv, ctx, ws, g, layer, seqs, n_seq, sel, sv);
+    if (!rc) rc = prepare(kv, ctx, layer, sv, n_seq, &stream);
+    const size_t row = (size_t)g->n_head * (size_t)g->head_dim;
+    if (!rc && !stream) {
+        for (int i = 0; i < n_seq && !rc; i++) rc = as_attn_seq(ctx, &sv[i], &as[i]);
+        if (!rc) rc = st_attn_decode_batch(ctx, ws, g, as, n_seq, q, out);
+    } else if (!rc) {
+        /* One sequence at a time: st_attn_decode_batch's output for a sequence equals
+         * st_attn_decode of it alone, so this changes no bit. */
+        for (int i = 0; i < n_seq && !rc; i++) {
+            int any_cold = 0;
+            for (int32_t j = 0; j < sv[i].n; j++) any_cold |= sv[i].cold[j];
+            if (!any_cold) {
+                rc = as_attn_seq(ctx, &sv[i], &as[i]);
+                if (!rc) rc = st_attn_decode(ctx, ws, g, &as[i], q + i * row, out + i * row);
+            } else {
+                rc = stream_one(kv, ctx, ws, g, layer, &sv[i], 0, q + i * row, 1, 0, out + i * row);
+            }
+        }
+    }
+    if (sv) end(sv, n_seq);
+    free(as);
+    return rc;
+}
+
+int st_kv_attend_chunk(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
+                       int layer, st_kv_seq_id seq, const float *q, int32_t n_q,
+                       int64_t pos0_q, float *out) {
+    if (!kv) return ST_E_INVAL;
+    if (n_q < 0 || (n_q > 0 && (!q || !out)))
+        return st_seterr(ctx, ST_E_INVAL, "kv: attend_chunk: NULL argument or n_q %d", n_q);
+    seq_views *sv = calloc(1, sizeof *sv);
+    int rc = sv ? 0 : st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
+    int stream = 0;
+    if (!rc) rc = begin(kv, ctx, ws, g, layer, &seq, 1, NULL, sv);
+    if (!rc && n_q == 0) {
+        end(sv, 1);
+        return 0;
+    }
+    if (!rc) rc = prepare(kv, ctx, layer, sv, 1, &stream);
+    if (!rc && !stream) {
+        st_attn_seq a;
+        rc = as_attn_seq(ctx, sv, &a);
+        if (!rc) rc = st_attn_chunk(ctx, ws, g, &a, q, n_q, pos0_q, out);
+    } else if (!rc) {
+        rc = stream_one(kv, ctx, ws, g, layer, sv, 1, q, n_q, pos0_q, out);
+    }
+    if (sv) end(sv, 1);
+    return rc;
+}

@@ -1,0 +1,470 @@
+/*
+ * Quest page selection (issue 7): the key boxes kept per sealed page, and the per-(sequence,
+ * layer, KV head) choice of pages a decode query attends to.
+ *
+ * Boxes
+ * -----
+ * kv->qbox holds, per layer, KV head and physical page, kmin[D] then kmax[D]; laid out
+ * [layer][head][page] so that for one (layer, head) the boxes of a run of consecutive
+ * physical pages (what a fresh pool hands a growing sequence) are one strided array and one
+ * st_attn_quest_bounds call scores the whole run.
+ *
+ *   Q1. box(page) valid  <=>  pages[page].sealed && qbox_ok[page]. Sealing goes through
+ *       kv_seal_page -> kv_quest_seal or through a snapshot restore (kv_quest_set_box);
+ *       every path that makes a page writable or free clears `sealed` first (I5), so a
+ *       stale box is never read.
+ *   Q2. A valid box contains every key of its page, valid or not: it spans all P slots of
+ *       the (full) page, which is immutable while sealed (I5). It cannot span only the
+ *       sealing entry's valid slots: a fork shares the page with its own mask, and the
+ *       other sequence may remove slots before it seals (test_kv_fsm found this), so the
+ *       sealing entry's mask says nothing about the others'. Unwritten slots hold zeros
+ *       (pages are zeroed at allocation), removed ones stale keys: a looser box, never a
+ *       wrong one. Hence the bound holds for every entry, masked or not, and masked pages
+ *       are ranked like the others.
+ *   Q3. Selection never reads a page's slab: only page tables and boxes (all in RAM).
+ *
+ * Selection
+ * ---------
+ * forced = sinks ∪ recent ∪ pages without a box; ranked = the rest; per KV head the
+ * k = max(0, budget/P - |forced|) ranked pages with the highest bound (ties: the earlier
+ * page) join the forced ones, and the union is emitted in increasing view order.
+ */
+#include "kv_int.h"
+
+#include "strata/quest.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* ---- boxes ---------------------------------------------------------------------------- */
+
+int kv_quest_alloc(st_kv *kv) {
+    uint64_t n;
+    if (st_mul_overflow_u64((uint64_t)kv->p.n_layer * (uint64_t)kv->p.n_kv_head,
+                            (uint64_t)kv->n_pages * 2u * (uint64_t)kv->p.head_dim, &n) ||
+        n > SIZE_MAX / sizeof(float))
+        return ST_E_NOMEM;
+    kv->qbox = st_alloc_aligned((size_t)n * sizeof(float), 64);
+    kv->qbox_ok = calloc((size_t)kv->n_pages, 1);
+    return kv->qbox && kv->qbox_ok ? 0 : ST_E_NOMEM;
+}
+
+void kv_quest_free(st_kv *kv) {
+    st_free_aligned(kv->qbox);
+    free(kv->qbox_ok);
+    kv->qbox = NULL;
+    kv->qbox_ok = NULL;
+}
+
+/* The attention view of one layer block, as st_attn_key_minmax reads it. */
+static st_attn_page block_view(const st_kv *kv, const uint8_t *blk, const uint64_t *valid,
+                               int32_t n_tokens) {
+    st_attn_page v;
+    memset(&v, 0, sizeof v);
+    v.k = blk;
+    v.v = blk + kv->g.v_offset;
+    if (kv->p.type == ST_TYPE_Q8_0) {
+        v.k_scale = (const float *)(blk + kv->g.scale_offset);
+        v.v_scale = v.k_scale + kv->p.n_kv_head;
+    }
+    v.valid = valid;
+    v.n_tokens = n_tokens;
+    return v;
+}
+
+static st_attn_geom kv_geom(const st_kv *kv) {
+    st_attn_geom g = {.n_head = kv->p.n_kv_head, .n_kv_head = kv->p.n_kv_head,
+                      .head_dim = kv->p.head_dim, .page_size = kv->p.page_size,
+                      .type = kv->p.type, .scale = 0};
+    return g;
+}
+
+void kv_quest_seal(st_kv *kv, int32_t page) {
+    const st_attn_geom g = kv_geom(kv);
+    for (int l = 0; l < kv->p.n_layer; l++) {
+        st_attn_page v = block_view(kv, kv_layer_data(kv, page, l), NULL, kv->p.page_size);
+        for (int h = 0; h < kv->p.n_kv_head; h++) {
+            float *b = kv_qbox(kv, l, h, page);
+            int n = st_attn_key_minmax(&g, &v, h, b, b + kv->p.head_dim);
+            ST_ASSERT(n == kv->p.page_size);
+        }
+    }
+    kv->qbox_ok[page] = 1;
+}
+
+static int has_box(const st_kv *kv, int32_t page) {
+    return kv->pages[page].sealed && kv->qbox_ok[page];
+}
+
+int st_kv_page_box(const st_kv *kv, st_kv_page_id page, int layer, int kv_head,
+                   const float **kmin, const float **kmax) {
+    if (kmin) *kmin = NULL;
+    if (kmax) *kmax = NULL;
+    if (!kv || !kmin || !kmax || page < 0 || page >= kv->n_pages || layer < 0 ||
+        layer >= kv->p.n_layer || kv_head < 0 || kv_head >= kv->p.n_kv_head)
+        return kv ? st_seterr(kv->ctx, ST_E_INVAL, "kv: page_box: page %d layer %d head %d",
+                              page, layer, kv_head)
+                  : ST_E_INVAL;
+    if (!has_box(kv, page)) return ST_E_NOT_FOUND;
+    *kmin = kv_qbox(kv, layer, kv_head, page);
+    *kmax = *kmin + kv->p.head_dim;
+    return 0;
+}
+
+/* ---- snapshot support ----------------------------------------------------------------- */
+
+size_t kv_quest_box_bytes(const st_kv *kv) {
+    return (size_t)kv->p.n_layer * kv->p.n_kv_head * 2u * kv->p.head_dim * sizeof(float);
+}
+
+int kv_quest_get_box(const st_kv *kv, int32_t page, uint8_t *dst) {
+    const size_t nb = 2u * kv->p.head_dim * sizeof(float);
+    if (!has_box(kv, page)) {
+        memset(dst, 0, kv_quest_box_bytes(kv));
+        return 0;
+    }
+    for (int l = 0; l < kv->p.n_layer; l++)
+        for (int h = 0; h < kv->p.n_kv_head; h++, dst += nb) memcpy(dst, kv_qbox(kv, l, h, page), nb);
+    return 1;
+}
+
+void kv_quest_set_box(st_kv *kv, int32_t page, const uint8_t *src) {
+    const size_t nb = 2u * kv->p.head_dim * sizeof(float);
+    kv->qbox_ok[page] = src != NULL;
+    if (!src) return;
+    for (int l = 0; l < kv->p.n_layer; l++)
+        for (int h = 0; h < kv->p.n_kv_head; h++, src += nb) memcpy(kv_qbox(kv, l, h, page), src, nb);
+}
+
+int kv_quest_check_box(const st_kv *kv, const uint8_t *data, size_t layer_stride,
+                       const uint8_t *box, char *msg, size_t cap) {
+    const int D = kv->p.head_dim;
+    const st_attn_geom g = kv_geom(kv);
+    float *mm = malloc(2u * D * sizeof *mm);
+    float *bx = malloc(2u * D * sizeof *bx);
+    int rc = 0;
+    if (!mm || !bx) {
+        rc = ST_E_NOMEM;
+        goto out;
+    }
+    for (int l = 0; l < kv->p.n_layer && !rc; l++) {
+        /* staged layer: K [H][P][D] then V then (q8_0) k_scale[H], v_scale[H] */
+        const uint8_t *d = data + (size_t)l * layer_stride;
+        st_attn_page v;
+        memset(&v, 0, sizeof v);
+        v.k = d;
+        v.v = d + kv->g.kv_bytes;
+        if (kv->p.type == ST_TYPE_Q8_0) {
+            v.k_scale = (const float *)(d + 2 * kv->g.kv_bytes);
+            v.v_scale = v.k_scale + kv->p.n_kv_head;
+        }
+        v.n_tokens = kv->p.page_size;
+        for (int h = 0; h < kv->p.n_kv_head && !rc; h++) {
+            memcpy(bx, box + ((size_t)l * kv->p.n_kv_head + h) * 2u * D * sizeof(float),
+                   2u * D * sizeof(float));
+            int n = st_attn_key_minmax(&g, &v, h, mm, mm + D);
+            ST_ASSERT(n == kv->p.page_size);
+            /* NaN compares false either way: a NaN key (garbage in, garbage bound) passes */
+            for (int i = 0; i < D && !rc; i++)
+                if (bx[i] > bx[D + i] || mm[i] < bx[i] || mm[D + i] > bx[D + i]) {
+                    rc = ST_E_CORRUPT;
+                    snprintf(msg, cap, "layer %d head %d dim %d: box [%g, %g] misses keys in "
+                             "[%g, %g]", l, h, i, (double)bx[i], (double)bx[D + i],
+                             (double)mm[i], (double)mm[D + i]);
+                }
+        }
+    }
+out:
+    free(mm);
+    free(bx);
+    return rc;
+}
+
+/* ---- selections ------------------------------------------------------------------------ */
+
+struct st_kv_select {
+    int32_t n_kv_head, n_views, dense;
+    int32_t *idx;     /* [n_kv_head][n_views] chosen view indices, ascending */
+    int32_t *n_sel;   /* [n_kv_head] */
+    int32_t *phys;    /* [n_views] physical page of each view */
+    uint8_t *forced;  /* [n_views] sink, recent or unboxed */
+    uint8_t *chosen;  /* [n_views] scratch: ranked and chosen for the current head */
+    int32_t *cand;    /* [n_views] view indices of ranked pages, ascending */
+    int32_t *ord;     /* [n_views] scratch for the top-k partition */
+    float *bound;     /* [n_views] bound of cand[c] at c */
+    int64_t cap_views, cap_idx;
+    int32_t cap_head;
+    st_kv_select_stats st;
+};
+
+st_kv_quest_params st_kv_quest_default_params(void) {
+    st_kv_quest_params p = {.budget = 0, .sinks = -1, .recent = -1, .dense_layers = -1};
+    return p;
+}
+
+int st_kv_select_create(st_kv_select **out) {
+    if (!out) return ST_E_INVAL;
+    *out = calloc(1, sizeof **out);
+    if (!*out) return ST_E_NOMEM;
+    (*out)->dense = 1;
+    return 0;
+}
+
+void st_kv_select_destroy(st_kv_select *s) {
+    if (!s) return;
+    free(s->idx);
+    free(s->n_sel);
+    free(s->phys);
+    free(s->forced);
+    free(s->chosen);
+    free(s->cand);
+    free(s->ord);
+    free(s->bound);
+    free(s);
+}
+
+#define GROW(ptr, n)                                                 \
+    do {                                                             \
+        void *np_ = realloc((ptr), (size_t)(n) * sizeof *(ptr) + 1); \
+        if (!np_) return ST_E_NOMEM;                                 \
+        (ptr) = np_;                                                 \
+    } while (0)
+
+static int select_grow(st_kv_select *s, int32_t n_views, int32_t H) {
+    if (n_views > s->cap_views) {
+        int64_t c = s->cap_views ? s->cap_views : 64;
+        while (c < n_views) c *= 2;
+        GROW(s->phys, c);
+        GROW(s->forced, c);
+        GROW(s->chosen, c);
+        GROW(s->cand, c);
+        GROW(s->ord, c);
+        GROW(s->bound, c);
+        s->cap_views = c;
+    }
+    if (H > s->cap_head) {
+        GROW(s->n_sel, H);
+        s->cap_head = H;
+    }
+    if ((int64_t)n_views * H > s->cap_idx) {
+        int64_t c = s->cap_idx ? s->cap_idx : 256;
+        while (c < (int64_t)n_views * H) c *= 2;
+        GROW(s->idx, c);
+        s->cap_idx = c;
+    }
+    return 0;
+}
+
+/* a ranks before b: higher bound, then earlier page (NaN bounds were made +inf). */
+static int better(const float *key, int32_t a, int32_t b) {
+    return key[a] > key[b] || (key[a] == key[b] && a < b);
+}
+
+/* Reorders ord[0, n) so that ord[0, k) are the k best by `better` (in any order). The order
+ * is total, so a plain two-way partition around a median-of-three pivot suffices. */
+static void top_k(int32_t *ord, int32_t n, int32_t k, const float *key) {
+    int32_t lo = 0, hi = n;
+    while (hi - lo > 1 && k > lo && k < hi) {
+        int32_t a = lo, b = lo + (hi - lo) / 2, c = hi - 1;
+        if (better(key, ord[b], ord[a])) { int32_t t = a; a = b; b = t; }
+        if (better(key, ord[c], ord[b])) {
+            b = c;
+            if (better(key, ord[b], ord[a])) b = a;
+        }
+        int32_t piv = ord[b];
+        ord[b] = ord[hi - 1];
+        ord[hi - 1] = piv;
+        int32_t i = lo;
+        for (int32_t j = lo; j < hi - 1; j++)
+            if (better(key, ord[j], piv)) {
+                int32_t t = ord[i];
+                ord[i++] = ord[j];
+                ord[j] = t;
+            }
+        ord[hi - 1] = ord[i];
+        ord[i] = piv;
+        if (i == k || i + 1 == k) return;
+        if (k < i) hi = i;
+        else lo = i + 1;
+    }
+}
+
+static void fill_dense(st_kv_select *s) {
+    for (int32_t h = 0; h < s->n_kv_head; h++) {
+        int32_t *o = s->idx + (size_t)h * s->n_views;
+        for (int32_t j = 0; j < s->n_views; j++) o[j] = j;
+        s->n_sel[h] = s->n_views;
+    }
+    s->st.n_listed = (int64_t)s->n_views * s->n_kv_head;
+}
+
+/* Bounds of the ranked pages of KV head h into s->bound (by candidate position). */
+static int rank_head(const st_kv *kv, st_kv_select *s, int32_t n_cand, int layer, int h,
+                     const st_attn_ws *ws, const float *qg, int32_t G) {
+    const int D = kv->p.head_dim;
+    for (int32_t c0 = 0; c0 < n_cand;) {
+        int32_t c1 = c0 + 1;
+        const int32_t p0 = s->phys[s->cand[c0]];
+        while (c1 < n_cand && s->phys[s->cand[c1]] == p0 + (c1 - c0)) c1++;
+        const float *b = kv_qbox(kv, layer, h, p0);
+        int rc = st_attn_quest_bounds(ws, D, G, qg, b, b + D, 2 * D, c1 - c0, s->bound + c0);
+        if (rc) return rc;
+        c0 = c1;
+    }
+    for (int32_t c = 0; c < n_cand; c++)
+        if (isnan(s->bound[c])) s->bound[c] = INFINITY;
+    return 0;
+}
+
+int st_kv_quest_select(const st_kv *kv, st_kv_seq_id seq, int layer, const st_attn_ws *ws,
+                       const float *q, int32_t n_head, const st_kv_quest_params *p,
+                       st_kv_select *s) {
+    if (!kv || !s) return ST_E_INVAL;
+    const st_kv_quest_params dp = st_kv_quest_default_params();
+    if (!p) p = &dp;
+    const int32_t H = kv->p.n_kv_head;
+    s->n_views = 0;
+    s->dense = 1;
+    memset(&s->st, 0, sizeof s->st);
+    if (!ws || !q || n_head < H || n_head % H || layer < 0 || layer >= kv->p.n_layer ||
+        p->budget < 0)
+        return st_seterr(kv->ctx, ST_E_INVAL, "quest: select: ws/q NULL, n_head %d for %d KV "
+                         "heads, layer %d or budget %lld", n_head, H, layer,
+                         (long long)p->budget);
+    kv_seq *sq;
+    int rc = kv_seq_get(kv, seq, &sq);
+    if (rc) return rc;
+    int64_t nv = 0;
+    for (int64_t i = 0; i < sq->n_ent; i++) nv += sq->ent[i].page >= 0;
+    if (nv > INT32_MAX) return st_seterr(kv->ctx, ST_E_LIMIT, "quest: %lld views", (long long)nv);
+    if (select_grow(s, (int32_t)nv, H))
+        return st_seterr(kv->ctx, ST_E_NOMEM, "quest: out of memory for %lld views", (long long)nv);
+    s->n_views = (int32_t)nv;
+    s->n_kv_head = H;
+    const int P = kv->p.page_size;
+    const int32_t dense_layers = p->dense_layers < 0 ? 2 : p->dense_layers;
+    if (p->budget == 0 || layer < dense_layers) {
+        fill_dense(s);
+        return 0;
+    }
+    s->dense = 0;
+    const int64_t sink_pages = p->sinks < 0 ? 1 : (p->sinks + P - 1) / P;
+    const int64_t recent_pages = p->recent < 0 ? 2 : (p->recent + P - 1) / P;
+    int32_t n_forced = 0, n_cand = 0;
+    for (int64_t i = 0, j = 0; i < sq->n_ent; i++) {
+        const kv_entry *e = &sq->ent[i];
+        if (e->page < 0) continue;
+        s->phys[j] = e->page;
+        s->forced[j] = i < sink_pages || i >= sq->n_ent - recent_pages || !has_box(kv, e->page);
+        if (s->forced[j]) n_forced++;
+        else s->cand[n_cand++] = (int32_t)j;
+        j++;
+    }
+    int64_t k = p->budget / P - n_forced;
+    if (k < 0) k = 0;
+    if (k > n_cand) k = n_cand;
+    const int32_t G = n_head / H;
+    for (int32_t h = 0; h < H; h++) {
+        memset(s->chosen, 0, (size_t)nv);
+        if (k == n_cand) {
+            for (int32_t c = 0; c < n_cand; c++) s->chosen[s->cand[c]] = 1;
+        } else if (k > 0) {
+            if ((rc = rank_head(kv, s, n_cand, layer, h, ws, q + (size_t)h * G * kv->p.head_dim, G)))
+                return st_seterr(kv->ctx, rc, "quest: bounds failed");
+            for (int32_t c = 0; c < n_cand; c++) s->ord[c] = c;
+            top_k(s->ord, n_cand, (int32_t)k, s->bound);
+            for (int64_t c = 0; c < k; c++) s->chosen[s->cand[s->ord[c]]] = 1;
+        }
+        int32_t *o = s->idx + (size_t)h * nv, n = 0;
+        for (int32_t j = 0; j < (int32_t)nv; j++)
+            if (s->forced[j] || s->chosen[j]) o[n++] = j;
+        s->n_sel[h] = n;
+        s->st.n_listed += n;
+    }
+    s->st.n_forced = (int64_t)n_forced * H;
+    s->st.n_ranked = (int64_t)n_cand * H;
+    return 0;
+}
+
+int st_kv_select_dense(const st_kv_select *s) { return s->dense; }
+int32_t st_kv_select_n_views(const st_kv_select *s) { return s->n_views; }
+int32_t st_kv_select_n_kv_head(const st_kv_select *s) { return s->n_kv_head; }
+
+int st_kv_select_head(const st_kv_select *s, int32_t h, const int32_t **idx, int32_t *n) {
+    if (idx) *idx = NULL;
+    if (n) *n = 0;
+    if (!s || !idx || !n || h < 0 || h >= s->n_kv_head) return ST_E_INVAL;
+    *idx = s->idx + (size_t)h * s->n_views;
+    *n = s->n_sel[h];
+    return 0;
+}
+
+int st_kv_select_apply(const st_kv_select *s, st_attn_seq *a) {
+    if (!s || !a || a->n_pages != s->n_views) return ST_E_INVAL;
+    if (s->dense) {
+        a->sel = a->n_sel = NULL;
+        a->sel_stride = 0;
+    } else {
+        a->sel = s->idx;
+        a->n_sel = s->n_sel;
+        a->sel_stride = s->n_views;
+    }
+    return 0;
+}
+
+void st_kv_select_get_stats(const st_kv_select *s, st_kv_select_stats *out) { *out = s->st; }
+
+/* ---- audit ------------------------------------------------------------------------------ */
+
+int st_kv_quest_mass(const st_kv *kv, const st_attn_page *views, int32_t n_views,
+                     const st_kv_select *s, const float *q, int32_t n_head, float scale,
+                     double *frac) {
+    if (!kv || !s || !q || !frac || (n_views > 0 && !views) || n_views != s->n_views ||
+        n_head < kv->p.n_kv_head || n_head % kv->p.n_kv_head || s->n_kv_head != kv->p.n_kv_head)
+        return ST_E_INVAL;
+    const int D = kv->p.head_dim, H = kv->p.n_kv_head, G = n_head / H;
+    if (scale == 0) scale = 1.0f / sqrtf((float)D);
+    double *m = malloc((size_t)n_head * 3 * sizeof *m);
+    float *k = malloc((size_t)H * D * sizeof *k);
+    uint8_t *in = calloc((size_t)H * (n_views + 1), 1);
+    if (!m || !k || !in) {
+        free(m);
+        free(k);
+        free(in);
+        return ST_E_NOMEM;
+    }
+    double *tot = m + n_head, *sel = m + 2 * n_head;
+    for (int32_t h = 0; h < n_head; h++) {
+        m[h] = -INFINITY;
+        tot[h] = sel[h] = 0;
+    }
+    for (int32_t h = 0; h < H; h++)
+        for (int32_t i = 0; i < s->n_sel[h]; i++) in[(size_t)h * n_views + s->idx[(size_t)h * s->n_views + i]] = 1;
+    for (int32_t j = 0; j < n_views; j++) {
+        const st_attn_page *v = &views[j];
+        for (int32_t t = 0; t < v->n_tokens; t++) {
+            if (v->valid && !((v->valid[t >> 6] >> (t & 63)) & 1)) continue;
+            kv_load_token(kv, (const uint8_t *)v->k, t, k, NULL);
+            for (int32_t h = 0; h < n_head; h++) {
+                const float *qh = q + (size_t)h * D, *kh = k + (size_t)(h / G) * D;
+                double sc = 0;
+                for (int d = 0; d < D; d++) sc += (double)qh[d] * kh[d];
+                sc *= scale;
+                if (sc > m[h]) {
+                    double r = exp(m[h] - sc);
+                    tot[h] *= r;
+                    sel[h] *= r;
+                    m[h] = sc;
+                }
+                double e = exp(sc - m[h]);
+                tot[h] += e;
+                if (in[(size_t)(h / G) * n_views + j]) sel[h] += e;
+            }
+        }
+    }
+    for (int32_t h = 0; h < n_head; h++) frac[h] = tot[h] > 0 ? sel[h] / tot[h] : (isnan(tot[h]) ? NAN : 0);
+    free(m);
+    free(k);
+    free(in);
+    return 0;
+}
