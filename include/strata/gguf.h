@@ -74,6 +74,11 @@ typedef struct st_gguf_tensor {
  * ctx (may be NULL) receives the detailed message and, later, the getters' messages:
  * it must outlive the st_gguf. */
 int st_gguf_open(st_ctx *ctx, const char *path, st_gguf **out);
+/* Flags for st_gguf_open_flags. ST_GGUF_OPEN_ANON reads the file into anonymous memory
+ * (transparent huge pages where allowed) instead of mapping it: faster to stream, but
+ * the whole file is resident (costs its size in RAM, not shared with the page cache). */
+#define ST_GGUF_OPEN_ANON 1u
+int st_gguf_open_flags(st_ctx *ctx, const char *path, unsigned flags, st_gguf **out);
 /* Same over a caller-owned buffer that must outlive the st_gguf; name is used in messages. */
 int st_gguf_open_memory(st_ctx *ctx, const void *data, size_t size, const char *name, st_gguf **out);
 void st_gguf_close(st_gguf *g); /* NULL is a no-op */

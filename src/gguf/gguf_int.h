@@ -40,6 +40,7 @@ struct st_gguf {
     const uint8_t *base;     /* (size): the file image */
     uint64_t size;
     void *map;               /* mmap'd region when opened from a path, else NULL */
+    size_t map_len;          /* bytes mapped at map (>= size when read into anonymous memory) */
     uint32_t version;
     uint32_t alignment;
     uint64_t data_offset;    /* header end rounded up to alignment */

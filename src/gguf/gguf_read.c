@@ -500,14 +500,16 @@ static int parse(st_gguf *g) {
     return rc;
 }
 
-static int open_image(st_ctx *ctx, const void *data, uint64_t size, const char *name, void *map, st_gguf **out) {
+/* Takes ownership of map (map_len bytes, NULL for caller-owned memory) even on failure. */
+static int open_image(st_ctx *ctx, const void *data, uint64_t size, const char *name, void *map, size_t map_len,
+                      st_gguf **out) {
     static const uint8_t empty[1];
     st_gguf *g = calloc(1, sizeof *g);
     char *path = strdup(name ? name : "(memory)");
     if (!g || !path) {
         free(g);
         free(path);
-        if (map) munmap(map, size);
+        if (map) munmap(map, map_len);
         return st_seterr(ctx, ST_E_NOMEM, "%s: out of memory", name ? name : "(memory)");
     }
     g->ctx = ctx;
@@ -515,6 +517,7 @@ static int open_image(st_ctx *ctx, const void *data, uint64_t size, const char *
     g->base = data ? data : empty;
     g->size = size;
     g->map = map;
+    g->map_len = map_len;
     int rc = parse(g);
     if (rc) {
         st_gguf_close(g);
@@ -528,10 +531,44 @@ int st_gguf_open_memory(st_ctx *ctx, const void *data, size_t size, const char *
     if (!out) return st_seterr(ctx, ST_E_INVAL, "st_gguf_open_memory: out is NULL");
     *out = NULL;
     if (!data && size) return st_seterr(ctx, ST_E_INVAL, "st_gguf_open_memory: data is NULL");
-    return open_image(ctx, data, size, name, NULL, out);
+    return open_image(ctx, data, size, name, NULL, 0, out);
 }
 
-int st_gguf_open(st_ctx *ctx, const char *path, st_gguf **out) {
+/* Reads the whole file into anonymous memory backed by transparent huge pages where the
+ * kernel allows: weights streamed at memory bandwidth stall on 4 KiB TLB misses when they
+ * sit in the page cache behind a file mapping (measured: decode ~1.3x faster on the 1B shape). */
+static int read_anonymous(st_ctx *ctx, int fd, const char *path, uint64_t size, void **map, size_t *map_len) {
+    const size_t huge = (size_t)2 << 20;
+    size_t len = ((size_t)size + huge - 1) & ~(huge - 1);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        return st_seterr(ctx, -e, "%s: cannot allocate %" PRIu64 " bytes: %s", path, size, st_strerror(-e));
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(p, len, MADV_HUGEPAGE);
+#endif
+    uint64_t done = 0;
+    while (done < size) {
+        size_t chunk = size - done > ((size_t)1 << 30) ? ((size_t)1 << 30) : (size_t)(size - done);
+        ssize_t n = pread(fd, (char *)p + done, chunk, (off_t)done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            int e = n < 0 ? errno : EIO;
+            munmap(p, len);
+            return st_seterr(ctx, -e, "%s: read failed at byte %" PRIu64 ": %s", path, done, st_strerror(-e));
+        }
+        done += (uint64_t)n;
+    }
+    mprotect(p, len, PROT_READ);
+    *map = p;
+    *map_len = len;
+    return 0;
+}
+
+int st_gguf_open(st_ctx *ctx, const char *path, st_gguf **out) { return st_gguf_open_flags(ctx, path, 0, out); }
+
+int st_gguf_open_flags(st_ctx *ctx, const char *path, unsigned flags, st_gguf **out) {
     if (!out) return st_seterr(ctx, ST_E_INVAL, "st_gguf_open: out is NULL");
     *out = NULL;
     if (!path) return st_seterr(ctx, ST_E_INVAL, "st_gguf_open: path is NULL");
@@ -552,7 +589,14 @@ int st_gguf_open(st_ctx *ctx, const char *path, st_gguf **out) {
     }
     void *map = NULL;
     uint64_t size = (uint64_t)st.st_size;
-    if (size > 0) {
+    size_t map_len = (size_t)size;
+    if (size > 0 && (flags & ST_GGUF_OPEN_ANON)) {
+        int rc = read_anonymous(ctx, fd, path, size, &map, &map_len);
+        if (rc) {
+            close(fd);
+            return rc;
+        }
+    } else if (size > 0) {
         map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (map == MAP_FAILED) {
             int e = errno;
@@ -561,12 +605,12 @@ int st_gguf_open(st_ctx *ctx, const char *path, st_gguf **out) {
         }
     }
     close(fd); /* the mapping keeps the file referenced */
-    return open_image(ctx, map, size, path, map, out);
+    return open_image(ctx, map, size, path, map, map_len, out);
 }
 
 void st_gguf_close(st_gguf *g) {
     if (!g) return;
-    if (g->map) munmap(g->map, (size_t)g->size);
+    if (g->map) munmap(g->map, g->map_len);
     st_gguf_index_free_(&g->key_idx);
     st_gguf_index_free_(&g->tensor_idx);
     free(g->kv);

@@ -42,9 +42,8 @@ struct st_runner {
     uint8_t *actq;          /* [n_batch][act_row_max] quantized activations */
     size_t act_row_max;
     float *rope;            /* [n_batch][n_rot] cos/sin pairs */
-    st_attn_page *views;    /* [views_cap] */
+    st_attn_page *views;    /* [views_cap] one sequence's pages, for the Quest audit */
     int views_cap;
-    st_attn_seq *aseq;      /* [n_batch] */
     double last_s;
     /* Quest sparse decode (issue 7): budget 0 = dense */
     st_kv_quest_params quest;
@@ -88,7 +87,6 @@ void st_runner_destroy(st_runner *r) {
     st_free_aligned(r->actq);
     free(r->rope);
     free(r->views);
-    free(r->aseq);
     for (int32_t i = 0; r->qsel && i < r->n_batch; i++) st_kv_select_destroy(r->qsel[i]);
     free(r->qsel);
     free(r->qfrac);
@@ -141,14 +139,13 @@ int st_runner_create(st_ctx *ctx, const st_model *m, st_kv *kv, const st_runner_
     r->u = falloc(NB * r->F);
     r->actq = st_alloc_aligned(NB * r->act_row_max + 64, 64);
     r->rope = malloc(NB * (size_t)(hp->n_rot ? hp->n_rot : 1) * sizeof(float));
-    r->aseq = calloc(NB, sizeof *r->aseq);
     r->quest = st_kv_quest_default_params();
     r->qst.mass_mean = r->qst.mass_min = 1;
     r->views_cap = 64;
     r->views = malloc((size_t)r->views_cap * sizeof *r->views);
     int rc = st_attn_ws_create(st_ctx_isa(ctx), &r->ws);
     if (rc || !r->x || !r->xn || !r->q || !r->k || !r->v || !r->att || !r->tmp || !r->g || !r->u || !r->actq ||
-        !r->rope || !r->aseq || !r->views) {
+        !r->rope || !r->views) {
         st_runner_destroy(r);
         return rc ? rc : ST_E_NOMEM;
     }
@@ -252,8 +249,12 @@ static int fetch_views(st_runner *r, st_kv_seq_id seq, int layer, int off, int *
     }
 }
 
-/* Quest: each decode span's pages per KV head, chosen from its query (after RoPE), applied to
- * its st_attn_seq; sampled steps also audit the captured softmax mass. */
+/* Quest: each decode span's pages per KV head, chosen from its query (after RoPE) using only
+ * the page tables and key boxes (in RAM for every page, hot or cold), so selection never
+ * touches disk; st_kv_attend_decode then reads, fetches or streams only the selected pages.
+ * Sampled steps also audit the captured softmax mass, which needs every key of the layer:
+ * the audit runs only when the sequence's pages are all in RAM (st_kv_seq_views) and skips
+ * the sample otherwise, so a tiered run never faults the whole past in for a statistic. */
 static int quest_select(st_runner *r, int layer, const span *sp, int n_sp) {
     if (layer == 0) r->qst.steps++;
     const int audit = r->audit_every > 0 && (r->qst.steps - 1) % r->audit_every == 0;
@@ -262,17 +263,20 @@ static int quest_select(st_runner *r, int layer, const span *sp, int n_sp) {
         st_kv_select *sel = r->qsel[s];
         const float *q = r->q + (size_t)sp[s].i0 * r->HQ;
         int rc = st_kv_quest_select(r->kv, sp[s].seq, layer, r->ws, q, r->ag.n_head, &r->quest, sel);
-        if (!rc) rc = st_kv_select_apply(sel, &r->aseq[s]);
         if (rc) return st_seterr(r->ctx, rc, "Quest selection (layer %d): %s", layer, st_strerror(rc));
         if (st_kv_select_dense(sel)) continue;
         st_kv_select_stats ss;
         st_kv_select_get_stats(sel, &ss);
+        const int32_t nv_sel = st_kv_select_n_views(sel);
         r->qst.selects++;
         r->qst.pages_listed += ss.n_listed;
-        r->qst.pages_total += (int64_t)r->aseq[s].n_pages * r->ag.n_kv_head;
+        r->qst.pages_total += (int64_t)nv_sel * r->ag.n_kv_head;
         if (!audit) continue;
-        rc = st_kv_quest_mass(r->kv, r->aseq[s].pages, r->aseq[s].n_pages, sel, q, r->ag.n_head, r->ag.scale,
-                              r->qfrac);
+        int nv = 0;
+        rc = fetch_views(r, sp[s].seq, layer, 0, &nv);
+        if (rc == ST_E_STATE) continue; /* some page is on disk: skip this sample */
+        if (rc) return st_seterr(r->ctx, rc, "Quest audit: KV views: %s", st_strerror(rc));
+        rc = st_kv_quest_mass(r->kv, r->views, nv, sel, q, r->ag.n_head, r->ag.scale, r->qfrac);
         if (rc) return st_seterr(r->ctx, rc, "Quest audit: %s", st_strerror(rc));
         for (int h = 0; h < r->ag.n_head; h++) {
             r->mass_sum += r->qfrac[h];
@@ -286,19 +290,7 @@ static int quest_select(st_runner *r, int layer, const span *sp, int n_sp) {
 static int attention(st_runner *r, int layer, const span *sp, int n_sp, int decode) {
     int rc;
     const int quest = decode && r->quest.budget > 0;
-    if (quest) {
-        /* Quest's selection bookkeeping and audit read the view lists: gather every span's
-         * views first (the array may grow), then point the sequences at them */
-        int off = 0;
-        for (int s = 0; s < n_sp; s++) {
-            int nv = 0;
-            if ((rc = fetch_views(r, sp[s].seq, layer, off, &nv))) return st_seterr(r->ctx, rc, "KV views: %s", st_strerror(rc));
-            r->aseq[s] = (st_attn_seq){.n_pages = nv};
-            off += nv;
-        }
-        for (int s = 0, o = 0; s < n_sp; o += r->aseq[s].n_pages, s++) r->aseq[s].pages = r->views + o;
-        if ((rc = quest_select(r, layer, sp, n_sp))) return rc;
-    }
+    if (quest && (rc = quest_select(r, layer, sp, n_sp))) return rc;
     /* The KV library attends (SSD tier: fetching or streaming cold pages), bit-identical to
      * the kernels over the views. */
     if (decode) {
