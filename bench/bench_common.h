@@ -40,7 +40,7 @@ __attribute__((target("avx2"))) static void bench_read_task(void *arg, int ith, 
  * Returns GB/s (1e9 bytes per second). */
 static inline double bench_read_bandwidth(st_threadpool *tp, size_t bytes, int reps) {
     if (!bytes) bytes = (size_t)1 << 30;
-    uint8_t *buf = st_alloc_aligned(bytes, 4096);
+    uint8_t *buf = st_alloc_huge(bytes); /* same page size as the weights and KV it is compared with */
     if (!buf) return 0;
     memset(buf, 1, bytes); /* fault the pages in; first touch must not be timed */
     struct bench_read_job j = {.buf = buf, .n = bytes};
@@ -51,7 +51,7 @@ static inline double bench_read_bandwidth(st_threadpool *tp, size_t bytes, int r
         double gbs = (double)bytes / (st_time_now() - t0) / 1e9;
         if (gbs > best) best = gbs;
     }
-    st_free_aligned(buf);
+    st_free_huge(buf, bytes);
     return best;
 }
 

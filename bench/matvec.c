@@ -34,7 +34,7 @@ static float frand(void) { /* xorshift64*, uniform in [-1, 1) */
 /* A rows x cols matrix of type t (rows repeating SEED_ROWS quantized random rows). */
 static uint8_t *make_matrix(st_type t, int64_t rows, int64_t cols, size_t copies) {
     const size_t rb = st_row_bytes(t, cols), mb = rb * (size_t)rows;
-    uint8_t *m = st_alloc_aligned(mb * copies, 4096);
+    uint8_t *m = st_alloc_huge(mb * copies); /* huge pages, as the model's weights */
     float *f = malloc((size_t)cols * sizeof(float));
     if (!m || !f) {
         fprintf(stderr, "out of memory\n");
@@ -74,7 +74,7 @@ static struct mv_result bench_matvec(st_threadpool *tp, const st_kernels *k, st_
         const double gbs = (double)(mb * copies) / (st_time_now() - t0) / 1e9;
         if (p && gbs > best) best = gbs;
     }
-    st_free_aligned(m);
+    st_free_huge(m, st_row_bytes(t, cols) * (size_t)rows * copies);
     free(x);
     free(y);
     free(xq);
@@ -102,7 +102,7 @@ static void bench_matmul(st_threadpool *tp, const st_kernels *k, st_type t, int6
     }
     printf("matmul %-5s %5lldx%-5lld x %lld tokens: %7.1f GFLOP/s (%.1f with activation quantization)\n",
            st_type_name(t), (long long)rows, (long long)cols, (long long)n_tok, best / 1e9, best_q / 1e9);
-    st_free_aligned(m);
+    st_free_huge(m, st_row_bytes(t, cols) * (size_t)rows * 1);
     free(X);
     free(Y);
     free(Xq);

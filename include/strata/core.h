@@ -229,6 +229,12 @@ static inline int st_add_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) {
 void *st_alloc_aligned(size_t size, size_t alignment);
 void st_free_aligned(void *p);
 
+/* Large buffers that are streamed (weights, KV, bandwidth probes): anonymous memory rounded up
+ * to 2 MiB and advised for transparent huge pages, so that streaming is not throttled by 4 KiB
+ * TLB misses. Zero-filled. Free with st_free_huge(p, size) using the same size. NULL on failure. */
+void *st_alloc_huge(size_t size);
+void st_free_huge(void *p, size_t size);
+
 /* Monotonic time in seconds. */
 double st_time_now(void);
 

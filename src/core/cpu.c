@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <time.h>
 
 st_isa st_cpu_best_isa(void) {
@@ -56,4 +57,25 @@ double st_time_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define ST_HUGE_PAGE ((size_t)2 << 20)
+
+void *st_alloc_huge(size_t size) {
+    size_t len;
+    if (__builtin_add_overflow(size, ST_HUGE_PAGE - 1, &len)) return NULL;
+    len &= ~(ST_HUGE_PAGE - 1);
+    if (len == 0) len = ST_HUGE_PAGE;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, len, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+void st_free_huge(void *p, size_t size) {
+    if (!p) return;
+    size_t len = (size + ST_HUGE_PAGE - 1) & ~(ST_HUGE_PAGE - 1);
+    munmap(p, len ? len : ST_HUGE_PAGE);
 }
