@@ -7,6 +7,10 @@
  *   fit in RAM    the cold ones are fetched in ONE coalesced batch (st_spill_read_batch:
  *                 sorted by offset, adjacent slots merged) into frames freed by evicting
  *                 pages this call does not need (the needed ones are held), then as above.
+ *                 Decode fetches whole pages only into frames that no decode step has
+ *                 used (as many as there are) and streams the rest: evicting
+ *                 for one layer's selection would evict the previous layer's, thrashing
+ *                 whole pages through the pool every token.
  *   do not fit    STREAM: only this layer's block of each cold page is read (a ranged,
  *                 checksummed read of one part of the slot), a window at a time, into two
  *                 buffers: window w+1's reads are in flight on the I/O thread while window
@@ -467,9 +471,12 @@ static int fetch_batch(st_kv *kv, const int32_t *pages, int32_t n) {
 
 /* ---- entry points ------------------------------------------------------------------------------ */
 
-/* Needed pages of the batch, fetched when they fit; *stream = 1 when they do not. */
-static int prepare(st_kv *kv, st_ctx *ctx, int layer, seq_views *sv, int n_seq, int *stream) {
+/* Needed pages of the batch, fetched when they fit (decode: as many as spare frames take,
+ * kv_frames_spare); *stream = 1 when some stay cold. Decode marks the needed ones used. */
+static int prepare(st_kv *kv, st_ctx *ctx, int layer, seq_views *sv, int n_seq, int decode,
+                   int *stream) {
     *stream = 0;
+    if (decode) kv_tier_step(kv, layer);
     int64_t n_tot = 0;
     for (int i = 0; i < n_seq; i++) n_tot += sv[i].n;
     uint8_t *want = malloc((size_t)(n_tot ? n_tot : 1));
@@ -496,13 +503,17 @@ static int prepare(st_kv *kv, st_ctx *ctx, int layer, seq_views *sv, int n_seq, 
         }
     }
     if (!rc && n_cold) {
-        if (n_cold <= kv_frames_obtainable(kv)) {
-            rc = fetch_batch(kv, cold, n_cold);
-            for (int i = 0; i < n_seq && !rc; i++) refresh(kv, &sv[i], layer);
-        } else {
-            *stream = 1;
-        }
+        /* Decode: whole pages only into frames no decode step has used.
+         * Evicting more would evict what other layers fetched (layers select different
+         * pages), pulling every layer's pages through the pool whole (all n_layer blocks
+         * each) once per token; the cold pages left over stream just this layer's block. */
+        int64_t room = decode ? kv_frames_spare(kv) : kv_frames_obtainable(kv);
+        int32_t k = n_cold <= room ? n_cold : decode ? (int32_t)room : 0;
+        rc = fetch_batch(kv, cold, k);
+        for (int i = 0; i < n_seq && !rc && k; i++) refresh(kv, &sv[i], layer);
+        *stream = k < n_cold;
     }
+    for (int32_t i = 0; i < n_held && !rc && decode; i++) kv_tier_use(kv, held[i]);
     for (int32_t i = 0; i < n_held; i++) kv_unhold(kv, held[i]);
     free(want);
     free(cold);
@@ -559,7 +570,7 @@ int st_kv_attend_decode(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_ge
     int rc = sv && as ? 0 : st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
     int stream = 0;
     if (!rc) rc = begin(kv, ctx, ws, g, layer, seqs, n_seq, sel, sv);
-    if (!rc) rc = prepare(kv, ctx, layer, sv, n_seq, &stream);
+    if (!rc) rc = prepare(kv, ctx, layer, sv, n_seq, 1, &stream);
     const size_t row = (size_t)g->n_head * (size_t)g->head_dim;
     if (!rc && !stream) {
         for (int i = 0; i < n_seq && !rc; i++) rc = as_attn_seq(ctx, &sv[i], &as[i]);
@@ -597,7 +608,7 @@ int st_kv_attend_chunk(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geo
         end(sv, 1);
         return 0;
     }
-    if (!rc) rc = prepare(kv, ctx, layer, sv, 1, &stream);
+    if (!rc) rc = prepare(kv, ctx, layer, sv, 1, 0, &stream);
     if (!rc && !stream) {
         st_attn_seq a;
         rc = as_attn_seq(ctx, sv, &a);

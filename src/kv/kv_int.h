@@ -45,6 +45,7 @@ typedef struct kv_page {
     int32_t hold;        /* operation-scoped pins: never evicted while > 0 */
     int32_t err;         /* KV_RES_ERROR: why */
     uint64_t gen;        /* spill generation: identity of the slot's contents */
+    uint64_t att_step;   /* last decode attention step that used it; 0 = none */
 } kv_page;
 
 typedef struct kv_entry {
@@ -101,6 +102,8 @@ struct st_kv {
     uint8_t *zero_blk;    /* [layer_bytes] zeros: the view of a never-touched page */
     uint8_t *rd_blk;      /* [layer_bytes] st_kv_read's buffer for a cold layer block */
     struct kv_stream *stream; /* kv_attend.c: buffers reused across calls */
+    uint64_t att_step;    /* decode attention steps: passes over the layers (kv_tier_step) */
+    int att_layer;        /* layer of the last decode attention call */
 };
 
 #define KV_SEQ_SLOT(id) ((int)((id) & 0xffff))
@@ -185,6 +188,13 @@ int kv_fetch_frame(st_kv *kv, int32_t page, int32_t *frame);
 void kv_fetch_done(st_kv *kv, int32_t page, int32_t frame, int rc);
 /* Frames obtainable now without touching held or pinned pages. */
 int64_t kv_frames_obtainable(const st_kv *kv);
+/* Decode attention: step notes the layer (a layer at or below the last one starts a new
+ * step); use marks a page the step needs and moves a resident one to the hot LRU tail
+ * (last_use, the cache score, is left alone); spare counts the frames obtainable without
+ * evicting a held or pinned page or one any decode step used. */
+void kv_tier_step(st_kv *kv, int layer);
+void kv_tier_use(st_kv *kv, int32_t page);
+int64_t kv_frames_spare(const st_kv *kv);
 /* Contents are about to change: the slot copy (if any) is stale and released. */
 void kv_dirty(st_kv *kv, int32_t page);
 void kv_touch(st_kv *kv, int32_t page); /* most recently used */

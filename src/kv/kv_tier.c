@@ -66,6 +66,31 @@ int64_t kv_frames_obtainable(const st_kv *kv) {
     return n;
 }
 
+/* Layers select different pages, so a whole-page fetch for one layer must not evict what
+ * any decode step has used: the next token needs nearly the same pages, and every fetch
+ * reads all n_layer blocks of a page (evicting the last step's pages too measured worse). */
+void kv_tier_step(st_kv *kv, int layer) {
+    if (layer <= kv->att_layer || !kv->att_step) kv->att_step++;
+    kv->att_layer = layer;
+}
+
+void kv_tier_use(st_kv *kv, int32_t id) {
+    kv->pages[id].att_step = kv->att_step;
+    if (!kv->spill || kv->pages[id].resident != KV_RES_RAM || kv->res_tail == id) return;
+    res_remove(kv, id);
+    res_push(kv, id);
+}
+
+int64_t kv_frames_spare(const st_kv *kv) {
+    if (!kv->spill) return kv_frames_obtainable(kv);
+    int64_t n = kv->n_frame_free;
+    for (int32_t id = kv->res_head; id >= 0; id = kv->pages[id].rnext) {
+        const kv_page *pg = &kv->pages[id];
+        n += !pg->pins && !pg->hold && !pg->att_step;
+    }
+    return n;
+}
+
 /* ---- open / close ------------------------------------------------------------------------- */
 
 int kv_tier_open(st_kv *kv) {
@@ -108,6 +133,7 @@ void kv_tier_new_page(st_kv *kv, int32_t id) {
     kv_page *pg = &kv->pages[id];
     pg->slot = ST_SLOT_NONE;
     pg->err = 0;
+    pg->att_step = 0;
     ST_ASSERT(pg->hold == 0 && pg->frame < 0);
     if (!kv->spill) {
         pg->frame = id;
