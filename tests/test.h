@@ -90,6 +90,25 @@ static inline void test_skip(const char *why) {
     fprintf(stderr, "  SKIPPED (loudly): %s\n", why);
 }
 
+/* Runs a shell command and returns its stdout (at most 64 KiB), NUL-terminated; NULL (and a
+ * message naming the command) when it cannot start or exits non-zero. Caller frees. */
+static inline char *test_run_capture(const char *cmd) {
+    FILE *p = popen(cmd, "r");
+    if (!p) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    size_t k;
+    while (buf && (k = fread(buf + n, 1, cap - n - 1, p)) > 0) n += k;
+    int st = pclose(p);
+    if (!buf || st != 0) {
+        fprintf(stderr, "  command failed (%d): %s\n", st, cmd);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    return buf;
+}
+
 typedef void (*test_fn_)(void);
 
 static inline int test_run_all_(const char *names, test_fn_ *fns, int n, int argc, char **argv) {

@@ -501,12 +501,11 @@ int st_attn_decode(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, const st_
 
 /* ---- chunk --------------------------------------------------------------------------------- */
 
-static void chunk_item(st_attn_ws *ws, int ith, const attn_item *it) {
+/* Thread ith's tile for query rows [q0, q0 + tn) of KV head kvh's group: scaled queries
+ * (row j * G + gi) and each row's causal limit (its position). */
+static attn_tile chunk_query_tile(st_attn_ws *ws, int ith, int32_t kvh, int32_t q0, int32_t tn) {
     const st_attn_geom *g = ws->g;
-    const st_attn_seq *s = ws->seqs;
     const int G = ws->G, D = g->head_dim;
-    const int32_t kvh = it->seq, q0 = it->c * ws->T;
-    const int32_t tn = ws->n_q - q0 < ws->T ? ws->n_q - q0 : ws->T;
     const int R = G * tn;
     attn_tile t = tile_at(ws, ith, R);
     float *qs = (float *)t.q;
@@ -520,6 +519,16 @@ static void chunk_item(st_attn_ws *ws, int ith, const attn_item *it) {
             lim[j * G + gi] = ws->pos0_q + q0 + j;
         }
     t.lim = lim;
+    return t;
+}
+
+static void chunk_item(st_attn_ws *ws, int ith, const attn_item *it) {
+    const st_attn_geom *g = ws->g;
+    const st_attn_seq *s = ws->seqs;
+    const int G = ws->G, D = g->head_dim;
+    const int32_t kvh = it->seq, q0 = it->c * ws->T;
+    const int32_t tn = ws->n_q - q0 < ws->T ? ws->n_q - q0 : ws->T;
+    attn_tile t = chunk_query_tile(ws, ith, kvh, q0, tn);
     tile_reset(&t);
     const int64_t max_pos = ws->pos0_q + q0 + tn - 1;
     const int32_t n = list_len(s, kvh);
@@ -773,22 +782,9 @@ static void chunk_fold_item(const chunk_fold_job *job, int ith, const attn_item 
     st_attn_ws *ws = job->ws;
     const st_attn_geom *g = ws->g;
     const st_attn_seq *s = ws->seqs;
-    const int G = ws->G, D = g->head_dim;
     const int32_t kvh = it->seq, q0 = it->c * ws->T;
     const int32_t tn = ws->n_q - q0 < ws->T ? ws->n_q - q0 : ws->T;
-    const int R = G * tn;
-    attn_tile t = tile_at(ws, ith, R);
-    float *qs = (float *)t.q;
-    int64_t *lim = (int64_t *)(void *)(ws->thr + (size_t)ith * ws->thr_stride +
-                                       layout_for((size_t)R, (size_t)D).lim);
-    for (int32_t j = 0; j < tn; j++)
-        for (int gi = 0; gi < G; gi++) {
-            const float *qr = ws->q + ((size_t)(q0 + j) * g->n_head + (size_t)kvh * G + gi) * D;
-            float *dst = qs + (size_t)(j * G + gi) * D;
-            for (int d = 0; d < D; d++) dst[d] = qr[d] * ws->scale;
-            lim[j * G + gi] = ws->pos0_q + q0 + j;
-        }
-    t.lim = lim;
+    attn_tile t = chunk_query_tile(ws, ith, kvh, q0, tn);
     chunk_state_rows(&job->plan, job->state + ((size_t)kvh * job->plan.n_tiles + it->c) * job->plan.block,
                      &t.m, &t.l, &t.acc);
     const int64_t max_pos = ws->pos0_q + q0 + tn - 1;

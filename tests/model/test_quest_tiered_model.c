@@ -12,22 +12,6 @@
 
 #include <unistd.h>
 
-static char *run(const char *cmd) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    size_t k;
-    while (buf && (k = fread(buf + n, 1, cap - n - 1, p)) > 0) n += k;
-    int st = pclose(p);
-    if (!buf || st != 0) {
-        fprintf(stderr, "  command failed (%d): %s\n", st, cmd);
-        free(buf);
-        return NULL;
-    }
-    buf[n] = 0;
-    return buf;
-}
 
 /* The stderr of the last tiered run (dir/err.txt), or NULL; caller frees. */
 static char *read_err(const char *dir) {
@@ -65,17 +49,17 @@ TEST(test_quest_tiered_identical) {
     REQUIRE(mkdtemp(dir) != NULL);
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s run -m %s " COMMON " 2>/dev/null", bin, model);
-    char *dense = run(cmd);
+    char *dense = test_run_capture(cmd);
     snprintf(cmd, sizeof cmd, "%s run -m %s " COMMON " --kv-budget 128 2>/dev/null", bin, model);
-    char *sparse = run(cmd);
+    char *sparse = test_run_capture(cmd);
     /* covering budget, every layer sparse, audit on: through the tier */
     snprintf(cmd, sizeof cmd, "%s run -m %s " COMMON " --kv-budget 512 --kv-dense-layers 0 --kv-audit 8 "
              "--kv-spill %s --kv-ram 40K 2>%s/err.txt", bin, model, dir, dir);
-    char *full_t = run(cmd);
+    char *full_t = test_run_capture(cmd);
     char *err_full = read_err(dir);
     snprintf(cmd, sizeof cmd, "%s run -m %s " COMMON " --kv-budget 128 --kv-spill %s --kv-ram 40K 2>%s/err.txt",
              bin, model, dir, dir);
-    char *sparse_t = run(cmd);
+    char *sparse_t = test_run_capture(cmd);
     char *err_sparse = read_err(dir);
     CHECK(dense && sparse && full_t && sparse_t);
     if (dense && sparse && full_t && sparse_t) {

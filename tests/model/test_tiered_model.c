@@ -7,22 +7,6 @@
 
 #include <unistd.h>
 
-static char *run(const char *cmd) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    size_t k;
-    while (buf && (k = fread(buf + n, 1, cap - n - 1, p)) > 0) n += k;
-    int st = pclose(p);
-    if (!buf || st != 0) {
-        fprintf(stderr, "  command failed (%d): %s\n", st, cmd);
-        free(buf);
-        return NULL;
-    }
-    buf[n] = 0;
-    return buf;
-}
 
 static void compare(const char *bin, const char *model, const char *prompt_args, const char *dir) {
     char a[2048], b[2048];
@@ -30,7 +14,7 @@ static void compare(const char *bin, const char *model, const char *prompt_args,
              bin, model, prompt_args);
     snprintf(b, sizeof b, "%s run -m %s %s -n 300 --temp 0 --kv-page 32 -c 512 -b 64 "
              "--kv-spill %s --kv-ram 40K 2>%s/err.txt", bin, model, prompt_args, dir, dir);
-    char *ra = run(a), *rb = run(b);
+    char *ra = test_run_capture(a), *rb = test_run_capture(b);
     CHECK(ra && rb);
     if (ra && rb) {
         CHECK(strlen(ra) > 200);
