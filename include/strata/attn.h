@@ -18,7 +18,9 @@ extern "C" {
 
 /* One page of one layer, as attention reads it. All pointers are borrowed. */
 typedef struct st_attn_page {
-    const void *k;         /* [n_kv_head][page_size][head_dim] elements of the KV type */
+    const void *k;         /* [n_kv_head][head_dim][page_size] elements of the KV type: keys
+                              are stored dim-major (K^T) per head, so one vector load holds
+                              one dimension of 16 slots and scoring needs no horizontal sums */
     const void *v;         /* [n_kv_head][page_size][head_dim] */
     const float *k_scale;  /* q8_0 KV only: [n_kv_head] one scale per page per head; else NULL */
     const float *v_scale;  /* q8_0 KV only: [n_kv_head]; else NULL */

@@ -17,7 +17,7 @@
  * Physical page layout (one contiguous, 4096-aligned slab per page, so a page moves to and
  * from disk in one large I/O and one layer of it in one smaller I/O):
  *     page = n_layer layer blocks, each padded to a multiple of 4096 bytes;
- *     layer block = K [n_kv_head][P][head_dim] (padded to 64 bytes)
+ *     layer block = K [n_kv_head][head_dim][P] (dim-major: K^T, see attn.h) (padded to 64 bytes)
  *                   V [n_kv_head][P][head_dim] (padded to 64 bytes)
  *                   q8_0 only: k_scale [n_kv_head] f32, v_scale [n_kv_head] f32
  * q8_0 here is NOT ggml's block_q8_0: elements are int8 and there is ONE f32 scale per page

@@ -4,7 +4,7 @@
  * tokens' worth of whole pages; a page larger than that, e.g. a contiguous cache passed as
  * one page, is cut into slices of that many slots). One item is one run of one sequence
  * for ALL its KV heads, walked page by page and head by head inside a page: the KV library
- * stores a page's heads next to each other (K [n_kv_head][P][D], then V), so an item reads
+ * stores a page's heads next to each other (K^T [n_kv_head][D][P], then V), so an item reads
  * each page slab front to back, and it prefetches the next pages' slabs while it computes.
  * With a per-head selection (Quest) head h walks its own list; run c of head h is
  * positions [c*pps, (c+1)*pps) of that list, so a selection listing every page in order
@@ -266,9 +266,19 @@ typedef struct attn_batch {
     attn_blk b[ATTN_BATCH];
 } attn_batch;
 
-static void batch_flush(attn_batch *bt) {
-    if (bt->n) bt->k->blocks(bt->b, bt->n);
-    bt->n = 0;
+/* Folds the queued blocks. Unless final, the last ATTN_PF_BLOCKS stay queued (moved to
+ * the front) so the kernel can prefetch them while it folds the others. */
+static void batch_flush(attn_batch *bt, int final) {
+    if (!bt->n) return;
+    const int keep = final || bt->n <= ATTN_PF_BLOCKS ? 0 : ATTN_PF_BLOCKS;
+    const int run = bt->n - keep;
+    bt->k->blocks(bt->b, run, keep);
+    for (int i = 0; i < keep; i++) {
+        bt->t[i] = bt->t[run + i];
+        bt->b[i] = bt->b[run + i];
+        bt->b[i].t = &bt->t[i];
+    }
+    bt->n = keep;
 }
 
 /* Queues slots [s0, s1) of KV head h of page p for tile t; slots after max_pos are not
@@ -287,12 +297,12 @@ static void walk_page(attn_batch *bt, const attn_tile *t, const st_attn_geom *g,
         uint32_t mask = (uint32_t)((1ull << n) - 1);
         if (p->valid) mask &= (uint32_t)(p->valid[s / 64] >> (s % 64));
         if (!mask) continue;
-        if (bt->n == ATTN_BATCH) batch_flush(bt);
+        if (bt->n == ATTN_BATCH) batch_flush(bt, 0);
         int i = bt->n++;
         bt->t[i] = *t;
         bt->b[i] = (attn_blk){
             .t = &bt->t[i],
-            .k = (const char *)p->k + off + (size_t)s * D * es,
+            .k = (const char *)p->k + off + (size_t)s * es, .kstride = (size_t)g->page_size,
             .v = (const char *)p->v + off + (size_t)s * D * es,
             .ks = ks, .vs = vs, .mask = mask, .n = n, .pos0 = p->pos0 + s,
         };
@@ -363,22 +373,17 @@ static void decode_item(st_attn_ws *ws, int ith, const attn_item *it) {
         float *slot = slots + (size_t)h * ws->slot_stride;
         t.acc = slot, t.m = slot + moff, t.l = t.m + r16((size_t)G);
         tile_reset(&t);
-        int32_t n = list_len(s, h);
-        for (int32_t i = i0; i < i0 + ATTN_PF_PAGES && i < i1 && i < n; i++)
-            prefetch_page(g, list_page(s, h, i), h);
     }
     for (int32_t i = i0; i < i1; i++)
         for (int32_t h = 0; h < H; h++) {
             int32_t n = list_len(s, h);
             if (i >= n) continue;
-            if (i + ATTN_PF_PAGES < i1 && i + ATTN_PF_PAGES < n)
-                prefetch_page(g, list_page(s, h, i + ATTN_PF_PAGES), h);
             float *slot = slots + (size_t)h * ws->slot_stride;
             t.q = qs + (size_t)h * G * D;
             t.acc = slot, t.m = slot + moff, t.l = t.m + r16((size_t)G);
             walk_page(&bt, &t, g, list_page(s, h, i), h, s0, s1, INT64_MAX);
         }
-    batch_flush(&bt);
+    batch_flush(&bt, 1);
 }
 
 static void decode_task(void *arg, int ith, int nth) {
@@ -538,7 +543,7 @@ static void chunk_item(st_attn_ws *ws, int ith, const attn_item *it) {
         if (i + ATTN_PF_PAGES < n) prefetch_page(g, list_page(s, kvh, i + ATTN_PF_PAGES), kvh);
         walk_page(&bt, &t, g, list_page(s, kvh, i), kvh, 0, g->page_size, max_pos);
     }
-    batch_flush(&bt);
+    batch_flush(&bt, 1);
     for (int32_t j = 0; j < tn; j++)
         for (int gi = 0; gi < G; gi++) {
             int r = j * G + gi;
@@ -623,7 +628,7 @@ int st_attn_key_minmax(const st_attn_geom *g, const st_attn_page *page, int32_t 
     for (int32_t s = 0; s < page->n_tokens; s++) {
         if (page->valid && !((page->valid[s / 64] >> (s % 64)) & 1)) continue;
         for (size_t d = 0; d < D; d++) {
-            float x = attn_elem(g->type, k, (size_t)s * D + d) * sc;
+            float x = attn_elem(g->type, k, d * (size_t)g->page_size + (size_t)s) * sc;
             if (!n || x < kmin[d]) kmin[d] = x;
             if (!n || x > kmax[d]) kmax[d] = x;
         }
@@ -794,7 +799,7 @@ static void chunk_fold_item(const chunk_fold_job *job, int ith, const attn_item 
         if (i + ATTN_PF_PAGES < s->n_pages) prefetch_page(g, &s->pages[i + ATTN_PF_PAGES], kvh);
         walk_page(&bt, &t, g, &s->pages[i], kvh, 0, g->page_size, max_pos);
     }
-    batch_flush(&bt);
+    batch_flush(&bt, 1);
 }
 
 static void chunk_fold_task(void *arg, int ith, int nth) {

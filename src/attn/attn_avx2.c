@@ -1,7 +1,7 @@
 /* AVX2 + FMA + F16C block kernel (head_dim a multiple of 8). Same structure as the AVX-512
- * kernel with 8-lane vectors: 16-slot blocks are scored as two halves of 8 (8 accumulators
- * and an 8x8 transpose-add), and V is converted once into an f32 tile, then accumulated for
- * 4 rows x 16 dims in 8 registers (AVX2 has only 16). */
+ * kernel with 8-lane vectors: the dim-major K block is converted into an f32 tile [D][16]
+ * and each row's 16 scores are two 8-slot vectors of broadcast-q FMAs; V is converted once
+ * into an f32 tile, then accumulated for 4 rows x 16 dims in 8 registers (AVX2 has 16). */
 #include "attn_int.h"
 
 #include <immintrin.h>
@@ -64,41 +64,26 @@ AI float hsum8(__m256 v) {
     return _mm_cvtss_f32(x);
 }
 
-/* a[j] holds 8 partial products of score j; returns the 8 scores in order. */
-AI __m256 hsum8x8(__m256 *a) {
-    __m256 x[4], y[2];
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++)
-        x[i] = _mm256_add_ps(_mm256_unpacklo_ps(a[2 * i], a[2 * i + 1]),
-                             _mm256_unpackhi_ps(a[2 * i], a[2 * i + 1]));
-#pragma GCC unroll 2
-    for (int i = 0; i < 2; i++) {
-        __m256d e = _mm256_castps_pd(x[2 * i]), f = _mm256_castps_pd(x[2 * i + 1]);
-        y[i] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(e, f)),
-                             _mm256_castpd_ps(_mm256_unpackhi_pd(e, f)));
-    }
-    return _mm256_add_ps(_mm256_permute2f128_ps(y[0], y[1], 0x20),
-                         _mm256_permute2f128_ps(y[0], y[1], 0x31));
-}
-
+/* Row r's 16 scores from the f32 K tile kf [D][16] (dim-major, like the page's K^T):
+ * broadcast q[d] times a vector of 8 slots, two partial sums per half for FMA latency. */
 AI float row_scores(const attn_tile *t, const float *kf, int r, uint32_t rm, float ks) {
     const int D = t->D;
     const float *q = t->q + (size_t)r * D;
     float *p = t->p + (size_t)r * ATTN_BLK;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+    for (int d = 0; d < D; d += 2) {
+        __m256 q0 = _mm256_broadcast_ss(q + d), q1 = _mm256_broadcast_ss(q + d + 1);
+        a0 = _mm256_fmadd_ps(q0, _mm256_load_ps(kf + (size_t)d * 16), a0);
+        b0 = _mm256_fmadd_ps(q0, _mm256_load_ps(kf + (size_t)d * 16 + 8), b0);
+        a1 = _mm256_fmadd_ps(q1, _mm256_load_ps(kf + (size_t)d * 16 + 16), a1);
+        b1 = _mm256_fmadd_ps(q1, _mm256_load_ps(kf + (size_t)d * 16 + 24), b1);
+    }
     __m256 mx = _mm256_set1_ps(-INFINITY);
-    for (int h = 0; h < 2; h++) {
-        const float *k = kf + (size_t)h * 8 * D;
-        __m256 a[8];
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_ps();
-        for (int d = 0; d < D; d += 8) {
-            __m256 qv = _mm256_load_ps(q + d);
-#pragma GCC unroll 8
-            for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (size_t)j * D + d), a[j]);
-        }
-        __m256 s = _mm256_mul_ps(hsum8x8(a), _mm256_set1_ps(ks));
-        s = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, lane_mask(rm >> (8 * h)));
-        _mm256_store_ps(p + 8 * h, s);
+    __m256 h[2] = {_mm256_add_ps(a0, a1), _mm256_add_ps(b0, b1)};
+    for (int i = 0; i < 2; i++) {
+        __m256 s = _mm256_mul_ps(h[i], _mm256_set1_ps(ks));
+        s = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, lane_mask(rm >> (8 * i)));
+        _mm256_store_ps(p + 8 * i, s);
         mx = _mm256_max_ps(mx, s);
     }
     return hmax8(mx);
@@ -146,13 +131,16 @@ AI void v_accum8(const attn_tile *t, const float *vf, int r, int d0, uint32_t u)
 AI void block_impl(const attn_blk *b, const st_type T) {
     const attn_tile *t = b->t;
     const int D = t->D, R = t->R;
-    const float *kf = t->kf;
-    if (T == ST_TYPE_F32 && b->n == ATTN_BLK) {
-        kf = (const float *)b->k;
-    } else {
-        for (int j = 0; j < b->n; j++)
-            for (int d = 0; d < D; d += 8)
-                _mm256_store_ps(t->kf + (size_t)j * D + d, load8(T, b->k, (size_t)j * D + d));
+    float *kf = t->kf;
+    if (b->n == ATTN_BLK) {
+        for (int d = 0; d < D; d++) {
+            _mm256_store_ps(kf + (size_t)d * 16, load8(T, b->k, (size_t)d * b->kstride));
+            _mm256_store_ps(kf + (size_t)d * 16 + 8, load8(T, b->k, (size_t)d * b->kstride + 8));
+        }
+    } else { /* a short block (small pages, a slice's tail): zero lanes past n */
+        for (int d = 0; d < D; d++)
+            for (int j = 0; j < ATTN_BLK; j++)
+                kf[(size_t)d * 16 + j] = j < b->n ? attn_elem(T, b->k, (size_t)d * b->kstride + j) : 0.0f;
     }
     uint32_t any = 0;
     for (int r = 0; r < R; r++) {
@@ -208,13 +196,20 @@ AI void block_impl(const attn_blk *b, const st_type T) {
     }
 }
 
-static void blocks_avx2(const attn_blk *b, int n) {
+AI void blocks_impl(const attn_blk *b, int n, int n_ahead, const st_type T) {
+    for (int i = 0; i < n; i++) {
+        if (i + ATTN_PF_BLOCKS < n + n_ahead) attn_prefetch_blk(&b[i + ATTN_PF_BLOCKS]);
+        block_impl(&b[i], T);
+    }
+}
+
+static void blocks_avx2(const attn_blk *b, int n, int n_ahead) {
     if (n <= 0) return;
     switch (b->t->type) {
-    case ST_TYPE_F16: for (int i = 0; i < n; i++) block_impl(&b[i], ST_TYPE_F16); break;
-    case ST_TYPE_BF16: for (int i = 0; i < n; i++) block_impl(&b[i], ST_TYPE_BF16); break;
-    case ST_TYPE_Q8_0: for (int i = 0; i < n; i++) block_impl(&b[i], ST_TYPE_Q8_0); break;
-    default: for (int i = 0; i < n; i++) block_impl(&b[i], ST_TYPE_F32); break;
+    case ST_TYPE_F16: blocks_impl(b, n, n_ahead, ST_TYPE_F16); break;
+    case ST_TYPE_BF16: blocks_impl(b, n, n_ahead, ST_TYPE_BF16); break;
+    case ST_TYPE_Q8_0: blocks_impl(b, n, n_ahead, ST_TYPE_Q8_0); break;
+    default: blocks_impl(b, n, n_ahead, ST_TYPE_F32); break;
     }
 }
 

@@ -46,45 +46,53 @@ AI __m512 load16(st_type T, const void *base, size_t i) {
     }
 }
 
-/* a[j] holds 16 partial products of score j; returns the 16 scores in order. */
-AI __m512 hsum16x16(__m512 *a) {
-    __m512 x[8], y[4];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++)
-        x[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
-                             _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        __m512d e = _mm512_castps_pd(x[2 * i]), f = _mm512_castps_pd(x[2 * i + 1]);
-        y[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(e, f)),
-                             _mm512_castpd_ps(_mm512_unpackhi_pd(e, f)));
+/* 16 slots of dimension d of a K^T block (lanes >= n zero), as f32 (q8_0 unscaled). */
+AI __m512 loadk(st_type T, const void *k, size_t i, __mmask16 lm, const int FULL) {
+    if (FULL) return load16(T, k, i);
+    switch (T) {
+    case ST_TYPE_F16:
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lm, (const uint16_t *)k + i));
+    case ST_TYPE_BF16:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lm, (const uint16_t *)k + i)), 16));
+    case ST_TYPE_Q8_0:
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(lm, (const int8_t *)k + i)));
+    default:
+        return _mm512_maskz_loadu_ps(lm, (const float *)k + i);
     }
-    __m512 u01 = _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                               _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    __m512 u23 = _mm512_add_ps(_mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                               _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(3, 1, 3, 1)));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* Row r against the K tile kt [D/16][16 slots][16 dims] (one base pointer and constant
- * offsets for the 16 slots, so the loop needs no per-slot address registers), then its
- * online-softmax update, all in registers: p[r] gets exp(score - m_new) * vs (0 where
- * masked), bm[r] gets alpha = exp(m_old - m_new), m and l are updated. Going through
- * memory between rows would stall on store forwarding (scalar stores, vector reload). */
-AI void row_update(const attn_tile *t, const float *restrict kt, float *p, float *bm, int r,
-                   uint32_t rm, float ks, float vs) {
+/* Scores of rows [r0, r0 + RB) (RB <= 4) over the 16 slots of a K^T block whose dimension d
+ * starts at element d * ks: s[i] = sum_d q[r0 + i][d] * K[d][slot]. The keys are dim-major,
+ * so a vector holds one dimension of 16 slots and every FMA is a useful one: no horizontal
+ * sums. Two partial sums per row (even and odd d) keep 8 FMA chains in flight. */
+AI void scores(const attn_tile *t, st_type T, const void *k, size_t ks, __mmask16 lm, int r0,
+               const int RB, const int FULL, __m512 *s) {
     const int D = t->D;
-    const float *restrict q = t->q + (size_t)r * D;
-    __m512 a[16];
-#pragma GCC unroll 16
-    for (int j = 0; j < 16; j++) a[j] = _mm512_setzero_ps();
-    for (int d = 0; d < D; d += 16, kt += 256) {
-        __m512 qv = _mm512_load_ps(q + d);
-#pragma GCC unroll 16
-        for (int j = 0; j < 16; j++) a[j] = _mm512_fmadd_ps(qv, _mm512_load_ps(kt + 16 * j), a[j]);
+    const float *q = t->q + (size_t)r0 * D;
+    __m512 a[4][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) a[i][0] = a[i][1] = _mm512_setzero_ps();
+    for (int d = 0; d < D; d += 2) {
+        __m512 k0 = loadk(T, k, (size_t)d * ks, lm, FULL);
+        __m512 k1 = loadk(T, k, (size_t)(d + 1) * ks, lm, FULL);
+#pragma GCC unroll 4
+        for (int i = 0; i < RB; i++) {
+            a[i][0] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)i * D + d]), k0, a[i][0]);
+            a[i][1] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)i * D + d + 1]), k1, a[i][1]);
+        }
     }
-    __m512 s = _mm512_mul_ps(hsum16x16(a), _mm512_set1_ps(ks));
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) s[i] = _mm512_add_ps(a[i][0], a[i][1]);
+}
+
+/* Row r's online-softmax update from its 16 raw scores s, all in registers: p[r] gets
+ * exp(score - m_new) * vs (0 where masked), bm[r] gets alpha = exp(m_old - m_new), m and
+ * l are updated. Going through memory between rows would stall on store forwarding
+ * (scalar stores, vector reload). */
+AI void row_update(const attn_tile *t, __m512 s, float *p, float *bm, int r, uint32_t rm,
+                   float ks, float vs) {
+    s = _mm512_mul_ps(s, _mm512_set1_ps(ks));
     s = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), (__mmask16)rm, s);
     const float m_old = t->m[r];
     float alpha = 1.0f, m_new = m_old;
@@ -163,27 +171,52 @@ AI void v_all(const attn_tile *t, const float *p, const float *bm, st_type VT, c
     }
 }
 
-/* First half of a block, into scratch set `set`: K to the f32 tile, scores, softmax
- * update (m, l). Returns the union of the row masks (0: nothing to add). */
-AI uint32_t block_front(const attn_blk *b, int set, const st_type T) {
+AI void rows_update(const attn_blk *b, const __m512 *sc, float *p, float *bm, int r0,
+                    const int RB, uint32_t *any) {
     const attn_tile *t = b->t;
-    const int D = t->D, R = t->R;
-    float *restrict kt = t->kf + (size_t)set * ATTN_BLK * D;
-    float *p = t->p + (size_t)set * R * ATTN_BLK, *bm = t->bm + (size_t)set * (R + 16);
-    const void *k = b->k;
-    for (int j = 0; j < b->n; j++)
-        for (int d = 0; d < D; d += 16)
-            _mm512_store_ps(kt + (size_t)d * 16 + 16 * j, load16(T, k, (size_t)j * D + d));
-    uint32_t any = 0;
-    for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) {
+        const int r = r0 + i;
         uint32_t rm = attn_row_mask(t, b, r);
-        any |= rm;
+        *any |= rm;
         if (rm) {
-            row_update(t, kt, p, bm, r, rm, b->ks, b->vs);
+            row_update(t, sc[i], p, bm, r, rm, b->ks, b->vs);
         } else { /* nothing for this row: p = 0, alpha = 1, state unchanged */
             bm[r] = 1.0f;
             _mm512_store_ps(p + (size_t)r * ATTN_BLK, _mm512_setzero_ps());
         }
+    }
+}
+
+/* First half of a block, into scratch set `set`: scores and softmax update (m, l).
+ * A decode group (R <= 4 rows) reads K^T straight from the page, converting each element
+ * once; more rows (chunk tiles, wide GQA) first convert the block into an f32 tile
+ * [D][16] that every 4 rows then reuse. Returns the union of the row masks. */
+AI uint32_t block_front(const attn_blk *b, int set, const st_type T, const int FULL) {
+    const attn_tile *t = b->t;
+    const int D = t->D, R = t->R;
+    float *p = t->p + (size_t)set * R * ATTN_BLK, *bm = t->bm + (size_t)set * (R + 16);
+    const __mmask16 lm = (__mmask16)((1u << b->n) - 1);
+    uint32_t any = 0;
+    __m512 sc[4];
+    switch (R) {
+    case 1: scores(t, T, b->k, b->kstride, lm, 0, 1, FULL, sc); rows_update(b, sc, p, bm, 0, 1, &any); return any;
+    case 2: scores(t, T, b->k, b->kstride, lm, 0, 2, FULL, sc); rows_update(b, sc, p, bm, 0, 2, &any); return any;
+    case 3: scores(t, T, b->k, b->kstride, lm, 0, 3, FULL, sc); rows_update(b, sc, p, bm, 0, 3, &any); return any;
+    case 4: scores(t, T, b->k, b->kstride, lm, 0, 4, FULL, sc); rows_update(b, sc, p, bm, 0, 4, &any); return any;
+    default: break;
+    }
+    float *restrict kt = t->kf + (size_t)set * ATTN_BLK * D;
+    for (int d = 0; d < D; d++)
+        _mm512_store_ps(kt + (size_t)d * 16, loadk(T, b->k, (size_t)d * b->kstride, lm, FULL));
+    int r0 = 0;
+    for (; r0 + 4 <= R; r0 += 4) {
+        scores(t, ST_TYPE_F32, kt, 16, 0xffff, r0, 4, 1, sc);
+        rows_update(b, sc, p, bm, r0, 4, &any);
+    }
+    for (; r0 < R; r0++) {
+        scores(t, ST_TYPE_F32, kt, 16, 0xffff, r0, 1, 1, sc);
+        rows_update(b, sc, p, bm, r0, 1, &any);
     }
     return any;
 }
@@ -208,23 +241,25 @@ AI void block_back(const attn_blk *b, int set, uint32_t any, const st_type T) {
 /* Software pipeline: block i's scores and softmax are issued before block i-1's V, so the
  * latency chains of one (horizontal sums, exp) overlap the FMA stream of the other. Block
  * i-1's V only needs its own set; block i's front never touches acc. */
-AI void blocks_impl(const attn_blk *b, int n, const st_type T) {
+AI void blocks_impl(const attn_blk *b, int n, int n_ahead, const st_type T) {
     uint32_t prev = 0;
     for (int i = 0; i < n; i++) {
-        uint32_t cur = block_front(&b[i], i & 1, T);
+        if (i + ATTN_PF_BLOCKS < n + n_ahead) attn_prefetch_blk(&b[i + ATTN_PF_BLOCKS]);
+        uint32_t cur = b[i].n == ATTN_BLK ? block_front(&b[i], i & 1, T, 1)
+                                           : block_front(&b[i], i & 1, T, 0);
         if (prev) block_back(&b[i - 1], (i - 1) & 1, prev, T);
         prev = cur;
     }
     if (prev) block_back(&b[n - 1], (n - 1) & 1, prev, T);
 }
 
-static void blocks_avx512(const attn_blk *b, int n) {
+static void blocks_avx512(const attn_blk *b, int n, int n_ahead) {
     if (n <= 0) return;
     switch (b->t->type) {
-    case ST_TYPE_F16: blocks_impl(b, n, ST_TYPE_F16); break;
-    case ST_TYPE_BF16: blocks_impl(b, n, ST_TYPE_BF16); break;
-    case ST_TYPE_Q8_0: blocks_impl(b, n, ST_TYPE_Q8_0); break;
-    default: blocks_impl(b, n, ST_TYPE_F32); break;
+    case ST_TYPE_F16: blocks_impl(b, n, n_ahead, ST_TYPE_F16); break;
+    case ST_TYPE_BF16: blocks_impl(b, n, n_ahead, ST_TYPE_BF16); break;
+    case ST_TYPE_Q8_0: blocks_impl(b, n, n_ahead, ST_TYPE_Q8_0); break;
+    default: blocks_impl(b, n, n_ahead, ST_TYPE_F32); break;
     }
 }
 

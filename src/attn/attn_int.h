@@ -27,7 +27,7 @@ typedef struct attn_tile {
     float *p;       /* [2][R][ATTN_BLK] scores, then probabilities */
     float *bm;      /* [2][R + 16] block max per row, then alpha */
     uint32_t *rm;   /* [R] row masks */
-    float *kf;      /* [2][ATTN_BLK * D] K block converted to f32 (layout up to the kernel) */
+    float *kf;      /* [2][D][ATTN_BLK] K block converted to f32 (when the kernel wants it) */
     float *vf;      /* [ATTN_BLK][D] V block converted to f32 */
 } attn_tile;
 
@@ -35,7 +35,9 @@ typedef struct attn_tile {
  * (rows of that KV head) it is folded into. */
 typedef struct attn_blk {
     const attn_tile *t;
-    const void *k;  /* [n][D] elements of the KV type (slot 0 of the block) */
+    const void *k;  /* K^T: element (slot j, dim d) at k[d * kstride + j] (the page stores
+                       keys dim-major per head; k points at the block's first slot of d 0) */
+    size_t kstride; /* elements between dimensions: the page size */
     const void *v;  /* [n][D] */
     float ks, vs;   /* q8_0 page-head scales; 1 for the float types */
     uint32_t mask;  /* bit j: slot j is valid (bits >= n are 0); nonzero */
@@ -47,8 +49,10 @@ typedef struct st_attn_kernels {
     st_isa isa;
     int d_mult; /* head_dim must be a multiple of this, else the scalar table is used */
     /* Folds blocks b[0..n) in order into their tiles' online-softmax states. Tiles may
-     * differ from block to block (several KV heads of a page) and share scratch. */
-    void (*blocks)(const attn_blk *b, int n);
+     * differ from block to block (several KV heads of a page) and share scratch.
+     * b[n .. n + n_ahead) are the blocks that come next (not folded now): the kernel may
+     * prefetch them, so memory streams in step with compute rather than in bursts. */
+    void (*blocks)(const attn_blk *b, int n, int n_ahead);
     /* st_attn_quest_bounds with validated arguments; d_mult does not apply. */
     void (*quest)(int D, int G, const float *q, const float *kmin, const float *kmax,
                   int64_t stride, int32_t n_pages, float *bound);
@@ -88,6 +92,22 @@ static inline float attn_lane_sum(const float *l) {
 
 static inline size_t attn_elem_size(st_type t) {
     return t == ST_TYPE_F32 ? 4 : t == ST_TYPE_Q8_0 ? 1 : 2;
+}
+
+/* Blocks a kernel prefetches ahead of the one it folds: 4 blocks of f16 GQA decode are
+ * about 16 KiB, i.e. a microsecond at DRAM speed, well past the memory latency. */
+#define ATTN_PF_BLOCKS 4
+
+/* Prefetches the K and V lines of block b into the cache. */
+static inline void attn_prefetch_blk(const attn_blk *b) {
+    const size_t es = attn_elem_size(b->t->type), D = (size_t)b->t->D;
+    const char *k = b->k, *v = b->v;
+    if (b->kstride == (size_t)b->n) { /* a whole small page-head: one contiguous run */
+        for (size_t o = 0; o < D * (size_t)b->n * es; o += 64) __builtin_prefetch(k + o, 0, 3);
+    } else { /* one short run per dimension (a slice of a large page) */
+        for (size_t d = 0; d < D; d++) __builtin_prefetch(k + d * b->kstride * es, 0, 3);
+    }
+    for (size_t o = 0; o < D * (size_t)b->n * es; o += 64) __builtin_prefetch(v + o, 0, 3);
 }
 
 #endif

@@ -17,7 +17,7 @@ static void block_scalar(const attn_blk *b) {
         for (uint32_t u = rm; u; u &= u - 1) {
             int j = __builtin_ctz(u);
             float s = 0;
-            for (int d = 0; d < D; d++) s += q[d] * attn_elem(t->type, b->k, (size_t)j * D + d);
+            for (int d = 0; d < D; d++) s += q[d] * attn_elem(t->type, b->k, (size_t)d * b->kstride + j);
             s *= b->ks;
             t->p[r * ATTN_BLK + j] = s;
             if (s > bmax) bmax = s;
@@ -49,7 +49,8 @@ static void block_scalar(const attn_blk *b) {
     }
 }
 
-static void blocks_scalar(const attn_blk *b, int n) {
+static void blocks_scalar(const attn_blk *b, int n, int n_ahead) {
+    (void)n_ahead;
     for (int i = 0; i < n; i++) block_scalar(&b[i]);
 }
 

@@ -1,5 +1,10 @@
 /* Element conversion between f32 rows and a page's layer block (f32, f16, bf16, q8_0).
  *
+ * Layout of one head of one layer block (kv.h): V is slot-major [P][D]; K is dim-major
+ * (K^T, [D][P]) so that attention reads one dimension of 16 slots as one vector and scores
+ * 16 keys with plain FMAs (src/attn). A row here is one token's head_dim values, found at
+ * base + slot * slot_stride + d * dim_stride elements.
+ *
  * q8_0 (this library's variant, see kv.h): int8 values, one f32 scale per page per KV head
  * for K and one for V. A token whose abs-max does not fit the current scale (absmax > 127 *
  * scale) makes that page-head requantize with scale' = max(absmax / 127, 2 * scale): the
@@ -18,9 +23,18 @@ static int8_t to_i8(float v) {
     return (int8_t)v;
 }
 
-/* Quantize the head's row x[head_dim] into slot `slot` of q ([P][head_dim] int8 of one head),
+/* Element strides of a token's row inside one head: K dim-major, V slot-major. */
+typedef struct row_strides {
+    size_t slot, dim;
+} row_strides;
+
+static row_strides strides_for(const st_kv *kv, int is_k) {
+    return is_k ? (row_strides){1, (size_t)kv->p.page_size} : (row_strides){(size_t)kv->p.head_dim, 1};
+}
+
+/* Quantize the head's row x[head_dim] into slot `slot` of q (P * head_dim int8 of one head),
  * requantizing the whole head's slab first when its scale is too small. */
-static int q8_store(int8_t *q, float *scale, int P, int D, int slot, const float *x) {
+static int q8_store(int8_t *q, float *scale, int P, int D, row_strides rs, int slot, const float *x) {
     float amax = 0.0f;
     for (int d = 0; d < D; d++) {
         float a = fabsf(x[d]);
@@ -38,60 +52,69 @@ static int q8_store(int8_t *q, float *scale, int P, int D, int slot, const float
         *scale = ns;
     }
     const float inv = *scale > 0.0f ? 1.0f / *scale : 0.0f;
-    int8_t *row = q + (size_t)slot * D;
-    for (int d = 0; d < D; d++) {
-        row[d] = to_i8(x[d] * inv);
-    }
+    int8_t *row = q + (size_t)slot * rs.slot;
+    for (int d = 0; d < D; d++) row[(size_t)d * rs.dim] = to_i8(x[d] * inv);
     return requant;
 }
 
-static void store_rows(st_kv *kv, uint8_t *base, float *scales, int slot, const float *x) {
+static void store_rows(st_kv *kv, uint8_t *base, float *scales, int is_k, int slot,
+                       const float *x) {
     const int H = kv->p.n_kv_head, P = kv->p.page_size, D = kv->p.head_dim;
+    const row_strides rs = strides_for(kv, is_k);
     for (int h = 0; h < H; h++) {
         const float *xr = x + (size_t)h * D;
-        size_t off = ((size_t)h * P + slot) * D;
+        size_t off = (size_t)h * P * D + (size_t)slot * rs.slot;
         switch (kv->p.type) {
-        case ST_TYPE_F32: memcpy((float *)base + off, xr, (size_t)D * sizeof(float)); break;
+        case ST_TYPE_F32: {
+            float *o = (float *)base + off;
+            for (int d = 0; d < D; d++) o[(size_t)d * rs.dim] = xr[d];
+            break;
+        }
         case ST_TYPE_F16: {
             uint16_t *o = (uint16_t *)base + off;
-            for (int d = 0; d < D; d++) o[d] = st_fp32_to_fp16(xr[d]);
+            for (int d = 0; d < D; d++) o[(size_t)d * rs.dim] = st_fp32_to_fp16(xr[d]);
             break;
         }
         case ST_TYPE_BF16: {
             uint16_t *o = (uint16_t *)base + off;
-            for (int d = 0; d < D; d++) o[d] = st_fp32_to_bf16(xr[d]);
+            for (int d = 0; d < D; d++) o[(size_t)d * rs.dim] = st_fp32_to_bf16(xr[d]);
             break;
         }
         case ST_TYPE_Q8_0:
             kv->st.requants +=
-                q8_store((int8_t *)base + (size_t)h * P * D, &scales[h], P, D, slot, xr);
+                q8_store((int8_t *)base + (size_t)h * P * D, &scales[h], P, D, rs, slot, xr);
             break;
         default: ST_ASSERT(0);
         }
     }
 }
 
-static void load_rows(const st_kv *kv, const uint8_t *base, const float *scales, int slot,
-                      float *x) {
+static void load_rows(const st_kv *kv, const uint8_t *base, const float *scales, int is_k,
+                      int slot, float *x) {
     const int H = kv->p.n_kv_head, P = kv->p.page_size, D = kv->p.head_dim;
+    const row_strides rs = strides_for(kv, is_k);
     for (int h = 0; h < H; h++) {
         float *xr = x + (size_t)h * D;
-        size_t off = ((size_t)h * P + slot) * D;
+        size_t off = (size_t)h * P * D + (size_t)slot * rs.slot;
         switch (kv->p.type) {
-        case ST_TYPE_F32: memcpy(xr, (const float *)base + off, (size_t)D * sizeof(float)); break;
+        case ST_TYPE_F32: {
+            const float *o = (const float *)base + off;
+            for (int d = 0; d < D; d++) xr[d] = o[(size_t)d * rs.dim];
+            break;
+        }
         case ST_TYPE_F16: {
             const uint16_t *o = (const uint16_t *)base + off;
-            for (int d = 0; d < D; d++) xr[d] = st_fp16_to_fp32(o[d]);
+            for (int d = 0; d < D; d++) xr[d] = st_fp16_to_fp32(o[(size_t)d * rs.dim]);
             break;
         }
         case ST_TYPE_BF16: {
             const uint16_t *o = (const uint16_t *)base + off;
-            for (int d = 0; d < D; d++) xr[d] = st_bf16_to_fp32(o[d]);
+            for (int d = 0; d < D; d++) xr[d] = st_bf16_to_fp32(o[(size_t)d * rs.dim]);
             break;
         }
         case ST_TYPE_Q8_0: {
             const int8_t *o = (const int8_t *)base + off;
-            for (int d = 0; d < D; d++) xr[d] = (float)o[d] * scales[h];
+            for (int d = 0; d < D; d++) xr[d] = (float)o[(size_t)d * rs.dim] * scales[h];
             break;
         }
         default: ST_ASSERT(0);
@@ -105,8 +128,8 @@ void kv_store_token(st_kv *kv, uint8_t *blk, int slot, const float *k, const flo
         ks = (float *)(blk + kv->g.scale_offset);
         vs = ks + kv->p.n_kv_head;
     }
-    store_rows(kv, blk, ks, slot, k);
-    store_rows(kv, blk + kv->g.v_offset, vs, slot, v);
+    store_rows(kv, blk, ks, 1, slot, k);
+    store_rows(kv, blk + kv->g.v_offset, vs, 0, slot, v);
 }
 
 void kv_load_token(const st_kv *kv, const uint8_t *blk, int slot, float *k, float *v) {
@@ -115,8 +138,8 @@ void kv_load_token(const st_kv *kv, const uint8_t *blk, int slot, float *k, floa
         ks = (const float *)(blk + kv->g.scale_offset);
         vs = ks + kv->p.n_kv_head;
     }
-    if (k) load_rows(kv, blk, ks, slot, k);
-    if (v) load_rows(kv, blk + kv->g.v_offset, vs, slot, v);
+    if (k) load_rows(kv, blk, ks, 1, slot, k);
+    if (v) load_rows(kv, blk + kv->g.v_offset, vs, 0, slot, v);
 }
 
 /* Zeroes slots [s0, s1) of every layer and head (K and V); scales are kept. */
@@ -128,8 +151,10 @@ void kv_zero_slots(st_kv *kv, int32_t page, int s0, int s1) {
         uint8_t *blk = kv_layer_data(kv, page, l);
         for (int h = 0; h < H; h++) {
             size_t off = ((size_t)h * P + s0) * D * es, nb = (size_t)(s1 - s0) * D * es;
-            memset(blk + off, 0, nb);
             memset(blk + kv->g.v_offset + off, 0, nb);
+            uint8_t *kh = blk + (size_t)h * P * D * es; /* K^T: slots s0..s1 of each dim */
+            for (int d = 0; d < D; d++)
+                memset(kh + ((size_t)d * P + s0) * es, 0, (size_t)(s1 - s0) * es);
         }
     }
 }

@@ -216,7 +216,9 @@ int st_kv_create(st_ctx *ctx, const st_kv_params *params, st_kv **out) {
     kv->n_frames = (int32_t)p.ram_pages;
     if (st_mul_overflow_u64((uint64_t)p.ram_pages, kv->g.page_bytes, &slab) || slab > SIZE_MAX)
         goto nomem;
-    kv->data = st_alloc_aligned((size_t)slab, ST_KV_LAYER_ALIGN);
+    /* Huge pages: decode walks page slabs in table order, which is scattered in memory, so
+     * with 4 KiB pages each slab would cost its own TLB walks (bench/attn measures it). */
+    kv->data = slab ? st_alloc_huge((size_t)slab) : NULL;
     kv->pages = calloc((size_t)p.n_pages, sizeof *kv->pages);
     kv->page_tokens = calloc((size_t)p.n_pages * p.page_size, sizeof(int32_t));
     kv->buckets = malloc(nb * sizeof(int32_t));
@@ -269,7 +271,7 @@ void st_kv_destroy(st_kv *kv) {
     }
     kv_attend_free(kv);
     kv_tier_close(kv);
-    st_free_aligned(kv->data);
+    if (kv->data) st_free_huge(kv->data, (size_t)kv->n_frames * kv->g.page_bytes);
     free(kv->pages);
     free(kv->page_tokens);
     free(kv->buckets);

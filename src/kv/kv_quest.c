@@ -148,7 +148,7 @@ int kv_quest_check_box(const st_kv *kv, const uint8_t *data, size_t layer_stride
         goto out;
     }
     for (int l = 0; l < kv->p.n_layer && !rc; l++) {
-        /* staged layer: K [H][P][D] then V then (q8_0) k_scale[H], v_scale[H] */
+        /* staged layer: K^T [H][D][P] then V [H][P][D] then (q8_0) k_scale[H], v_scale[H] */
         const uint8_t *d = data + (size_t)l * layer_stride;
         st_attn_page v;
         memset(&v, 0, sizeof v);

