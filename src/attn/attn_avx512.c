@@ -263,31 +263,87 @@ static void blocks_avx512(const attn_blk *b, int n, int n_ahead) {
     }
 }
 
+/* a[j] holds 16 partial sums of value j; returns the 16 values in order (45 ops). */
+AI __m512 hsum16x16(__m512 *a) {
+    __m512 x[8], y[4];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        x[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                             _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        __m512d e = _mm512_castps_pd(x[2 * i]), f = _mm512_castps_pd(x[2 * i + 1]);
+        y[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(e, f)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(e, f)));
+    }
+    __m512 u01 = _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                               _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    __m512 u23 = _mm512_add_ps(_mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                               _mm512_shuffle_f32x4(y[2], y[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* One page at a time, any D and G (the tail, and shapes the fast path does not take). */
+static void quest_one(int D, int G, const float *q, const float *mn, const float *mx,
+                      float *bound) {
+    float best = -INFINITY;
+    for (int g = 0; g < G; g++) {
+        const float *qg = q + (size_t)g * D;
+        __m512 s = _mm512_setzero_ps();
+        for (int d = 0; d < D; d += 16) {
+            __mmask16 m = D - d >= 16 ? 0xffff : (__mmask16)((1u << (D - d)) - 1);
+            __m512 qv = _mm512_maskz_loadu_ps(m, qg + d);
+            s = _mm512_add_ps(s, _mm512_max_ps(_mm512_mul_ps(qv, _mm512_maskz_loadu_ps(m, mn + d)),
+                                               _mm512_mul_ps(qv, _mm512_maskz_loadu_ps(m, mx + d))));
+        }
+        float v = _mm512_reduce_add_ps(s);
+        if (v > best) best = v;
+    }
+    *bound = best;
+}
+
+#define QUEST_MAX_QD 2048 /* floats of q+ / q- kept on the stack by the fast path */
+
+/* max(q*mn, q*mx) = q+ * mx + q- * mn with q+ = max(q, 0), q- = min(q, 0): two FMAs per 16
+ * dims. The 16/G pages x G heads of a group of pages fill 16 vectors whose lane sums one
+ * transpose-add tree produces together; the bound is then the max over each page's G. */
 static void quest_avx512(int D, int G, const float *q, const float *kmin, const float *kmax,
                          int64_t stride, int32_t n_pages, float *bound) {
-    for (int32_t p = 0; p < n_pages; p++) {
-        const float *mn = kmin + p * stride, *mx = kmax + p * stride;
-        float best = -INFINITY;
-        for (int g = 0; g < G; g++) {
-            const float *qg = q + (size_t)g * D;
-            __m512 s = _mm512_setzero_ps();
-            int d = 0;
-            for (; d + 16 <= D; d += 16) {
-                __m512 qv = _mm512_loadu_ps(qg + d);
-                s = _mm512_add_ps(s, _mm512_max_ps(_mm512_mul_ps(qv, _mm512_loadu_ps(mn + d)),
-                                                   _mm512_mul_ps(qv, _mm512_loadu_ps(mx + d))));
-            }
-            if (d < D) {
-                __mmask16 m = (__mmask16)((1u << (D - d)) - 1);
-                __m512 qv = _mm512_maskz_loadu_ps(m, qg + d);
-                s = _mm512_add_ps(s, _mm512_max_ps(_mm512_mul_ps(qv, _mm512_maskz_loadu_ps(m, mn + d)),
-                                                   _mm512_mul_ps(qv, _mm512_maskz_loadu_ps(m, mx + d))));
-            }
-            float v = _mm512_reduce_add_ps(s);
-            if (v > best) best = v;
+    int32_t p = 0;
+    if (D % 16 == 0 && G <= 16 && 16 % G == 0 && (size_t)G * D <= QUEST_MAX_QD) {
+        float qp[QUEST_MAX_QD] __attribute__((aligned(64))), qn[QUEST_MAX_QD] __attribute__((aligned(64)));
+        for (int i = 0; i < G * D; i += 16) {
+            __m512 v = _mm512_loadu_ps(q + i);
+            _mm512_store_ps(qp + i, _mm512_max_ps(v, _mm512_setzero_ps()));
+            _mm512_store_ps(qn + i, _mm512_min_ps(v, _mm512_setzero_ps()));
         }
-        bound[p] = best;
+        const int ppt = 16 / G;
+        for (; p + ppt <= n_pages; p += ppt) {
+            __m512 a[16];
+            for (int j = 0; j < ppt; j++) {
+                const float *mn = kmin + (p + j) * stride, *mx = kmax + (p + j) * stride;
+                for (int g = 0; g < G; g++) {
+                    const float *pg = qp + (size_t)g * D, *ng = qn + (size_t)g * D;
+                    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+                    for (int d = 0; d < D; d += 16) {
+                        s0 = _mm512_fmadd_ps(_mm512_load_ps(pg + d), _mm512_loadu_ps(mx + d), s0);
+                        s1 = _mm512_fmadd_ps(_mm512_load_ps(ng + d), _mm512_loadu_ps(mn + d), s1);
+                    }
+                    a[j * G + g] = _mm512_add_ps(s0, s1);
+                }
+            }
+            float t[16] __attribute__((aligned(64)));
+            _mm512_store_ps(t, hsum16x16(a));
+            for (int j = 0; j < ppt; j++) {
+                float best = t[j * G];
+                for (int g = 1; g < G; g++)
+                    if (t[j * G + g] > best) best = t[j * G + g];
+                bound[p + j] = best;
+            }
+        }
     }
+    for (; p < n_pages; p++) quest_one(D, G, q, kmin + p * stride, kmax + p * stride, &bound[p]);
 }
 
 const st_attn_kernels st_attn_kernels_avx512_ = {

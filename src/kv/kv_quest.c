@@ -191,7 +191,7 @@ struct st_kv_select {
     uint8_t *chosen;  /* [n_views] scratch: ranked and chosen for the current head */
     int32_t *cand;    /* [n_views] view indices of ranked pages, ascending */
     int32_t *ord;     /* [n_views] scratch for the top-k partition */
-    float *bound;     /* [n_views] bound of cand[c] at c */
+    float *bound;     /* [n_kv_head][n_views] bound of cand[c] at c, per KV head */
     int64_t cap_views, cap_idx;
     int32_t cap_head;
     st_kv_select_stats st;
@@ -239,7 +239,6 @@ static int select_grow(st_kv_select *s, int32_t n_views, int32_t H) {
         GROW(s->chosen, c);
         GROW(s->cand, c);
         GROW(s->ord, c);
-        GROW(s->bound, c);
         s->cap_views = c;
     }
     if (H > s->cap_head) {
@@ -250,6 +249,7 @@ static int select_grow(st_kv_select *s, int32_t n_views, int32_t H) {
         int64_t c = s->cap_idx ? s->cap_idx : 256;
         while (c < (int64_t)n_views * H) c *= 2;
         GROW(s->idx, c);
+        GROW(s->bound, c);
         s->cap_idx = c;
     }
     return 0;
@@ -298,23 +298,52 @@ static void fill_dense(st_kv_select *s) {
     s->st.n_listed = (int64_t)s->n_views * s->n_kv_head;
 }
 
-/* Bounds of the ranked pages of KV head h into s->bound (by candidate position). */
-static int rank_head(const st_kv *kv, st_kv_select *s, int32_t n_cand, int layer, int h,
-                     const st_attn_ws *ws, const float *qg, int32_t G) {
+/* Bounds of the ranked candidates [c_lo, c_hi) of KV head h into bound (by candidate
+ * position). Runs of consecutive physical pages are one strided kernel call each. */
+static void rank_range(const st_kv *kv, const st_kv_select *s, int layer, int h,
+                       const st_attn_ws *ws, const float *qg, int32_t G, int32_t c_lo,
+                       int32_t c_hi, float *bound) {
     const int D = kv->p.head_dim;
-    for (int32_t c0 = 0; c0 < n_cand;) {
+    for (int32_t c0 = c_lo; c0 < c_hi;) {
         int32_t c1 = c0 + 1;
         const int32_t p0 = s->phys[s->cand[c0]];
-        while (c1 < n_cand && s->phys[s->cand[c1]] == p0 + (c1 - c0)) c1++;
+        while (c1 < c_hi && s->phys[s->cand[c1]] == p0 + (c1 - c0)) c1++;
         const float *b = kv_qbox(kv, layer, h, p0);
-        int rc = st_attn_quest_bounds(ws, D, G, qg, b, b + D, 2 * D, c1 - c0, s->bound + c0);
-        if (rc) return rc;
+        int rc = st_attn_quest_bounds(ws, D, G, qg, b, b + D, 2 * D, c1 - c0, bound + c0);
+        ST_ASSERT(rc == 0); /* arguments validated by the caller */
         c0 = c1;
     }
-    for (int32_t c = 0; c < n_cand; c++)
-        if (isnan(s->bound[c])) s->bound[c] = INFINITY;
-    return 0;
+    for (int32_t c = c_lo; c < c_hi; c++)
+        if (isnan(bound[c])) bound[c] = INFINITY;
 }
+
+/* The ranking of all KV heads of one layer, split over the context's threads: at long
+ * contexts it reads every candidate's box (2 x head_dim floats per page and head). */
+typedef struct rank_job {
+    const st_kv *kv;
+    const st_kv_select *s;
+    const st_attn_ws *ws;
+    const float *q;
+    int layer;
+    int32_t n_cand, G, H;
+} rank_job;
+
+static void rank_task(void *arg, int ith, int nth) {
+    const rank_job *j = arg;
+    const int64_t nv = j->s->n_views;
+    int64_t lo, hi;
+    st_split_range((int64_t)j->H * j->n_cand, ith, nth, &lo, &hi);
+    for (int32_t h = 0; h < j->H; h++) {
+        int64_t c0 = lo - (int64_t)h * j->n_cand, c1 = hi - (int64_t)h * j->n_cand;
+        if (c0 < 0) c0 = 0;
+        if (c1 > j->n_cand) c1 = j->n_cand;
+        if (c0 >= c1) continue;
+        rank_range(j->kv, j->s, j->layer, h, j->ws, j->q + (size_t)h * j->G * j->kv->p.head_dim,
+                   j->G, (int32_t)c0, (int32_t)c1, j->s->bound + (size_t)h * nv);
+    }
+}
+
+#define RANK_MIN_PARALLEL 256 /* (page, head) boxes below which one thread ranks alone */
 
 int st_kv_quest_select(const st_kv *kv, st_kv_seq_id seq, int layer, const st_attn_ws *ws,
                        const float *q, int32_t n_head, const st_kv_quest_params *p,
@@ -364,15 +393,25 @@ int st_kv_quest_select(const st_kv *kv, st_kv_seq_id seq, int layer, const st_at
     if (k < 0) k = 0;
     if (k > n_cand) k = n_cand;
     const int32_t G = n_head / H;
+    if (k > 0 && k < n_cand) {
+        const int D = kv->p.head_dim;
+        float probe;
+        if (st_attn_quest_bounds(ws, D, G, q, kv_qbox(kv, layer, 0, 0),
+                                 kv_qbox(kv, layer, 0, 0) + D, 2 * D, 0, &probe))
+            return st_seterr(kv->ctx, ST_E_INVAL, "quest: bounds: head_dim %d, group %d", D, G);
+        rank_job job = {.kv = kv, .s = s, .ws = ws, .q = q, .layer = layer, .n_cand = n_cand,
+                        .G = G, .H = H};
+        st_threadpool *tp = kv->ctx ? st_ctx_threadpool(kv->ctx) : NULL;
+        if (tp && (int64_t)n_cand * H >= RANK_MIN_PARALLEL) st_threadpool_run(tp, rank_task, &job);
+        else rank_task(&job, 0, 1);
+    }
     for (int32_t h = 0; h < H; h++) {
         memset(s->chosen, 0, (size_t)nv);
         if (k == n_cand) {
             for (int32_t c = 0; c < n_cand; c++) s->chosen[s->cand[c]] = 1;
         } else if (k > 0) {
-            if ((rc = rank_head(kv, s, n_cand, layer, h, ws, q + (size_t)h * G * kv->p.head_dim, G)))
-                return st_seterr(kv->ctx, rc, "quest: bounds failed");
             for (int32_t c = 0; c < n_cand; c++) s->ord[c] = c;
-            top_k(s->ord, n_cand, (int32_t)k, s->bound);
+            top_k(s->ord, n_cand, (int32_t)k, s->bound + (size_t)h * nv);
             for (int64_t c = 0; c < k; c++) s->chosen[s->cand[s->ord[c]]] = 1;
         }
         int32_t *o = s->idx + (size_t)h * nv, n = 0;
