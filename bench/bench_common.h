@@ -55,4 +55,85 @@ static inline double bench_read_bandwidth(st_threadpool *tp, size_t bytes, int r
     return best;
 }
 
+/* ---- interleaved probing ----------------------------------------------------------------
+ * On a machine whose bandwidth drifts minute to minute (a shared VM), a probe taken at the
+ * start of a run says little about a measurement made a minute later. bench_paired_run
+ * alternates short probe passes and measured passes (probe, work, probe, work, ..., probe)
+ * and rates each work pass against the mean of the two probes around it. */
+
+/* A read probe over a buffer allocated (and faulted in) once, so it can be run often. */
+typedef struct bench_probe {
+    uint8_t *buf;
+    size_t bytes;
+} bench_probe;
+
+/* Allocates `bytes` (huge pages, as bench_read_bandwidth) and touches them. 0 or -1. */
+static inline int bench_probe_init(bench_probe *p, size_t bytes) {
+    p->bytes = bytes;
+    p->buf = st_alloc_huge(bytes);
+    if (!p->buf) return -1;
+    memset(p->buf, 1, bytes);
+    return 0;
+}
+
+static inline void bench_probe_free(bench_probe *p) {
+    st_free_huge(p->buf, p->bytes);
+    p->buf = NULL;
+}
+
+/* One streaming-read pass over the probe buffer with the pool's threads: GB/s. */
+static inline double bench_probe_run(st_threadpool *tp, bench_probe *p) {
+    struct bench_read_job j = {.buf = p->buf, .n = p->bytes};
+    const double t0 = st_time_now();
+    st_threadpool_run(tp, bench_read_task, &j);
+    return (double)p->bytes / (st_time_now() - t0) / 1e9;
+}
+
+/* One measured pass of the work under test; returns its GB/s. */
+typedef double (*bench_work_fn)(void *arg);
+
+typedef struct bench_paired {
+    int n;                                   /* measured passes (pairs) */
+    double ratio_med, ratio_min, ratio_max;  /* work GB/s / mean of the adjacent probes */
+    double work_med, work_max;               /* work GB/s */
+    double probe_med, probe_min, probe_max;  /* probe GB/s over all n + 1 probes */
+} bench_paired;
+
+static inline int bench_cmp_double_(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* median of v[n] (sorts v) */
+static inline double bench_median_(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double_);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+#define BENCH_PAIRED_MAX 64
+
+/* Runs one unmeasured warm-up pass of fn, then `rounds` (1..BENCH_PAIRED_MAX) pairs of probe
+ * and measured pass, and a closing probe. Every figure is reported, none discarded. */
+static inline bench_paired bench_paired_run(st_threadpool *tp, bench_probe *p, int rounds, bench_work_fn fn,
+                                            void *arg) {
+    double probe[BENCH_PAIRED_MAX + 1], work[BENCH_PAIRED_MAX], ratio[BENCH_PAIRED_MAX];
+    if (rounds < 1) rounds = 1;
+    if (rounds > BENCH_PAIRED_MAX) rounds = BENCH_PAIRED_MAX;
+    (void)fn(arg);
+    for (int i = 0; i < rounds; i++) {
+        probe[i] = bench_probe_run(tp, p);
+        work[i] = fn(arg);
+    }
+    probe[rounds] = bench_probe_run(tp, p);
+    bench_paired r = {.n = rounds};
+    for (int i = 0; i < rounds; i++) ratio[i] = work[i] / (0.5 * (probe[i] + probe[i + 1]));
+    r.ratio_med = bench_median_(ratio, rounds);
+    r.ratio_min = ratio[0], r.ratio_max = ratio[rounds - 1];
+    r.work_med = bench_median_(work, rounds);
+    r.work_max = work[rounds - 1];
+    r.probe_med = bench_median_(probe, rounds + 1);
+    r.probe_min = probe[0], r.probe_max = probe[rounds];
+    return r;
+}
+
 #endif

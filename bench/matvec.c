@@ -1,17 +1,20 @@
 /* bench/matvec: matrix-vector products per weight type against the read-bandwidth probe,
  * and prefill-like matrix-matrix products.
  *
- *   matvec [--threads N] [--quick] [--type NAME]... [--no-matmul]
+ *   matvec [--threads N] [--quick] [--rounds N] [--type NAME]... [--no-matmul]
  *
  * For each weight type and shape (rows x cols: 4096x4096 and 2048x8192) the matrix is
- * replicated into enough distinct copies that one measured pass streams >= 512 MiB
+ * replicated into enough distinct copies that one measured pass streams >= 256 MiB
  * (this CPU's L3 is 32 MiB), and each pass runs st_matvec over every copy in turn.
- * Printed: GB/s of weight bytes streamed (best of the passes) and the ratio to
- * bench_read_bandwidth measured in the same run (probed before and after the
- * products; the ratio uses the larger, i.e. the conservative, figure). On a shared
- * machine run it alone, e.g. `chrt -f 10 build/bench/matvec`, or the figures are noise. Then st_matmul with 512 tokens
- * (activations quantized beforehand, not timed; printed separately) in GFLOP/s.
- * Honors STRATA_ISA to force a kernel path. */
+ * Methodology (bench_paired_run): this VM's read bandwidth drifts by a third from minute
+ * to minute, so each measurement alternates a streaming-read probe pass (256 MiB, same
+ * threads, huge pages like the weights) with a matvec pass, --rounds times (default 15),
+ * and rates every matvec pass against the mean of the two probes around it. Printed per
+ * shape: median matvec GB/s of weight bytes, median probe GB/s, and the median ratio with
+ * its min and max. A 1 GiB probe (best of 3) is printed first for reference. On a shared
+ * machine low figures are usually others' load; rerun rather than trust one line.
+ * Then st_matmul with 512 tokens (activations quantized beforehand, not timed; printed
+ * separately) in GFLOP/s. Honors STRATA_ISA to force a kernel path. */
 #include "bench_common.h"
 #include "strata/quant.h"
 
@@ -19,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MIN_PASS_BYTES ((size_t)512 << 20)
-#define PASSES 5
+#define MIN_PASS_BYTES ((size_t)256 << 20)
+#define PROBE_BYTES ((size_t)256 << 20)
 #define SEED_ROWS 64 /* distinct quantized rows; the matrix repeats them */
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -54,31 +57,45 @@ struct mv_result {
     st_type t;
     int64_t rows, cols;
     size_t mb, copies;
-    double gbs;
+    bench_paired p;
 };
 
-static struct mv_result bench_matvec(st_threadpool *tp, const st_kernels *k, st_type t, int64_t rows,
-                                     int64_t cols) {
+struct mv_pass {
+    st_threadpool *tp;
+    const st_kernels *k;
+    st_type t;
+    int64_t rows, cols;
+    const uint8_t *m;
+    size_t mb, copies;
+    const void *xq;
+    float *y;
+};
+
+static double mv_pass(void *arg) { /* one matvec over every copy: GB/s of weights */
+    const struct mv_pass *a = arg;
+    const double t0 = st_time_now();
+    for (size_t c = 0; c < a->copies; c++)
+        if (st_matvec(a->tp, a->k, a->t, a->m + c * a->mb, a->rows, a->cols, a->xq, a->y)) exit(1);
+    return (double)(a->mb * a->copies) / (st_time_now() - t0) / 1e9;
+}
+
+static struct mv_result bench_matvec(st_threadpool *tp, const st_kernels *k, bench_probe *probe, int rounds,
+                                     st_type t, int64_t rows, int64_t cols) {
     const size_t mb = st_row_bytes(t, cols) * (size_t)rows;
     const size_t copies = (MIN_PASS_BYTES + mb - 1) / mb;
     uint8_t *m = make_matrix(t, rows, cols, copies);
     float *x = malloc((size_t)cols * sizeof(float)), *y = malloc((size_t)rows * sizeof(float));
     void *xq = malloc(st_act_bytes(t, cols));
+    if (!x || !y || !xq) exit(1);
     for (int64_t c = 0; c < cols; c++) x[c] = frand();
     if (st_quantize_act(k, t, x, xq, cols)) exit(1);
-    double best = 0;
-    for (int p = 0; p <= PASSES; p++) { /* pass 0 warms up */
-        const double t0 = st_time_now();
-        for (size_t c = 0; c < copies; c++)
-            if (st_matvec(tp, k, t, m + c * mb, rows, cols, xq, y)) exit(1);
-        const double gbs = (double)(mb * copies) / (st_time_now() - t0) / 1e9;
-        if (p && gbs > best) best = gbs;
-    }
-    st_free_huge(m, st_row_bytes(t, cols) * (size_t)rows * copies);
+    struct mv_pass a = {tp, k, t, rows, cols, m, mb, copies, xq, y};
+    const bench_paired p = bench_paired_run(tp, probe, rounds, mv_pass, &a);
+    st_free_huge(m, mb * copies);
     free(x);
     free(y);
     free(xq);
-    return (struct mv_result){t, rows, cols, mb, copies, best};
+    return (struct mv_result){t, rows, cols, mb, copies, p};
 }
 
 static void bench_matmul(st_threadpool *tp, const st_kernels *k, st_type t, int64_t rows, int64_t cols,
@@ -109,7 +126,7 @@ static void bench_matmul(st_threadpool *tp, const st_kernels *k, st_type t, int6
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, no_matmul = 0, n_only = 0;
+    int quick = 0, no_matmul = 0, n_only = 0, rounds = 15;
     const char *only[16];
     st_ctx_params prm = st_ctx_default_params();
     prm.n_threads = 2;
@@ -118,12 +135,14 @@ int main(int argc, char **argv) {
             quick = 1;
         else if (!strcmp(argv[i], "--no-matmul"))
             no_matmul = 1;
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+            rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             prm.n_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--type") && i + 1 < argc && n_only < 16)
             only[n_only++] = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--quick] [--type NAME]... [--no-matmul]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--threads N] [--quick] [--rounds N] [--type NAME]... [--no-matmul]\n", argv[0]);
             return 2;
         }
     }
@@ -137,30 +156,38 @@ int main(int argc, char **argv) {
     const st_kernels *k = st_kernels_get(st_ctx_isa(ctx));
     printf("kernels: %s%s, threads: %d\n", st_isa_name(k->isa), k->vnni ? " (VNNI)" : "",
            st_threadpool_n_threads(tp));
-    const double probe1 = bench_read_bandwidth(tp, (size_t)1 << 30, 3);
-    struct mv_result res[32];
-    int n_res = 0;
+    printf("read-bandwidth probe (1 GiB, best of 3): %.2f GB/s\n", bench_read_bandwidth(tp, (size_t)1 << 30, 3));
+    printf("each line: %d rounds of (probe %zu MiB, matvec pass >= %zu MiB); ratio = matvec / mean of adjacent probes\n",
+           rounds, PROBE_BYTES >> 20, MIN_PASS_BYTES >> 20);
+    bench_probe probe;
+    if (bench_probe_init(&probe, PROBE_BYTES)) {
+        fprintf(stderr, "out of memory\n");
+        return 1;
+    }
 
     static const st_type types[] = {ST_TYPE_Q8_0, ST_TYPE_Q4_K, ST_TYPE_Q6_K, ST_TYPE_F16,
                                     ST_TYPE_Q4_0, ST_TYPE_Q4_1, ST_TYPE_Q5_0, ST_TYPE_Q5_1,
                                     ST_TYPE_Q5_K, ST_TYPE_BF16, ST_TYPE_F32};
+    static const int64_t shapes[2][2] = {{4096, 4096}, {2048, 8192}};
     const int n_types = quick && !n_only ? 4 : (int)(sizeof types / sizeof types[0]);
+    printf("%-6s %-10s %7s %6s  %8s %8s  %6s %15s\n", "type", "shape", "MiB", "copies", "GB/s", "probe",
+           "ratio", "(min..max)");
     for (int i = 0; i < n_types; i++) {
         if (st_type_vec_dot_type(types[i]) == ST_TYPE_COUNT_) continue;
         int wanted = !n_only;
         for (int j = 0; j < n_only; j++) wanted |= !strcmp(only[j], st_type_name(types[i]));
         if (!wanted) continue;
-        res[n_res++] = bench_matvec(tp, k, types[i], 4096, 4096);
-        res[n_res++] = bench_matvec(tp, k, types[i], 2048, 8192);
+        for (int s = 0; s < 2; s++) {
+            const struct mv_result r = bench_matvec(tp, k, &probe, rounds, types[i], shapes[s][0], shapes[s][1]);
+            char shape[32];
+            snprintf(shape, sizeof shape, "%lldx%lld", (long long)r.rows, (long long)r.cols);
+            printf("%-6s %-10s %7.1f %6zu  %8.2f %8.2f  %5.1f%% (%5.1f..%5.1f%%)\n", st_type_name(r.t), shape,
+                   (double)r.mb / (1 << 20), r.copies, r.p.work_med, r.p.probe_med, 100 * r.p.ratio_med,
+                   100 * r.p.ratio_min, 100 * r.p.ratio_max);
+            fflush(stdout);
+        }
     }
-    const double probe2 = bench_read_bandwidth(tp, (size_t)1 << 30, 3);
-    const double probe = probe1 > probe2 ? probe1 : probe2;
-    printf("read-bandwidth probe (1 GiB, best of 3): %.2f GB/s before, %.2f GB/s after; ratios use %.2f\n",
-           probe1, probe2, probe);
-    for (int i = 0; i < n_res; i++)
-        printf("matvec %-5s %5lldx%-5lld %6.1f MiB x%-3zu %7.2f GB/s  %5.1f%% of probe\n", st_type_name(res[i].t),
-               (long long)res[i].rows, (long long)res[i].cols, (double)res[i].mb / (1 << 20), res[i].copies,
-               res[i].gbs, 100.0 * res[i].gbs / probe);
+    bench_probe_free(&probe);
 
     if (no_matmul) {
         st_ctx_destroy(ctx);

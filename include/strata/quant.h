@@ -4,14 +4,16 @@
  * matrix-vector / matrix-matrix products.
  *
  * Types with kernels: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K
- * (weights), and Q8_0, Q8_1, Q8_K, F32 (activations). st_type_has_kernels() says
+ * (weights), and Q8_0, Q8_1, Q8_K, F16, F32 (activations). st_type_has_kernels() says
  * which ones this build supports.
  *
  * How a product runs. A weight row of type W is multiplied with an activation row of
  * W's "vec_dot type" (st_type_vec_dot_type(W)):
  *     weight type        activation (vec_dot) type
- *     F32, F16, BF16     F32   (matvec is bound by weight bytes: f32 activations cost
- *                              nothing measurable and keep full precision)
+ *     F32, BF16          F32   (full precision)
+ *     F16                F16   (as ggml: converted once per product; an f32 activation
+ *                              row doubled the bytes next to the weight stream and cost
+ *                              ~10% of f16 matvec bandwidth, bench/matvec)
  *     Q8_0, Q4_0, Q5_0   Q8_0  (as ggml)
  *     Q4_1, Q5_1         Q8_1  (as ggml: the block sum lets the weight's min fold in)
  *     Q4_K, Q5_K, Q6_K   Q8_K  (as ggml)

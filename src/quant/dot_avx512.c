@@ -195,7 +195,7 @@ ST_DEF_KIND_(q5_0_q8_0, W_Q5_0)
 ST_DEF_KIND_(q5_1_q8_1, W_Q5_1)
 ST_DEF_KIND_(q8_0_q8_0, W_Q8_0)
 
-/* ---- float weights . f32 activations: 4 independent accumulators, masked tail ---- */
+/* ---- f32 / bf16 weights . f32 activations: 4 independent accumulators, masked tail ---- */
 ALWAYS_INLINE __m512 ld_f16(const void *p, int64_t i) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i)));
 }
@@ -231,8 +231,24 @@ ALWAYS_INLINE __m512 ld_tail(int kind, const void *p, int64_t i, __mmask16 m) {
     }
 
 ST_DEF_FDOT_(f32, 0, ld_f32)
-ST_DEF_FDOT_(f16, 1, ld_f16)
 ST_DEF_FDOT_(bf16, 2, ld_bf16)
+
+/* f16 . f16 (see the AVX2 twin): 32 weights per 64-byte line, 4 accumulators. */
+void st_vec_dot_f16_f16_avx512(int n, float *s, const void *x, const void *y) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = _mm512_fmadd_ps(ld_f16(x, i), ld_f16(y, i), a0);
+        a1 = _mm512_fmadd_ps(ld_f16(x, i + 16), ld_f16(y, i + 16), a1);
+        a2 = _mm512_fmadd_ps(ld_f16(x, i + 32), ld_f16(y, i + 32), a2);
+        a3 = _mm512_fmadd_ps(ld_f16(x, i + 48), ld_f16(y, i + 48), a3);
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        a0 = _mm512_fmadd_ps(ld_tail(1, x, i, m), ld_tail(1, y, i, m), a0);
+    }
+    *s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
 
 /* ---- activation quantizers ---- */
 ALWAYS_INLINE void q8_block(const float *x, int8_t *qs, float *d_out, int *sum_out) {

@@ -12,11 +12,13 @@ void st_vec_dot_f32_f32_scalar(int n, float *s, const void *vx, const void *vy) 
     *s = (float)sum;
 }
 
-void st_vec_dot_f16_f32_scalar(int n, float *s, const void *vx, const void *vy) {
-    const uint16_t *x = vx;
-    const float *y = vy;
+/* F16 weights . F16 activations (what matvec uses for f16 weights: half the activation
+ * bytes; products of two f16 are exact in f64, so this is the exact dot of the rounded
+ * inputs up to the f64 sum). */
+void st_vec_dot_f16_f16_scalar(int n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx, *y = vy;
     double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += (double)st_fp16_to_fp32(x[i]) * (double)y[i];
+    for (int i = 0; i < n; i++) sum += (double)st_fp16_to_fp32(x[i]) * (double)st_fp16_to_fp32(y[i]);
     *s = (float)sum;
 }
 

@@ -33,7 +33,7 @@ void st_dequantize_row_q8_1(const void *x, float *y, int64_t k);
 /* ---- dots: weight . activation ---- */
 #define ST_DECL_DOTS_(isa)                                                               \
     void st_vec_dot_f32_f32_##isa(int n, float *s, const void *x, const void *y);         \
-    void st_vec_dot_f16_f32_##isa(int n, float *s, const void *x, const void *y);         \
+    void st_vec_dot_f16_f16_##isa(int n, float *s, const void *x, const void *y);         \
     void st_vec_dot_bf16_f32_##isa(int n, float *s, const void *x, const void *y);        \
     void st_vec_dot_q4_0_q8_0_##isa(int n, float *s, const void *x, const void *y);       \
     void st_vec_dot_q4_1_q8_1_##isa(int n, float *s, const void *x, const void *y);       \
@@ -51,6 +51,9 @@ void st_quantize_row_q8_1_avx2(const float *x, void *y, int64_t k);
 void st_quantize_row_q8_0_avx512(const float *x, void *y, int64_t k);
 void st_quantize_row_q8_1_avx512(const float *x, void *y, int64_t k);
 void st_dequantize_row_f16_avx2(const void *x, float *y, int64_t k);
+/* f32 -> f16 with F16C, round to nearest even: bit-identical to the reference for every
+ * non-NaN input (a NaN stays a NaN, its payload may differ). */
+void st_quantize_row_f16_avx2(const float *x, void *y, int64_t k);
 
 /* ---- AVX-512 VNNI tiles (bit-identical per element to the matching _avx512 dot) ---- */
 void st_tile_q4_0_q8_0_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
