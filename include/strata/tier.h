@@ -202,7 +202,9 @@ void st_spill_close(st_spill *s);
 typedef struct st_spill_info {
     int direct;            /* 1: O_DIRECT in use */
     int uring;             /* 1: io_uring in use; 0: pread/pwrite */
-    size_t slot_bytes;     /* slot size (multiple of 4096) */
+    size_t slot_bytes;     /* slot size (multiple of 4096): n_parts * part_bytes */
+    size_t part_bytes;     /* file bytes per part (multiple of 4096) */
+    uint32_t extent_slots; /* slots per extent of the part-major layout (1: page-major) */
     char why[160];         /* why a fallback was taken ("" when none) */
 } st_spill_info;
 st_spill_info st_spill_get_info(st_spill *s);

@@ -47,7 +47,13 @@ typedef struct seq_views {
     const st_kv_select *sel; /* NULL = dense */
 } seq_views;
 
-void kv_attend_free(st_kv *kv) { (void)kv; }
+void kv_attend_free(st_kv *kv) {
+    for (int b = 0; b < 2; b++) {
+        st_free_aligned(kv->stream_buf[b]);
+        kv->stream_buf[b] = NULL;
+    }
+    kv->stream_cap = 0;
+}
 
 static int geom_check(const st_kv *kv, st_ctx *ctx, const st_attn_geom *g, int layer) {
     if (!g) return st_seterr(ctx, ST_E_INVAL, "kv: attend: geometry is NULL");
@@ -272,7 +278,6 @@ static void window_views(const streamer *st, int b, st_attn_page *out) {
 
 static void streamer_free(streamer *st) {
     for (int b = 0; b < 2; b++) {
-        st_free_aligned(st->buf[b]);
         free(st->w[b].uni);
         free(st->w[b].rd);
         free(st->w[b].rd_of);
@@ -341,9 +346,20 @@ static int streamer_init(streamer *st, st_kv *kv, int layer, seq_views *sv, int 
 static int streamer_buffers(streamer *st, int chunk, int32_t max_steps) {
     const size_t nv = (size_t)(st->sv->n ? st->sv->n : 1);
     const int32_t H = st->kv->p.n_kv_head;
+    st_kv *kv = st->kv;
+    const size_t need = (size_t)st->cap * kv->g.layer_bytes;
+    if (need > kv->stream_cap) {
+        kv_attend_free(kv);
+        for (int b = 0; b < 2; b++)
+            if (!(kv->stream_buf[b] = st_alloc_aligned(need, ST_KV_LAYER_ALIGN))) {
+                kv_attend_free(kv);
+                return ST_E_NOMEM;
+            }
+        kv->stream_cap = need;
+    }
     for (int b = 0; b < 2; b++) {
         window *w = &st->w[b];
-        st->buf[b] = st_alloc_aligned((size_t)st->cap * st->kv->g.layer_bytes, ST_KV_LAYER_ALIGN);
+        st->buf[b] = kv->stream_buf[b];
         w->uni = malloc(nv * sizeof *w->uni);
         w->rd_of = malloc(nv * sizeof *w->rd_of);
         w->rd = malloc((size_t)st->cap * sizeof *w->rd);

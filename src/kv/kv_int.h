@@ -101,6 +101,9 @@ struct st_kv {
     uint64_t spill_gen;
     uint8_t *zero_blk;    /* [layer_bytes] zeros: the view of a never-touched page */
     uint8_t *rd_blk;      /* [layer_bytes] st_kv_read's buffer for a cold layer block */
+    uint8_t *stream_buf[2]; /* [stream_cap] attention's streaming windows, kept across calls
+                             * (fresh buffers per call cost a page fault per 4 KiB) */
+    size_t stream_cap;
     struct kv_stream *stream; /* kv_attend.c: buffers reused across calls */
     uint64_t att_step;    /* decode attention steps: passes over the layers (kv_tier_step) */
     int att_layer;        /* layer of the last decode attention call */

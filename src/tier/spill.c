@@ -64,13 +64,23 @@
  * the side table is the authority anyway. It detects bit rot, lost and misdirected
  * writes alike, because the expected value never went through the disk.
  *
- * Parts (ranged reads). The KV pool opens the store with n_parts = n_layer: a payload is
- * n_parts equal parts (a page's layer blocks), each coded and checksummed on its own and
- * placed at a fixed stride in the slot (the part length itself when uncompressed, so a
- * layer block is exactly one 4096-aligned range; rounded to 64 bytes when cold-coded, the
- * read then covers the aligned superset). st_spill_rd.part_first/part_count read a run of
- * parts in one I/O and verify each part's checksum, which is what lets attention stream one
- * layer of a cold page without reading the others. The side table holds np checksums per
+ * Parts (ranged reads) and the part-major layout. The KV pool opens the store with
+ * n_parts = n_layer: a payload is n_parts equal parts (a page's layer blocks), each coded and
+ * checksummed on its own and given B = slot_bytes / n_parts bytes (whole 4096-byte blocks) of
+ * the file. st_spill_rd.part_first/part_count read a run of parts and verify each part's
+ * checksum, which is what lets attention stream one layer of a cold page without reading the
+ * others. Where the parts live decides the speed of that stream: dense decode reads layer l of
+ * every cold page, one layer at a time. With whole slots side by side (page-major) that is one
+ * small read per page, strided by the slot size: IOPS-bound (bench/tiered measured 0.14 of
+ * the sequential bandwidth at 8k tokens). So slots are grouped in extents of G slots, and an
+ * extent stores part 0 of its G slots, then part 1 of them, ... (st_spill_part_off,
+ * docs/FORMATS.md): layer l of consecutive slots is one contiguous range, and a batch of
+ * them coalesces into reads of up to max_read_bytes. Slots are handed out from the hwm in
+ * order and the pool spills a sequence's pages oldest first, so a sequence's pages mostly get
+ * consecutive slots. The price: a whole-page read or write is n_parts I/Os (coalesced across
+ * consecutive slots in a batch), and a cold-coded part still takes whole blocks on disk. G is
+ * ST_SPILL_EXTENT_RUN / B, so a run is long enough for any coalesced read, and the file is
+ * sparse: unused slots' regions are never written. The side table holds np checksums per
  * slot (st_spill.psum), copied into the read ticket at submit (the table may move).
  *
  * The pool's view of the same machine (the integrated state machine is the essay at the
@@ -122,6 +132,8 @@ static int write_header(st_spill *s) {
     v64 = (uint64_t)time(NULL), memcpy(h + 32, &v64, 8);
     v32 = (uint32_t)getpid(), memcpy(h + 40, &v32, 4);
     v32 = (uint32_t)s->p.cold, memcpy(h + 44, &v32, 4);
+    v32 = s->np, memcpy(h + 48, &v32, 4);
+    v32 = s->extent, memcpy(h + 52, &v32, 4);
     v64 = XXH3_64bits(h, 56), memcpy(h + 56, &v64, 8);
     int rc = st_io_pwrite_full(s->io, h, ST_SPILL_HEADER_BYTES, 0);
     st_free_aligned(h);
@@ -153,15 +165,23 @@ static int spill_new(const st_spill_params *p, st_spill **out) {
     st_spill *s = calloc(1, sizeof *s);
     if (!s) return ST_E_NOMEM;
     s->p = *p;
-    s->slot_bytes = st_spill_pad((uint32_t)p->slot_bytes);
+    s->np = p->n_parts ? p->n_parts : 1;
+    /* Every part gets whole 4096-byte blocks of its own, so it is one aligned I/O. */
+    s->pstride = st_spill_pad((uint32_t)((p->slot_bytes + s->np - 1) / s->np));
+    s->slot_bytes = s->np * s->pstride;
     if (!s->p.queue_depth) s->p.queue_depth = ST_SPILL_DEFAULT_QUEUE;
     if (!s->p.max_read_bytes) s->p.max_read_bytes = ST_SPILL_DEFAULT_READ;
-    if (s->p.max_read_bytes < s->slot_bytes) s->p.max_read_bytes = s->slot_bytes;
+    if (s->p.max_read_bytes < s->pstride) s->p.max_read_bytes = s->pstride;
     if (!s->p.uring_entries) s->p.uring_entries = ST_SPILL_DEFAULT_URING;
     uint64_t ms = p->disk_budget ? p->disk_budget / s->slot_bytes : UINT32_MAX - 1;
     s->max_slots = (uint32_t)(ms > UINT32_MAX - 1 ? UINT32_MAX - 1 : ms);
     s->fs_cap = UINT32_MAX - 1;
-    s->np = p->n_parts ? p->n_parts : 1;
+    /* An extent's run of one part (G parts) spans ST_SPILL_EXTENT_RUN bytes: a read of one
+     * part over consecutive slots is contiguous within it and splits at its ends. */
+    uint64_t g = s->np > 1 ? ST_SPILL_EXTENT_RUN / s->pstride : 1;
+    if (g > ST_SPILL_MAX_EXTENT) g = ST_SPILL_MAX_EXTENT;
+    if (g > s->max_slots) g = s->max_slots; /* a small budget: no region past it */
+    s->extent = (uint32_t)(g ? g : 1);
     s->stage = calloc((size_t)s->p.queue_depth, sizeof *s->stage);
     s->wq = calloc((size_t)s->p.queue_depth, sizeof *s->wq);
     *out = s;
@@ -306,6 +326,8 @@ st_spill_info st_spill_get_info(st_spill *s) {
     i.direct = s->direct;
     i.uring = s->uring_ok;
     i.slot_bytes = s->slot_bytes;
+    i.part_bytes = s->pstride;
+    i.extent_slots = s->extent;
     snprintf(i.why, sizeof i.why, "%s", s->why);
     pthread_mutex_unlock(&s->mu);
     return i;
@@ -387,11 +409,10 @@ int st_spill_write(st_spill *s, const st_spill_page *pg, int flags, st_slot *slo
     size_t part_len = cold ? st_cold_bytes(s->p.cold, pg->type, part_raw) : part_raw;
     if (!part_len) return st_seterr(ctx, ST_E_INVAL, "spill: %zu bytes is not a whole number of %s",
                                     part_raw, st_type_name(pg->type));
-    const size_t stride = st_spill_stride(s, (uint32_t)part_len);
-    size_t stored = (s->np - 1) * stride + part_len;
-    if (stored > s->slot_bytes)
-        return st_seterr(ctx, ST_E_LIMIT, "spill: page of %zu bytes exceeds the slot size %zu",
-                         stored, s->slot_bytes);
+    const size_t stride = s->pstride;
+    if (part_len > stride)
+        return st_seterr(ctx, ST_E_LIMIT, "spill: page of %zu bytes (%u parts of %zu) exceeds the "
+                         "slot size %zu", part_len * s->np, s->np, part_len, s->slot_bytes);
     pthread_mutex_lock(&s->mu);
     st_slot sl;
     int rc;
@@ -438,8 +459,9 @@ int st_spill_write(st_spill *s, const st_spill_page *pg, int flags, st_slot *slo
     pthread_mutex_unlock(&s->mu);
 
     /* Copy (and encode) outside the lock: the staging buffer is ours now. Each part is
-     * coded and checksummed on its own, at its stride, so it can be read alone. */
-    size_t len = stored;
+     * coded and checksummed on its own, at its stride, so it can be written and read alone. */
+    const size_t len = s->np * part_len;
+    const uint32_t io_len = st_spill_pad((uint32_t)part_len);
     for (uint32_t i = 0; i < s->np; i++) {
         uint8_t *dst = sg->buf + i * stride;
         const uint8_t *src = (const uint8_t *)pg->data + i * part_raw;
@@ -450,12 +472,10 @@ int st_spill_write(st_spill *s, const st_spill_page *pg, int flags, st_slot *slo
         } else {
             memcpy(dst, src, part_len);
         }
-        if (i + 1 < s->np) memset(dst + part_len, 0, stride - part_len);
+        memset(dst + part_len, 0, io_len - part_len);
         sg->sums[i] = !cold && s->np == 1 && pg->has_checksum ? pg->checksum
                                                                 : XXH3_64bits(dst, part_len);
     }
-    uint32_t io_len = st_spill_pad((uint32_t)len);
-    memset(sg->buf + len, 0, io_len - len);
 
     pthread_mutex_lock(&s->mu);
     st_slot_ent *e = &s->ent[sl];
@@ -546,7 +566,7 @@ int st_spill_deliver(const uint8_t *src, const st_rd_snap *sn, st_spill_rd *rd) 
             return ST_E_CORRUPT;
         }
     for (uint32_t i = 0; i < sn->n_part; i++) {
-        uint8_t *dst = (uint8_t *)rd->buf + (size_t)i * sn->part_raw;
+        uint8_t *dst = (uint8_t *)rd->buf + (size_t)(sn->dst_part + i) * sn->part_raw;
         const uint8_t *p = src + (size_t)i * sn->stride;
         if (sn->cold != ST_COLD_NONE) {
             int rc = st_cold_decode((st_cold_type)sn->cold, (st_type)sn->type, p, sn->part_len, dst,
@@ -555,47 +575,51 @@ int st_spill_deliver(const uint8_t *src, const st_rd_snap *sn, st_spill_rd *rd) 
                 memset(rd->buf, 0, rd->len);
                 return rc;
             }
-        } else {
+        } else if (dst != p) { /* equal: read straight into the caller's buffer */
             memcpy(dst, p, sn->part_raw);
         }
     }
     return 0;
 }
 
-/* Describes read r of slot e (mu held): 0, or ST_E_STATE for a bad range. */
+/* Describes read r of slot e (mu held) as snaps: from the staging buffer (staged) one
+ * snap over all its parts, from disk one per part (each its own aligned range; parts of
+ * one slot are not adjacent in the file). Returns the snap count, or ST_E_STATE for a bad
+ * range. sums receives the parts' checksums. */
 static int describe(const st_spill *s, st_slot slot, const st_slot_ent *e, const st_spill_rd *r,
-                    st_rd_snap *sn, uint64_t *sums) {
+                    int staged, st_rd_snap *sn, uint64_t *sums) {
     uint32_t first = r->part_first, cnt = r->part_count ? r->part_count : s->np;
     uint32_t part_raw = e->raw_len / s->np;
     if ((!r->part_count && first) || first > s->np || cnt > s->np - first ||
         (uint64_t)cnt * part_raw != r->len)
         return ST_E_STATE;
-    uint32_t stride = st_spill_stride(s, e->part_len);
-    uint64_t start = (uint64_t)first * stride, bytes = (uint64_t)(cnt - 1) * stride + e->part_len;
-    uint64_t astart = start & ~(uint64_t)(ST_SPILL_ALIGN - 1);
-    sn->off = st_spill_slot_off(s, slot) + astart;
-    sn->io_len = st_spill_pad((uint32_t)(start + bytes - astart));
-    sn->skip = (uint32_t)(start - astart);
-    sn->n_part = cnt;
-    sn->part_len = e->part_len;
-    sn->stride = stride;
-    sn->part_raw = part_raw;
     memcpy(sums, s->psum + (size_t)slot * s->np + first, cnt * sizeof *sums);
-    sn->sums = sums;
-    sn->cold = e->cold;
-    sn->type = e->type;
-    return 0;
+    const uint32_t n_snap = staged ? 1 : cnt;
+    for (uint32_t k = 0; k < n_snap; k++) {
+        sn[k] = (st_rd_snap){.part_len = e->part_len, .stride = (uint32_t)s->pstride,
+                             .part_raw = part_raw, .dst_part = k, .sums = sums + k,
+                             .cold = e->cold, .type = e->type, .head = k == 0};
+        if (staged) {
+            sn[k].skip = (uint32_t)(first * s->pstride);
+            sn[k].n_part = cnt;
+        } else {
+            sn[k].off = st_spill_part_off(s, slot, first + k);
+            sn[k].io_len = st_spill_pad(e->part_len);
+            sn[k].n_part = 1;
+        }
+    }
+    return (int)n_snap;
 }
 
 int st_spill_read_submit(st_spill *s, st_spill_rd *rd, int n, st_spill_ticket **ticket) {
     if (!ticket) return ST_E_INVAL;
     *ticket = NULL;
     if (!s || n < 0 || (n && !rd)) return ST_E_INVAL;
-    st_spill_ticket *t = calloc(1, sizeof *t);
-    st_rd_snap *snap = n ? calloc((size_t)n, sizeof *snap) : NULL;
-    size_t n_sums = 0;
+    size_t n_sums = 0; /* also a bound on the disk snaps: one per part */
     for (int i = 0; i < n; i++)
         n_sums += rd[i].part_count && rd[i].part_count < s->np ? rd[i].part_count : s->np;
+    st_spill_ticket *t = calloc(1, sizeof *t);
+    st_rd_snap *snap = n ? calloc(n_sums, sizeof *snap) : NULL;
     uint64_t *sums = n ? malloc(n_sums * sizeof *sums) : NULL;
     if (!t || (n && (!snap || !sums))) {
         free(t);
@@ -613,24 +637,25 @@ int st_spill_read_submit(st_spill *s, st_spill_rd *rd, int n, st_spill_ticket **
         st_spill_rd *r = &rd[i];
         st_slot_ent *e = slot_get(s, r->slot);
         st_rd_snap *sn = &snap[t->n_snap];
+        int staged = e && e->state == ST_SLOT_WRITING, k = 0;
         r->rc = 0;
         if (!e || !r->buf || e->key != r->key || e->gen != r->gen ||
             (r->part_count == 0 && e->raw_len != r->len)) {
             r->rc = ST_E_STATE;
         } else if (e->state == ST_SLOT_FAILED) {
             r->rc = e->err;
-        } else if ((r->rc = describe(s, r->slot, e, r, sn, sums + sum_at)) != 0) {
-        } else if (e->state == ST_SLOT_WRITING) {
+        } else if ((k = describe(s, r->slot, e, r, staged, sn, sums + sum_at)) < 0) {
+            r->rc = k;
+        } else if (staged) {
             /* Invariant 2: the staging copy is stable while we hold mu. */
-            sn->skip += (uint32_t)(sn->off - st_spill_slot_off(s, r->slot));
             r->rc = st_spill_deliver(s->stage[e->stage].buf, sn, r);
             s->st.staged_reads++;
             if (r->rc == ST_E_CORRUPT) s->st.checksum_failures++;
             else s->st.reads++;
         } else {
-            sum_at += sn->n_part;
-            sn->idx = i;
-            t->n_snap++;
+            sum_at += (size_t)k;
+            for (int j = 0; j < k; j++) sn[j].idx = i;
+            t->n_snap += k;
             e->readers++;
         }
     }
