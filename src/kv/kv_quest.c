@@ -187,10 +187,9 @@ struct st_kv_select {
     int32_t *idx;     /* [n_kv_head][n_views] chosen view indices, ascending */
     int32_t *n_sel;   /* [n_kv_head] */
     int32_t *phys;    /* [n_views] physical page of each view */
-    uint8_t *forced;  /* [n_views] sink, recent or unboxed */
-    uint8_t *chosen;  /* [n_views] scratch: ranked and chosen for the current head */
+    int32_t *fidx;    /* [n_views] view indices of the forced pages, ascending */
     int32_t *cand;    /* [n_views] view indices of ranked pages, ascending */
-    int32_t *ord;     /* [n_views] scratch for the top-k partition */
+    int32_t *ord;     /* [n_kv_head][n_views] scratch for each head's top-k partition */
     float *bound;     /* [n_kv_head][n_views] bound of cand[c] at c, per KV head */
     int64_t cap_views, cap_idx;
     int32_t cap_head;
@@ -215,8 +214,7 @@ void st_kv_select_destroy(st_kv_select *s) {
     free(s->idx);
     free(s->n_sel);
     free(s->phys);
-    free(s->forced);
-    free(s->chosen);
+    free(s->fidx);
     free(s->cand);
     free(s->ord);
     free(s->bound);
@@ -235,10 +233,8 @@ static int select_grow(st_kv_select *s, int32_t n_views, int32_t H) {
         int64_t c = s->cap_views ? s->cap_views : 64;
         while (c < n_views) c *= 2;
         GROW(s->phys, c);
-        GROW(s->forced, c);
-        GROW(s->chosen, c);
+        GROW(s->fidx, c);
         GROW(s->cand, c);
-        GROW(s->ord, c);
         s->cap_views = c;
     }
     if (H > s->cap_head) {
@@ -250,6 +246,7 @@ static int select_grow(st_kv_select *s, int32_t n_views, int32_t H) {
         while (c < (int64_t)n_views * H) c *= 2;
         GROW(s->idx, c);
         GROW(s->bound, c);
+        GROW(s->ord, c);
         s->cap_idx = c;
     }
     return 0;
@@ -317,29 +314,72 @@ static void rank_range(const st_kv *kv, const st_kv_select *s, int layer, int h,
         if (isnan(bound[c])) bound[c] = INFINITY;
 }
 
-/* The ranking of all KV heads of one layer, split over the context's threads: at long
- * contexts it reads every candidate's box (2 x head_dim floats per page and head). */
+static int cmp_i32(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* KV head h's list once its bounds are in: the k best candidates (top-k, then in view
+ * order) merged with the forced pages into idx[h], ascending. */
+static void finish_head(st_kv_select *s, int32_t h, int32_t n_forced, int32_t n_cand, int64_t k) {
+    const int64_t nv = s->n_views;
+    int32_t *o = s->idx + (size_t)h * nv, n = 0;
+    if (k == n_cand) { /* every page */
+        for (int32_t j = 0; j < (int32_t)nv; j++) o[n++] = j;
+    } else {
+        int32_t *ord = s->ord + (size_t)h * nv;
+        if (k > 0) {
+            for (int32_t c = 0; c < n_cand; c++) ord[c] = c;
+            top_k(ord, n_cand, (int32_t)k, s->bound + (size_t)h * nv);
+            qsort(ord, (size_t)k, sizeof *ord, cmp_i32); /* candidate order = view order */
+        }
+        int32_t i = 0, c = 0;
+        while (i < n_forced || c < k) {
+            if (c == k || (i < n_forced && s->fidx[i] < s->cand[ord[c]])) o[n++] = s->fidx[i++];
+            else o[n++] = s->cand[ord[c++]];
+        }
+    }
+    s->n_sel[h] = n;
+}
+
+/* Selection of all KV heads of one layer on the context's threads: at long contexts it
+ * reads every candidate's box (2 x head_dim floats per page and head) and partitions
+ * thousands of bounds. With at least as many heads as threads each thread takes whole
+ * heads; otherwise the bounds are split over the threads and the heads finished after. */
 typedef struct rank_job {
     const st_kv *kv;
-    const st_kv_select *s;
+    st_kv_select *s;
     const st_attn_ws *ws;
     const float *q;
     int layer;
-    int32_t n_cand, G, H;
+    int32_t n_cand, n_forced, G, H;
+    int64_t k;
+    int whole_heads;
 } rank_job;
 
 static void rank_task(void *arg, int ith, int nth) {
     const rank_job *j = arg;
     const int64_t nv = j->s->n_views;
+    const size_t qh = (size_t)j->G * j->kv->p.head_dim;
     int64_t lo, hi;
+    if (j->whole_heads) {
+        st_split_range(j->H, ith, nth, &lo, &hi);
+        for (int64_t h = lo; h < hi; h++) {
+            if (j->k > 0 && j->k < j->n_cand)
+                rank_range(j->kv, j->s, j->layer, (int)h, j->ws, j->q + (size_t)h * qh, j->G, 0,
+                           j->n_cand, j->s->bound + (size_t)h * nv);
+            finish_head(j->s, (int32_t)h, j->n_forced, j->n_cand, j->k);
+        }
+        return;
+    }
     st_split_range((int64_t)j->H * j->n_cand, ith, nth, &lo, &hi);
     for (int32_t h = 0; h < j->H; h++) {
         int64_t c0 = lo - (int64_t)h * j->n_cand, c1 = hi - (int64_t)h * j->n_cand;
         if (c0 < 0) c0 = 0;
         if (c1 > j->n_cand) c1 = j->n_cand;
         if (c0 >= c1) continue;
-        rank_range(j->kv, j->s, j->layer, h, j->ws, j->q + (size_t)h * j->G * j->kv->p.head_dim,
-                   j->G, (int32_t)c0, (int32_t)c1, j->s->bound + (size_t)h * nv);
+        rank_range(j->kv, j->s, j->layer, h, j->ws, j->q + (size_t)h * qh, j->G, (int32_t)c0,
+                   (int32_t)c1, j->s->bound + (size_t)h * nv);
     }
 }
 
@@ -384,9 +424,10 @@ int st_kv_quest_select(const st_kv *kv, st_kv_seq_id seq, int layer, const st_at
         const kv_entry *e = &sq->ent[i];
         if (e->page < 0) continue;
         s->phys[j] = e->page;
-        s->forced[j] = i < sink_pages || i >= sq->n_ent - recent_pages || !has_box(kv, e->page);
-        if (s->forced[j]) n_forced++;
-        else s->cand[n_cand++] = (int32_t)j;
+        if (i < sink_pages || i >= sq->n_ent - recent_pages || !has_box(kv, e->page))
+            s->fidx[n_forced++] = (int32_t)j;
+        else
+            s->cand[n_cand++] = (int32_t)j;
         j++;
     }
     int64_t k = p->budget / P - n_forced;
@@ -399,27 +440,23 @@ int st_kv_quest_select(const st_kv *kv, st_kv_seq_id seq, int layer, const st_at
         if (st_attn_quest_bounds(ws, D, G, q, kv_qbox(kv, layer, 0, 0),
                                  kv_qbox(kv, layer, 0, 0) + D, 2 * D, 0, &probe))
             return st_seterr(kv->ctx, ST_E_INVAL, "quest: bounds: head_dim %d, group %d", D, G);
-        rank_job job = {.kv = kv, .s = s, .ws = ws, .q = q, .layer = layer, .n_cand = n_cand,
-                        .G = G, .H = H};
-        st_threadpool *tp = kv->ctx ? st_ctx_threadpool(kv->ctx) : NULL;
-        if (tp && (int64_t)n_cand * H >= RANK_MIN_PARALLEL) st_threadpool_run(tp, rank_task, &job);
+    }
+    st_threadpool *tp = kv->ctx ? st_ctx_threadpool(kv->ctx) : NULL;
+    const int nth = tp ? st_threadpool_n_threads(tp) : 1;
+    rank_job job = {.kv = kv, .s = s, .ws = ws, .q = q, .layer = layer, .n_cand = n_cand,
+                    .n_forced = n_forced, .G = G, .H = H, .k = k, .whole_heads = H >= nth};
+    const int parallel = tp && nth > 1 && (int64_t)n_cand * H >= RANK_MIN_PARALLEL;
+    if (job.whole_heads) {
+        if (parallel) st_threadpool_run(tp, rank_task, &job);
         else rank_task(&job, 0, 1);
-    }
-    for (int32_t h = 0; h < H; h++) {
-        memset(s->chosen, 0, (size_t)nv);
-        if (k == n_cand) {
-            for (int32_t c = 0; c < n_cand; c++) s->chosen[s->cand[c]] = 1;
-        } else if (k > 0) {
-            for (int32_t c = 0; c < n_cand; c++) s->ord[c] = c;
-            top_k(s->ord, n_cand, (int32_t)k, s->bound + (size_t)h * nv);
-            for (int64_t c = 0; c < k; c++) s->chosen[s->cand[s->ord[c]]] = 1;
+    } else {
+        if (k > 0 && k < n_cand) {
+            if (parallel) st_threadpool_run(tp, rank_task, &job);
+            else rank_task(&job, 0, 1);
         }
-        int32_t *o = s->idx + (size_t)h * nv, n = 0;
-        for (int32_t j = 0; j < (int32_t)nv; j++)
-            if (s->forced[j] || s->chosen[j]) o[n++] = j;
-        s->n_sel[h] = n;
-        s->st.n_listed += n;
+        for (int32_t h = 0; h < H; h++) finish_head(s, h, n_forced, n_cand, k);
     }
+    for (int32_t h = 0; h < H; h++) s->st.n_listed += s->n_sel[h];
     s->st.n_forced = (int64_t)n_forced * H;
     s->st.n_ranked = (int64_t)n_cand * H;
     return 0;
