@@ -3,7 +3,11 @@
  *
  * Prints GB/s of K/V read, the ratio to the read-bandwidth probe measured in the same run,
  * and paged vs contiguous: the same kernel over one big "page" per layer holding
- * K [n_kv_head][ctx][head_dim] and V likewise. Paged pages are 32 KiB slabs (K then V, as
+ * K^T [n_kv_head][head_dim][ctx] (keys dim-major, as pages store them) and V
+ * [n_kv_head][ctx][head_dim]. Note that in this layout a block of 16 keys is 64 short runs
+ * (one per dimension) ctx * 2 bytes apart, which hardware prefetchers track less well than
+ * the 2 KiB runs of a 16-slot page: "contiguous" is the natural contiguous form of this
+ * kernel's layout, not a tuned one. Paged pages are 32 KiB slabs (K then V, as
  * the KV library lays out one layer of a page) placed in a shuffled order in one pool, so
  * consecutive logical pages are not adjacent in memory. Each measurement rotates over
  * enough layers that the working set is >= 256 MiB, so K/V come from DRAM, not cache.

@@ -4,7 +4,11 @@
  *   prefill: one 512-token prompt (pp512), tok/s, best of 2
  *   decode:  128 single-token steps from an empty sequence (tg128), tok/s; and the fraction of
  *            the bandwidth roofline: (weight bytes + KV bytes read) per token / time / read
- *            bandwidth probed in the same run
+ *            bandwidth. The steps run in rounds (8 of 16 steps), each between two short read
+ *            probes (256 MiB), and a round's bandwidth is rated against the mean of the probes
+ *            around it: the VM's bandwidth drifts 40-60 GB/s minute to minute, so a probe
+ *            taken once says little about a measurement made a minute later. The median
+ *            round is printed with the range; nothing is discarded.
  * Ratios to llama.cpp's figures (its better of fa=0 / fa=1) are printed beside each.
  *
  * usage: e2e [--models DIR] [--only 1b-q8_0,1b-q4_k_m,small-q8_0] [-t THREADS] [--tg N]
@@ -51,7 +55,10 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
-static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, double bw, int n_tg) {
+#define TG_ROUNDS 8
+
+static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, bench_probe *probe,
+                     int n_tg) {
     st_model *m = NULL;
     st_kv *kv = NULL;
     st_runner *r = NULL;
@@ -84,30 +91,44 @@ static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, dou
         if (pp > pp_best) pp_best = pp;
         st_kv_seq_free(kv, s);
     }
-    /* decode from an empty sequence: one warm-up step, then n_tg timed steps */
+    /* decode from an empty sequence: one warm-up step, then n_tg timed steps in rounds */
     st_kv_seq_id s;
     if (!rc) rc = st_kv_seq_create(kv, &s);
     int32_t t = 1;
     st_batch d = {.n_tokens = 1, .tokens = &t, .seq_single = s};
     if (!rc) rc = st_runner_forward(r, &d, lg);
-    double t0 = st_time_now();
-    for (int i = 0; i < n_tg && !rc; i++) {
-        t = argmax(lg, hp->n_vocab);
-        rc = st_runner_forward(r, &d, lg);
+    const double kv_tok = hp->n_layer * 2.0 * hp->n_head_kv * hp->head_dim * 2.0; /* f16 K+V */
+    const double wbytes = (double)st_model_weight_bytes(m);
+    double ratio[TG_ROUNDS], probes[TG_ROUNDS + 1], bytes_all = 0;
+    int done = 0, n_rounds = 0;
+    probes[0] = bench_probe_run(st_ctx_threadpool(ctx), probe);
+    for (int k = 0; k < TG_ROUNDS && !rc; k++) {
+        const int n = (n_tg * (k + 1)) / TG_ROUNDS - done;
+        double bytes = 0, t0 = st_time_now();
+        for (int i = 0; i < n && !rc; i++) {
+            t = argmax(lg, hp->n_vocab);
+            bytes += wbytes + kv_tok * (double)(1 + done + i + 1); /* KV read: positions so far */
+            rc = st_runner_forward(r, &d, lg);
+        }
+        const double dt = st_time_now() - t0;
+        tg_s += dt;
+        bytes_all += bytes;
+        done += n;
+        probes[k + 1] = bench_probe_run(st_ctx_threadpool(ctx), probe);
+        ratio[n_rounds++] = bytes / dt / 1e9 / (0.5 * (probes[k] + probes[k + 1]));
     }
-    tg_s = st_time_now() - t0;
     if (rc) {
         fprintf(stderr, "e2e: %s: %s\n", bm->name, st_ctx_error(ctx));
     } else {
         double tg = n_tg / tg_s;
-        /* KV read per step: on average (1 + n_tg/2) positions of every layer's K and V, f16 */
-        double kv_bytes = (1.0 + n_tg / 2.0) * hp->n_layer * 2.0 * hp->n_head_kv * hp->head_dim * 2.0;
-        double bytes = (double)st_model_weight_bytes(m) + kv_bytes;
-        double roof = bytes * tg / (bw * 1e9);
+        double pmed = bench_median_(probes, n_rounds + 1);
+        double rmed = bench_median_(ratio, n_rounds);
         printf("%-11s pp512 %8.1f tok/s (%.2fx llama.cpp %.1f)   tg%d %7.1f tok/s (%.2fx llama.cpp %.1f)  "
-               "%.0f MB/token, %.1f GB/s = %.0f%% of roofline\n",
+               "%.0f MB/token, %.1f GB/s = %.0f%% of roofline (median of %d rounds, %.0f-%.0f%%; "
+               "probe median %.1f GB/s)\n",
                bm->name, pp_best, pp_best / bm->llama_pp, bm->llama_pp, n_tg, tg, tg / bm->llama_tg, bm->llama_tg,
-               bytes / 1e6, bytes * tg / 1e9, 100 * roof);
+               bytes_all / n_tg / 1e6, bytes_all / tg_s / 1e9, 100 * rmed, n_rounds, 100 * ratio[0],
+               100 * ratio[n_rounds - 1], pmed);
         fflush(stdout);
     }
     free(tok);
@@ -136,7 +157,13 @@ int main(int argc, char **argv) {
     st_ctx *ctx = NULL;
     if (st_ctx_create(&cp, &ctx)) return 1;
     double bw = bench_read_bandwidth(st_ctx_threadpool(ctx), 0, 5);
-    printf("read bandwidth probe (%d threads, 1 GiB): %.1f GB/s\n", n_threads, bw);
+    printf("read bandwidth probe (%d threads, 1 GiB, best of 5): %.1f GB/s (for reference; the "
+           "roofline uses the probes around each decode round)\n", n_threads, bw);
+    bench_probe probe;
+    if (bench_probe_init(&probe, (size_t)256 << 20)) {
+        fprintf(stderr, "e2e: out of memory for the probe\n");
+        return 1;
+    }
     int rc = 0;
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         if (only && !strstr(only, models[i].name)) continue;
@@ -145,14 +172,10 @@ int main(int argc, char **argv) {
             rc = 1;
             continue;
         }
-        /* The VM's bandwidth drifts by up to 1.5x over a minute: re-probe before each model and
-         * keep the best seen so far, so a dip in the probe never inflates the roofline ratio. */
-        double again = bench_read_bandwidth(st_ctx_threadpool(ctx), 0, 3);
-        if (again > bw) bw = again;
-        printf("  (best read-bandwidth probe so far: %.1f GB/s)\n", bw);
-        if (bench_one(ctx, &models[i], path, bw, n_tg)) rc = 1;
+        if (bench_one(ctx, &models[i], path, &probe, n_tg)) rc = 1;
     }
     printf("targets: decode >= 1.1x llama.cpp and >= 85%% of roofline; prefill >= 0.8x llama.cpp pp512\n");
+    bench_probe_free(&probe);
     st_ctx_destroy(ctx);
     return rc;
 }
