@@ -52,7 +52,10 @@ typedef struct st_attn_page {
  * (ctx NULL: on the calling thread). Page memory is only read.
  */
 
-#define ST_ATTN_SPLIT_TOKENS 512 /* tokens per partial of decode (rounded to whole pages) */
+/* Tokens per partial of decode (whole pages, at least one): small enough that a short
+ * context still gives every thread work (512 left one of two threads idle below 512 tokens,
+ * a third of decode time on the small model), large enough that merging is negligible. */
+#define ST_ATTN_SPLIT_TOKENS 128
 #define ST_ATTN_MAX_HEAD_DIM 1024
 #define ST_ATTN_MAX_HEADS 4096
 
@@ -136,6 +139,12 @@ int st_attn_key_minmax(const st_attn_geom *g, const st_attn_page *page, int32_t 
  * state per (KV head, query tile) folded over the pages in list order.
  */
 
+/* Whole pages per decode run for pages of page_size slots (<= ST_ATTN_MAX_PAGE_SIZE). */
+static inline int32_t st_attn_pages_per_run(int32_t page_size) {
+    int32_t n = page_size > 0 ? ST_ATTN_SPLIT_TOKENS / page_size : 1;
+    return n < 1 ? 1 : n;
+}
+
 /* Floats per query head per decode run: m, l (lane sum), acc[head_dim]. */
 #define ST_ATTN_PART_FLOATS(head_dim) ((size_t)(head_dim) + 2)
 
@@ -144,7 +153,7 @@ int st_attn_key_minmax(const st_attn_geom *g, const st_attn_page *page, int32_t 
  * The list must be a suffix-free window of a longer list that starts at a run boundary
  * (for a selection: each head's list starts at a run boundary), so its runs are the
  * longer list's runs. *n_runs (may be NULL) = runs written; parts needs room for
- * st_attn_runs_count(g, seq) runs. Needs page_size <= ST_ATTN_SPLIT_TOKENS. Returns 0,
+ * st_attn_runs_count(g, seq) runs. Needs page_size <= ST_ATTN_MAX_PAGE_SIZE. Returns 0,
  * ST_E_INVAL, ST_E_NOMEM. Uses ws like st_attn_decode (threads: ctx's pool). */
 int32_t st_attn_runs_count(const st_attn_geom *g, const st_attn_seq *seq);
 int st_attn_decode_runs(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,

@@ -1,8 +1,8 @@
 /* Attention driver: validation, workspace, the split of work over threads, and the merge.
  *
  * Decode work items. Each sequence's page list is cut into runs (ST_ATTN_SPLIT_TOKENS
- * tokens' worth of whole pages; a page larger than that, e.g. a contiguous cache passed as
- * one page, is cut into slices of that many slots). One item is one run of one sequence
+ * tokens' worth of whole pages, at least one; a page larger than ST_ATTN_MAX_PAGE_SIZE, i.e.
+ * a contiguous cache passed as one page, is cut into slices of ST_ATTN_SPLIT_TOKENS slots). One item is one run of one sequence
  * for ALL its KV heads, walked page by page and head by head inside a page: the KV library
  * stores a page's heads next to each other (K^T [n_kv_head][D][P], then V), so an item reads
  * each page slab front to back, and it prefetches the next pages' slabs while it computes.
@@ -339,11 +339,11 @@ static int32_t max_list_len(const st_attn_seq *s, int32_t H) {
 static attn_runs runs_for(const st_attn_geom *g, const st_attn_seq *s) {
     attn_runs r = {.pps = 1, .nsub = 1};
     int32_t n = max_list_len(s, g->n_kv_head);
-    if (g->page_size > ST_ATTN_SPLIT_TOKENS) {
+    if (g->page_size > ST_ATTN_MAX_PAGE_SIZE) { /* a contiguous cache: slices of a page */
         r.nsub = (g->page_size + ST_ATTN_SPLIT_TOKENS - 1) / ST_ATTN_SPLIT_TOKENS;
         r.n_runs = n * r.nsub;
     } else {
-        r.pps = ST_ATTN_SPLIT_TOKENS / g->page_size;
+        r.pps = st_attn_pages_per_run(g->page_size);
         r.n_runs = (n + r.pps - 1) / r.pps;
     }
     if (r.n_runs < 1) r.n_runs = 1;
@@ -648,7 +648,7 @@ int st_attn_key_minmax(const st_attn_geom *g, const st_attn_page *page, int32_t 
  * window after window equals one walk over the whole list. */
 
 int32_t st_attn_runs_count(const st_attn_geom *g, const st_attn_seq *seq) {
-    if (!g || !seq || g->n_kv_head < 1 || g->page_size < 1 || g->page_size > ST_ATTN_SPLIT_TOKENS)
+    if (!g || !seq || g->n_kv_head < 1 || g->page_size < 1 || g->page_size > ST_ATTN_MAX_PAGE_SIZE)
         return 0;
     return runs_for(g, seq).n_runs;
 }
@@ -661,9 +661,9 @@ int st_attn_decode_runs(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
     int rc = check_geom(ctx, g);
     if (!rc) rc = check_seq(ctx, g, seq, 0);
     if (rc) return rc;
-    if (g->page_size > ST_ATTN_SPLIT_TOKENS)
+    if (g->page_size > ST_ATTN_MAX_PAGE_SIZE)
         return st_seterr(ctx, ST_E_INVAL, "attn: decode_runs: page_size %d > %d", g->page_size,
-                         ST_ATTN_SPLIT_TOKENS);
+                         ST_ATTN_MAX_PAGE_SIZE);
     const int32_t H = g->n_kv_head, D = g->head_dim;
     int nth;
     st_threadpool *tp;

@@ -16,7 +16,7 @@
  *                 buffers: window w+1's reads are in flight on the I/O thread while window
  *                 w computes. Nothing is evicted and nothing moves into the hot pool.
  *
- * Exactness. Decode: windows are whole runs of ST_ATTN_SPLIT_TOKENS / P list entries
+ * Exactness. Decode: windows are whole runs of st_attn_pages_per_run(P) list entries
  * (per KV head, for a selection), st_attn_decode_runs leaves each run's partial softmax
  * state exactly as the in-RAM kernel does, and st_attn_merge_runs merges them in run order
  * with the kernel's own formula, so the output is bit-identical to the all-in-RAM call.
@@ -325,7 +325,7 @@ static int streamer_init(streamer *st, st_kv *kv, int layer, seq_views *sv, int 
     st->kv = kv;
     st->layer = layer;
     st->sv = sv;
-    st->pps = ST_ATTN_SPLIT_TOKENS / kv->p.page_size;
+    st->pps = st_attn_pages_per_run(kv->p.page_size);
     st->cap = (int64_t)(KV_STREAM_BYTES / kv->g.layer_bytes);
     if (st->cap < 1) st->cap = 1;
     const size_t nv = (size_t)(sv->n ? sv->n : 1);
