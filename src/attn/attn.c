@@ -374,15 +374,16 @@ static void decode_item(st_attn_ws *ws, int ith, const attn_item *it) {
         t.acc = slot, t.m = slot + moff, t.l = t.m + r16((size_t)G);
         tile_reset(&t);
     }
-    for (int32_t i = i0; i < i1; i++)
-        for (int32_t h = 0; h < H; h++) {
-            int32_t n = list_len(s, h);
-            if (i >= n) continue;
-            float *slot = slots + (size_t)h * ws->slot_stride;
-            t.q = qs + (size_t)h * G * D;
-            t.acc = slot, t.m = slot + moff, t.l = t.m + r16((size_t)G);
+    /* head by head within the run, so consecutive blocks share their rows and the kernel
+     * can score them in pairs (the order within a head, all that matters, is the list's) */
+    for (int32_t h = 0; h < H; h++) {
+        const int32_t n = list_len(s, h);
+        float *slot = slots + (size_t)h * ws->slot_stride;
+        t.q = qs + (size_t)h * G * D;
+        t.acc = slot, t.m = slot + moff, t.l = t.m + r16((size_t)G);
+        for (int32_t i = i0; i < i1 && i < n; i++)
             walk_page(&bt, &t, g, list_page(s, h, i), h, s0, s1, INT64_MAX);
-        }
+    }
     batch_flush(&bt, 1);
 }
 

@@ -86,6 +86,36 @@ AI void scores(const attn_tile *t, st_type T, const void *k, size_t ks, __mmask1
     for (int i = 0; i < RB; i++) s[i] = _mm512_add_ps(a[i][0], a[i][1]);
 }
 
+/* scores() of two full blocks whose rows are the same (one KV head, consecutive in its
+ * list): each broadcast q element serves both blocks, halving the broadcast loads that
+ * bound the single-block loop. Per block the arithmetic is exactly scores()'s (same
+ * even/odd partial sums, same order), so pairing never changes a bit. */
+AI void scores_two(const attn_tile *t, st_type T, const attn_blk *x, const attn_blk *y,
+                   const int RB, __m512 *sx, __m512 *sy) {
+    const int D = t->D;
+    const float *q = t->q;
+    __m512 a[4][2], c[4][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) a[i][0] = a[i][1] = c[i][0] = c[i][1] = _mm512_setzero_ps();
+    for (int d = 0; d < D; d += 2) {
+        __m512 x0 = load16(T, x->k, (size_t)d * x->kstride), x1 = load16(T, x->k, (size_t)(d + 1) * x->kstride);
+        __m512 y0 = load16(T, y->k, (size_t)d * y->kstride), y1 = load16(T, y->k, (size_t)(d + 1) * y->kstride);
+#pragma GCC unroll 4
+        for (int i = 0; i < RB; i++) {
+            __m512 q0 = _mm512_set1_ps(q[(size_t)i * D + d]), q1 = _mm512_set1_ps(q[(size_t)i * D + d + 1]);
+            a[i][0] = _mm512_fmadd_ps(q0, x0, a[i][0]);
+            a[i][1] = _mm512_fmadd_ps(q1, x1, a[i][1]);
+            c[i][0] = _mm512_fmadd_ps(q0, y0, c[i][0]);
+            c[i][1] = _mm512_fmadd_ps(q1, y1, c[i][1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) {
+        sx[i] = _mm512_add_ps(a[i][0], a[i][1]);
+        sy[i] = _mm512_add_ps(c[i][0], c[i][1]);
+    }
+}
+
 /* Row r's online-softmax update from its 16 raw scores s, all in registers: p[r] gets
  * exp(score - m_new) * vs (0 where masked), bm[r] gets alpha = exp(m_old - m_new), m and
  * l are updated. Going through memory between rows would stall on store forwarding
@@ -241,10 +271,52 @@ AI void block_back(const attn_blk *b, int set, uint32_t any, const st_type T) {
 /* Software pipeline: block i's scores and softmax are issued before block i-1's V, so the
  * latency chains of one (horizontal sums, exp) overlap the FMA stream of the other. Block
  * i-1's V only needs its own set; block i's front never touches acc. */
+/* Blocks i and i + 1 fold into the same rows and are both full: score them together. */
+static inline int pairable(const attn_blk *x, const attn_blk *y) {
+    return x->n == ATTN_BLK && y->n == ATTN_BLK && x->t->R <= 4 && x->t->q == y->t->q &&
+           x->t->m == y->t->m;
+}
+
+AI void pair_scores(const attn_blk *x, const attn_blk *y, const st_type T, __m512 *sx, __m512 *sy) {
+    switch (x->t->R) {
+    case 1: scores_two(x->t, T, x, y, 1, sx, sy); break;
+    case 2: scores_two(x->t, T, x, y, 2, sx, sy); break;
+    case 3: scores_two(x->t, T, x, y, 3, sx, sy); break;
+    default: scores_two(x->t, T, x, y, 4, sx, sy); break;
+    }
+}
+
+AI uint32_t front_from(const attn_blk *b, int set, const __m512 *sc) {
+    const attn_tile *t = b->t;
+    float *p = t->p + (size_t)set * t->R * ATTN_BLK, *bm = t->bm + (size_t)set * (t->R + 16);
+    uint32_t any = 0;
+    switch (t->R) {
+    case 1: rows_update(b, sc, p, bm, 0, 1, &any); break;
+    case 2: rows_update(b, sc, p, bm, 0, 2, &any); break;
+    case 3: rows_update(b, sc, p, bm, 0, 3, &any); break;
+    default: rows_update(b, sc, p, bm, 0, 4, &any); break;
+    }
+    return any;
+}
+
 AI void blocks_impl(const attn_blk *b, int n, int n_ahead, const st_type T) {
     uint32_t prev = 0;
     for (int i = 0; i < n; i++) {
         if (i + ATTN_PF_BLOCKS < n + n_ahead) attn_prefetch_blk(&b[i + ATTN_PF_BLOCKS]);
+        if (i + 1 < n && pairable(&b[i], &b[i + 1])) {
+            if (i + 1 + ATTN_PF_BLOCKS < n + n_ahead) attn_prefetch_blk(&b[i + 1 + ATTN_PF_BLOCKS]);
+            __m512 sx[4], sy[4];
+            for (int k = 0; k < 4; k++) sx[k] = sy[k] = _mm512_setzero_ps(); /* rows >= R unused */
+            pair_scores(&b[i], &b[i + 1], T, sx, sy);
+            /* the same order as unpaired: front i, back i-1, front i+1, back i */
+            uint32_t cur = front_from(&b[i], i & 1, sx);
+            if (prev) block_back(&b[i - 1], (i - 1) & 1, prev, T);
+            uint32_t nxt = front_from(&b[i + 1], (i + 1) & 1, sy);
+            if (cur) block_back(&b[i], i & 1, cur, T);
+            prev = nxt;
+            i++;
+            continue;
+        }
         uint32_t cur = b[i].n == ATTN_BLK ? block_front(&b[i], i & 1, T, 1)
                                            : block_front(&b[i], i & 1, T, 0);
         if (prev) block_back(&b[i - 1], (i - 1) & 1, prev, T);
