@@ -30,7 +30,6 @@
 #define ATTN_CHUNK_ROWS 32 /* rows (queries x group heads) per chunk tile */
 #define ATTN_PF_PAGES 1    /* software prefetch distance, in pages of the list */
 #define ATTN_PF_MAX_BYTES (64 << 10) /* larger "pages" (contiguous caches): leave it to HW */
-#define ATTN_MAX_PAGE_SIZE_ANY (1 << 26)
 
 typedef struct attn_item {
     int32_t seq; /* decode: sequence; chunk: KV head */
@@ -107,6 +106,8 @@ void st_attn_ws_destroy(st_attn_ws *ws) {
 
 st_isa st_attn_ws_isa(const st_attn_ws *ws) { return ws ? ws->kern->isa : ST_ISA_SCALAR; }
 
+const st_attn_kernels *attn_ws_kernels(const st_attn_ws *ws) { return ws->kern; }
+
 /* Grows an aligned float buffer to n floats (zeroed, so scratch never holds uninitialized
  * bytes). Old contents are not kept. */
 static int grow_floats(float **buf, size_t *cap, size_t n) {
@@ -172,67 +173,6 @@ static attn_tile tile_at(st_attn_ws *ws, int ith, int R) {
         .p = b + L.p, .bm = b + L.bm, .rm = (uint32_t *)(b + L.rm), .kf = b + L.kf, .vf = b + L.vf,
     };
     return t;
-}
-
-/* ---- validation ----------------------------------------------------------------------- */
-
-static int check_geom(st_ctx *ctx, const st_attn_geom *g) {
-    if (!g) return st_seterr(ctx, ST_E_INVAL, "attn: geometry is NULL");
-    if (g->n_head < 1 || g->n_head > ST_ATTN_MAX_HEADS || g->n_kv_head < 1 ||
-        g->n_kv_head > g->n_head || g->n_head % g->n_kv_head)
-        return st_seterr(ctx, ST_E_INVAL, "attn: n_head %d / n_kv_head %d (need 1 <= n_kv_head "
-                         "dividing n_head <= %d)", g->n_head, g->n_kv_head, ST_ATTN_MAX_HEADS);
-    if (g->head_dim < 1 || g->head_dim > ST_ATTN_MAX_HEAD_DIM)
-        return st_seterr(ctx, ST_E_INVAL, "attn: head_dim %d not in [1, %d]", g->head_dim,
-                         ST_ATTN_MAX_HEAD_DIM);
-    if (g->page_size < 1 || g->page_size > ATTN_MAX_PAGE_SIZE_ANY)
-        return st_seterr(ctx, ST_E_INVAL, "attn: page_size %d not in [1, %d]", g->page_size,
-                         ATTN_MAX_PAGE_SIZE_ANY);
-    if (g->type != ST_TYPE_F32 && g->type != ST_TYPE_F16 && g->type != ST_TYPE_BF16 &&
-        g->type != ST_TYPE_Q8_0)
-        return st_seterr(ctx, ST_E_INVAL, "attn: KV type %d is not f32, f16, bf16 or q8_0",
-                         (int)g->type);
-    if (!(g->scale >= 0 && g->scale < INFINITY))
-        return st_seterr(ctx, ST_E_INVAL, "attn: scale %g is not a finite value >= 0",
-                         (double)g->scale);
-    return 0;
-}
-
-static int check_seq(st_ctx *ctx, const st_attn_geom *g, const st_attn_seq *s, int32_t si) {
-    if (s->n_pages < 0 || (s->n_pages > 0 && !s->pages))
-        return st_seterr(ctx, ST_E_INVAL, "attn: seq %d: n_pages %d with pages %p", si,
-                         s->n_pages, (const void *)s->pages);
-    for (int32_t i = 0; i < s->n_pages; i++) {
-        const st_attn_page *p = &s->pages[i];
-        if (p->n_tokens < 0 || p->n_tokens > g->page_size)
-            return st_seterr(ctx, ST_E_INVAL, "attn: seq %d page %d: n_tokens %d not in [0, %d]",
-                             si, i, p->n_tokens, g->page_size);
-        if (p->n_tokens == 0) continue;
-        if (!p->k || !p->v)
-            return st_seterr(ctx, ST_E_INVAL, "attn: seq %d page %d: NULL K or V", si, i);
-        if (g->type == ST_TYPE_Q8_0 && (!p->k_scale || !p->v_scale))
-            return st_seterr(ctx, ST_E_INVAL, "attn: seq %d page %d: q8_0 without scales", si, i);
-        if (p->pos0 < 0 || p->pos0 > INT64_MAX / 4)
-            return st_seterr(ctx, ST_E_INVAL, "attn: seq %d page %d: pos0 %lld out of range", si,
-                             i, (long long)p->pos0);
-    }
-    if (!s->sel) return 0;
-    if (!s->n_sel || s->sel_stride < 0)
-        return st_seterr(ctx, ST_E_INVAL, "attn: seq %d: sel without n_sel or stride %d < 0",
-                         si, s->sel_stride);
-    for (int32_t h = 0; h < g->n_kv_head; h++) {
-        int32_t n = s->n_sel[h];
-        if (n < 0 || n > s->sel_stride)
-            return st_seterr(ctx, ST_E_INVAL, "attn: seq %d: n_sel[%d] = %d not in [0, %d]", si,
-                             h, n, s->sel_stride);
-        for (int32_t i = 0; i < n; i++) {
-            int32_t ix = s->sel[(int64_t)h * s->sel_stride + i];
-            if (ix < 0 || ix >= s->n_pages)
-                return st_seterr(ctx, ST_E_INVAL, "attn: seq %d: sel[%d][%d] = %d not in [0, %d)",
-                                 si, h, i, ix, s->n_pages);
-        }
-    }
-    return 0;
 }
 
 /* ---- the page walk ---------------------------------------------------------------------- */
@@ -453,10 +393,10 @@ int st_attn_decode_batch(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
                          const st_attn_seq *seqs, int32_t n_seq, const float *q, float *out) {
     if (!ws || (n_seq > 0 && (!seqs || !q || !out)) || n_seq < 0)
         return st_seterr(ctx, ST_E_INVAL, "attn: decode: NULL argument or n_seq %d < 0", n_seq);
-    int rc = check_geom(ctx, g);
+    int rc = attn_check_geom(ctx, g);
     if (rc) return rc;
     for (int32_t i = 0; i < n_seq; i++)
-        if ((rc = check_seq(ctx, g, &seqs[i], i))) return rc;
+        if ((rc = attn_check_seq(ctx, g, &seqs[i], i))) return rc;
     if (n_seq == 0) return 0;
     const int32_t H = g->n_kv_head;
     int nth;
@@ -568,8 +508,8 @@ int st_attn_chunk(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, const st_a
         return st_seterr(ctx, ST_E_INVAL, "attn: chunk: NULL argument or n_q %d < 0", n_q);
     if (pos0_q < 0 || pos0_q > INT64_MAX / 4)
         return st_seterr(ctx, ST_E_INVAL, "attn: chunk: pos0_q %lld out of range", (long long)pos0_q);
-    int rc = check_geom(ctx, g);
-    if (!rc) rc = check_seq(ctx, g, seq, 0);
+    int rc = attn_check_geom(ctx, g);
+    if (!rc) rc = attn_check_seq(ctx, g, seq, 0);
     if (rc || n_q == 0) return rc;
     const int32_t H = g->n_kv_head, G = g->n_head / H;
     int32_t T = ATTN_CHUNK_ROWS / G > 1 ? ATTN_CHUNK_ROWS / G : 1;
@@ -601,45 +541,6 @@ int st_attn_chunk(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, const st_a
     return 0;
 }
 
-/* ---- Quest metadata ------------------------------------------------------------------------ */
-
-int st_attn_quest_bounds(const st_attn_ws *ws, int32_t head_dim, int32_t n_group,
-                         const float *q, const float *kmin, const float *kmax, int64_t stride,
-                         int32_t n_pages, float *bound) {
-    if (!ws || head_dim < 1 || head_dim > ST_ATTN_MAX_HEAD_DIM || n_group < 1 ||
-        n_group > ST_ATTN_MAX_HEADS || stride < head_dim || n_pages < 0)
-        return ST_E_INVAL;
-    if (n_pages == 0) return 0;
-    if (!q || !kmin || !kmax || !bound) return ST_E_INVAL;
-    ws->kern->quest(head_dim, n_group, q, kmin, kmax, stride, n_pages, bound);
-    return 0;
-}
-
-int st_attn_key_minmax(const st_attn_geom *g, const st_attn_page *page, int32_t kv_head,
-                       float *kmin, float *kmax) {
-    if (check_geom(NULL, g) || !page || !kmin || !kmax || kv_head < 0 ||
-        kv_head >= g->n_kv_head || page->n_tokens < 0 || page->n_tokens > g->page_size ||
-        (page->n_tokens > 0 && !page->k) ||
-        (g->type == ST_TYPE_Q8_0 && page->n_tokens > 0 && !page->k_scale))
-        return ST_E_INVAL;
-    const size_t D = (size_t)g->head_dim, es = attn_elem_size(g->type);
-    const char *k = (const char *)page->k + (size_t)kv_head * (size_t)g->page_size * D * es;
-    const float sc = g->type == ST_TYPE_Q8_0 && page->n_tokens > 0 ? page->k_scale[kv_head] : 1.0f;
-    int n = 0;
-    for (int32_t s = 0; s < page->n_tokens; s++) {
-        if (page->valid && !((page->valid[s / 64] >> (s % 64)) & 1)) continue;
-        for (size_t d = 0; d < D; d++) {
-            float x = attn_elem(g->type, k, d * (size_t)g->page_size + (size_t)s) * sc;
-            if (!n || x < kmin[d]) kmin[d] = x;
-            if (!n || x > kmax[d]) kmax[d] = x;
-        }
-        n++;
-    }
-    if (!n)
-        for (size_t d = 0; d < D; d++) kmin[d] = kmax[d] = 0;
-    return n;
-}
-
 /* ---- streaming entry points (issue 6) ---------------------------------------------------
  * The SSD tier computes a list in windows. Decode: st_attn_decode_runs leaves each run's
  * partial exactly as decode_item does, and st_attn_merge_runs is merge_task's formula in
@@ -659,8 +560,8 @@ int st_attn_decode_runs(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
     if (n_runs) *n_runs = 0;
     if (!ws || !seq || !q || !parts)
         return st_seterr(ctx, ST_E_INVAL, "attn: decode_runs: NULL argument");
-    int rc = check_geom(ctx, g);
-    if (!rc) rc = check_seq(ctx, g, seq, 0);
+    int rc = attn_check_geom(ctx, g);
+    if (!rc) rc = attn_check_seq(ctx, g, seq, 0);
     if (rc) return rc;
     if (g->page_size > ST_ATTN_MAX_PAGE_SIZE)
         return st_seterr(ctx, ST_E_INVAL, "attn: decode_runs: page_size %d > %d", g->page_size,
@@ -706,7 +607,7 @@ int st_attn_decode_runs(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
 }
 
 int st_attn_merge_runs(const st_attn_geom *g, const float *parts, int32_t n_runs, float *out) {
-    if (check_geom(NULL, g) || n_runs < 0 || !out || (n_runs > 0 && !parts)) return ST_E_INVAL;
+    if (attn_check_geom(NULL, g) || n_runs < 0 || !out || (n_runs > 0 && !parts)) return ST_E_INVAL;
     const int32_t NH = g->n_head, D = g->head_dim;
     const size_t PF = ST_ATTN_PART_FLOATS(D);
     for (int32_t hq = 0; hq < NH; hq++) {
@@ -759,13 +660,13 @@ static void chunk_state_rows(const chunk_plan *c, float *b, float **m, float **l
 }
 
 size_t st_attn_chunk_state_floats(const st_attn_geom *g, int32_t n_q) {
-    if (check_geom(NULL, g) || n_q < 1) return 0;
+    if (attn_check_geom(NULL, g) || n_q < 1) return 0;
     chunk_plan c = chunk_plan_for(g, n_q);
     return c.block * (size_t)g->n_kv_head * (size_t)c.n_tiles;
 }
 
 int st_attn_chunk_begin(const st_attn_geom *g, int32_t n_q, float *state) {
-    if (check_geom(NULL, g) || n_q < 0 || (n_q > 0 && !state)) return ST_E_INVAL;
+    if (attn_check_geom(NULL, g) || n_q < 0 || (n_q > 0 && !state)) return ST_E_INVAL;
     if (n_q == 0) return 0;
     chunk_plan c = chunk_plan_for(g, n_q);
     const size_t n = (size_t)g->n_kv_head * (size_t)c.n_tiles;
@@ -820,8 +721,8 @@ int st_attn_chunk_fold(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
     if (pos0_q < 0 || pos0_q > INT64_MAX / 4)
         return st_seterr(ctx, ST_E_INVAL, "attn: chunk_fold: pos0_q %lld out of range",
                          (long long)pos0_q);
-    int rc = check_geom(ctx, g);
-    if (!rc) rc = check_seq(ctx, g, seq, 0);
+    int rc = attn_check_geom(ctx, g);
+    if (!rc) rc = attn_check_seq(ctx, g, seq, 0);
     if (rc || n_q == 0) return rc;
     if (seq->sel) return st_seterr(ctx, ST_E_INVAL, "attn: chunk_fold: selections not supported");
     chunk_fold_job job = {.ws = ws, .plan = chunk_plan_for(g, n_q), .state = state};
@@ -849,7 +750,7 @@ int st_attn_chunk_fold(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
 }
 
 int st_attn_chunk_end(const st_attn_geom *g, int32_t n_q, const float *state, float *out) {
-    if (check_geom(NULL, g) || n_q < 0 || (n_q > 0 && (!state || !out))) return ST_E_INVAL;
+    if (attn_check_geom(NULL, g) || n_q < 0 || (n_q > 0 && (!state || !out))) return ST_E_INVAL;
     if (n_q == 0) return 0;
     chunk_plan c = chunk_plan_for(g, n_q);
     const int D = g->head_dim;

@@ -5,6 +5,9 @@
 
 #include "strata/attn.h"
 
+/* Largest page size a geometry may declare (a contiguous cache is one big page). */
+#define ATTN_MAX_PAGE_SIZE_ANY (1 << 26)
+
 /* Tokens per kernel call: one AVX-512 vector of scores. */
 #define ATTN_BLK 16
 
@@ -57,6 +60,12 @@ typedef struct st_attn_kernels {
     void (*quest)(int D, int G, const float *q, const float *kmin, const float *kmax,
                   int64_t stride, int32_t n_pages, float *bound);
 } st_attn_kernels;
+
+/* attn_check.c: 0 or ST_E_INVAL with a message naming the field (seq index si). */
+int attn_check_geom(st_ctx *ctx, const st_attn_geom *g);
+int attn_check_seq(st_ctx *ctx, const st_attn_geom *g, const st_attn_seq *s, int32_t si);
+/* attn.c: the kernel table a workspace was created with. */
+const st_attn_kernels *attn_ws_kernels(const st_attn_ws *ws);
 
 extern const st_attn_kernels st_attn_kernels_scalar_;
 extern const st_attn_kernels st_attn_kernels_avx2_;
