@@ -377,6 +377,42 @@ static void quest_one(int D, int G, const float *q, const float *mn, const float
 
 #define QUEST_MAX_QD 2048 /* floats of q+ / q- kept on the stack by the fast path */
 
+/* Bounds of pages [0, n) in groups of 16/G pages (returns how many were done): for each
+ * page a dimension chunk of its box is loaded once and feeds all G heads' accumulators. */
+AI int32_t quest_groups(int D, const int G, const float *qp, const float *qn, const float *kmin,
+                        const float *kmax, int64_t stride, int32_t n_pages, float *bound) {
+    const int ppt = 16 / G;
+    int32_t p = 0;
+    for (; p + ppt <= n_pages; p += ppt) {
+        __m512 a[16];
+        for (int j = 0; j < ppt; j++) {
+            const float *mn = kmin + (p + j) * stride, *mx = kmax + (p + j) * stride;
+            __m512 s0[16], s1[16];
+#pragma GCC unroll 16
+            for (int g = 0; g < G; g++) s0[g] = s1[g] = _mm512_setzero_ps();
+            for (int d = 0; d < D; d += 16) {
+                const __m512 vx = _mm512_loadu_ps(mx + d), vn = _mm512_loadu_ps(mn + d);
+#pragma GCC unroll 16
+                for (int g = 0; g < G; g++) {
+                    s0[g] = _mm512_fmadd_ps(_mm512_load_ps(qp + (size_t)g * D + d), vx, s0[g]);
+                    s1[g] = _mm512_fmadd_ps(_mm512_load_ps(qn + (size_t)g * D + d), vn, s1[g]);
+                }
+            }
+#pragma GCC unroll 16
+            for (int g = 0; g < G; g++) a[j * G + g] = _mm512_add_ps(s0[g], s1[g]);
+        }
+        float t[16] __attribute__((aligned(64)));
+        _mm512_store_ps(t, hsum16x16(a));
+        for (int j = 0; j < ppt; j++) {
+            float best = t[j * G];
+            for (int g = 1; g < G; g++)
+                if (t[j * G + g] > best) best = t[j * G + g];
+            bound[p + j] = best;
+        }
+    }
+    return p;
+}
+
 /* max(q*mn, q*mx) = q+ * mx + q- * mn with q+ = max(q, 0), q- = min(q, 0): two FMAs per 16
  * dims. The 16/G pages x G heads of a group of pages fill 16 vectors whose lane sums one
  * transpose-add tree produces together; the bound is then the max over each page's G. */
@@ -390,29 +426,12 @@ static void quest_avx512(int D, int G, const float *q, const float *kmin, const 
             _mm512_store_ps(qp + i, _mm512_max_ps(v, _mm512_setzero_ps()));
             _mm512_store_ps(qn + i, _mm512_min_ps(v, _mm512_setzero_ps()));
         }
-        const int ppt = 16 / G;
-        for (; p + ppt <= n_pages; p += ppt) {
-            __m512 a[16];
-            for (int j = 0; j < ppt; j++) {
-                const float *mn = kmin + (p + j) * stride, *mx = kmax + (p + j) * stride;
-                for (int g = 0; g < G; g++) {
-                    const float *pg = qp + (size_t)g * D, *ng = qn + (size_t)g * D;
-                    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-                    for (int d = 0; d < D; d += 16) {
-                        s0 = _mm512_fmadd_ps(_mm512_load_ps(pg + d), _mm512_loadu_ps(mx + d), s0);
-                        s1 = _mm512_fmadd_ps(_mm512_load_ps(ng + d), _mm512_loadu_ps(mn + d), s1);
-                    }
-                    a[j * G + g] = _mm512_add_ps(s0, s1);
-                }
-            }
-            float t[16] __attribute__((aligned(64)));
-            _mm512_store_ps(t, hsum16x16(a));
-            for (int j = 0; j < ppt; j++) {
-                float best = t[j * G];
-                for (int g = 1; g < G; g++)
-                    if (t[j * G + g] > best) best = t[j * G + g];
-                bound[p + j] = best;
-            }
+        switch (G) {
+        case 1: p = quest_groups(D, 1, qp, qn, kmin, kmax, stride, n_pages, bound); break;
+        case 2: p = quest_groups(D, 2, qp, qn, kmin, kmax, stride, n_pages, bound); break;
+        case 4: p = quest_groups(D, 4, qp, qn, kmin, kmax, stride, n_pages, bound); break;
+        case 8: p = quest_groups(D, 8, qp, qn, kmin, kmax, stride, n_pages, bound); break;
+        default: p = quest_groups(D, 16, qp, qn, kmin, kmax, stride, n_pages, bound); break;
         }
     }
     for (; p < n_pages; p++) quest_one(D, G, q, kmin + p * stride, kmax + p * stride, &bound[p]);

@@ -189,7 +189,7 @@ struct st_kv_select {
     int32_t *phys;    /* [n_views] physical page of each view */
     int32_t *fidx;    /* [n_views] view indices of the forced pages, ascending */
     int32_t *cand;    /* [n_views] view indices of ranked pages, ascending */
-    int32_t *ord;     /* [n_kv_head][n_views] scratch for each head's top-k partition */
+    float *scr;       /* [n_kv_head][n_views] scratch: each head's bounds, partitioned */
     float *bound;     /* [n_kv_head][n_views] bound of cand[c] at c, per KV head */
     int64_t cap_views, cap_idx;
     int32_t cap_head;
@@ -216,7 +216,7 @@ void st_kv_select_destroy(st_kv_select *s) {
     free(s->phys);
     free(s->fidx);
     free(s->cand);
-    free(s->ord);
+    free(s->scr);
     free(s->bound);
     free(s);
 }
@@ -246,44 +246,36 @@ static int select_grow(st_kv_select *s, int32_t n_views, int32_t H) {
         while (c < (int64_t)n_views * H) c *= 2;
         GROW(s->idx, c);
         GROW(s->bound, c);
-        GROW(s->ord, c);
+        GROW(s->scr, c);
         s->cap_idx = c;
     }
     return 0;
 }
 
-/* a ranks before b: higher bound, then earlier page (NaN bounds were made +inf). */
-static int better(const float *key, int32_t a, int32_t b) {
-    return key[a] > key[b] || (key[a] == key[b] && a < b);
-}
-
-/* Reorders ord[0, n) so that ord[0, k) are the k best by `better` (in any order). The order
- * is total, so a plain two-way partition around a median-of-three pivot suffices. */
-static void top_k(int32_t *ord, int32_t n, int32_t k, const float *key) {
-    int32_t lo = 0, hi = n;
-    while (hi - lo > 1 && k > lo && k < hi) {
-        int32_t a = lo, b = lo + (hi - lo) / 2, c = hi - 1;
-        if (better(key, ord[b], ord[a])) { int32_t t = a; a = b; b = t; }
-        if (better(key, ord[c], ord[b])) {
-            b = c;
-            if (better(key, ord[b], ord[a])) b = a;
-        }
-        int32_t piv = ord[b];
-        ord[b] = ord[hi - 1];
-        ord[hi - 1] = piv;
-        int32_t i = lo;
-        for (int32_t j = lo; j < hi - 1; j++)
-            if (better(key, ord[j], piv)) {
-                int32_t t = ord[i];
-                ord[i++] = ord[j];
-                ord[j] = t;
+/* The k-th largest of v[0, n) (1 <= k <= n); reorders v. Hoare partition around a
+ * median-of-three pivot, descending, on the values themselves (no index indirection). */
+static float kth_largest(float *v, int32_t n, int32_t k) {
+    int32_t lo = 0, hi = n - 1;
+    const int32_t want = k - 1;
+    while (lo < hi) {
+        float a = v[lo], b = v[lo + (hi - lo) / 2], c = v[hi], piv;
+        if (a < b) { float t = a; a = b; b = t; }     /* a >= b */
+        piv = c > a ? a : c > b ? c : b;              /* median of the three */
+        int32_t i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] > piv) i++;
+            while (v[j] < piv) j--;
+            if (i <= j) {
+                float t = v[i];
+                v[i++] = v[j];
+                v[j--] = t;
             }
-        ord[hi - 1] = ord[i];
-        ord[i] = piv;
-        if (i == k || i + 1 == k) return;
-        if (k < i) hi = i;
-        else lo = i + 1;
+        }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else return v[want]; /* between the halves: equal to the pivot */
     }
+    return v[lo];
 }
 
 static void fill_dense(st_kv_select *s) {
@@ -314,11 +306,6 @@ static void rank_range(const st_kv *kv, const st_kv_select *s, int layer, int h,
         if (isnan(bound[c])) bound[c] = INFINITY;
 }
 
-static int cmp_i32(const void *a, const void *b) {
-    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* KV head h's list once its bounds are in: the k best candidates (top-k, then in view
  * order) merged with the forced pages into idx[h], ascending. */
 static void finish_head(st_kv_select *s, int32_t h, int32_t n_forced, int32_t n_cand, int64_t k) {
@@ -327,16 +314,32 @@ static void finish_head(st_kv_select *s, int32_t h, int32_t n_forced, int32_t n_
     if (k == n_cand) { /* every page */
         for (int32_t j = 0; j < (int32_t)nv; j++) o[n++] = j;
     } else {
-        int32_t *ord = s->ord + (size_t)h * nv;
+        /* the k best: bounds above the k-th largest value, then ties in page order (the
+         * earlier page wins), emitted in candidate order = view order, merged with the
+         * forced pages */
+        const float *bnd = s->bound + (size_t)h * nv;
+        float thr = INFINITY;
+        int64_t above = 0, eq_left = 0;
         if (k > 0) {
-            for (int32_t c = 0; c < n_cand; c++) ord[c] = c;
-            top_k(ord, n_cand, (int32_t)k, s->bound + (size_t)h * nv);
-            qsort(ord, (size_t)k, sizeof *ord, cmp_i32); /* candidate order = view order */
+            float *scr = s->scr + (size_t)h * nv;
+            memcpy(scr, bnd, (size_t)n_cand * sizeof *scr);
+            thr = kth_largest(scr, n_cand, (int32_t)k);
+            for (int32_t c = 0; c < n_cand; c++) above += bnd[c] > thr;
+            eq_left = k - above;
         }
         int32_t i = 0, c = 0;
-        while (i < n_forced || c < k) {
-            if (c == k || (i < n_forced && s->fidx[i] < s->cand[ord[c]])) o[n++] = s->fidx[i++];
-            else o[n++] = s->cand[ord[c++]];
+        for (;;) {
+            while (c < n_cand && !(k > 0 && (bnd[c] > thr || (bnd[c] == thr && eq_left > 0)))) c++;
+            const int32_t vc = c < n_cand ? s->cand[c] : INT32_MAX;
+            if (i < n_forced && s->fidx[i] < vc) {
+                o[n++] = s->fidx[i++];
+            } else if (c < n_cand) {
+                if (!(bnd[c] > thr)) eq_left--;
+                o[n++] = vc;
+                c++;
+            } else {
+                break;
+            }
         }
     }
     s->n_sel[h] = n;
