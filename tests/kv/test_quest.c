@@ -434,5 +434,33 @@ TEST(test_snapshot_boxes) {
     fx_close(&g);
 }
 
+/* Equal bounds (a zero query makes every bound 0): the earlier pages win, so the selection
+ * is the sink, the first k candidates and the recent window, in order. */
+TEST(test_select_ties) {
+    fx f;
+    REQUIRE(fx_open(&f, ST_TYPE_F32, 8, 64, 2, 2, 16) == 0);
+    st_kv_seq_id s;
+    CHECK_OK(st_kv_seq_create(f.kv, &s));
+    rng_state = 99;
+    fill(&f, s, 8 * 16, 8);
+    st_kv_select *sel = NULL;
+    REQUIRE(st_kv_select_create(&sel) == 0);
+    float q[4 * 16] = {0};
+    st_kv_quest_params p = st_kv_quest_default_params();
+    p.budget = 8 * 6; /* 6 pages: sink 1 + recent 2 forced, 3 ranked */
+    p.dense_layers = 0;
+    CHECK_OK(st_kv_quest_select(f.kv, s, 1, f.ws, q, 4, &p, sel));
+    for (int h = 0; h < 2; h++) {
+        const int32_t *idx;
+        int32_t n;
+        CHECK_OK(st_kv_select_head(sel, h, &idx, &n));
+        static const int32_t want[6] = {0, 1, 2, 3, 14, 15};
+        CHECK_INT(n, 6);
+        for (int i = 0; i < 6 && i < n; i++) CHECK_INT(idx[i], want[i]);
+    }
+    st_kv_select_destroy(sel);
+    fx_close(&f);
+}
+
 TEST_MAIN(test_box_bruteforce, test_bound_is_upper, test_select_invariants,
-          test_exactness_gate, test_snapshot_boxes)
+          test_select_ties, test_exactness_gate, test_snapshot_boxes)
