@@ -113,15 +113,22 @@ int st_attn_decode_batch(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
 int st_attn_chunk(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, const st_attn_seq *seq,
                   const float *q, int32_t n_q, int64_t pos0_q, float *out);
 
+/* Quest key boxes are kept in f16 (half the RAM and half the bytes the ranking reads per
+ * page), rounded outward so a box still contains every key it was made from: a box is
+ * kmin[head_dim] then kmax[head_dim], f16. Converts an f32 box (kmin, kmax: [head_dim])
+ * into box[2 * head_dim]: kmin rounded toward -inf, kmax toward +inf (a NaN stays NaN). */
+void st_attn_box_to_f16(int32_t head_dim, const float *kmin, const float *kmax, uint16_t *box);
+
 /* Quest upper bound (issue 7) for one KV head of a GQA group of n_group query heads:
  *   bound[p] = max over g of  sum_d max(q[g][d] * kmin[p][d], q[g][d] * kmax[p][d])
  * which is >= q[g].k for every key k inside page p's box [kmin, kmax] (unscaled: multiply
  * by the score scale if needed; ranking does not care). q: [n_group][head_dim];
- * kmin/kmax: page p's vectors start at p * stride floats (stride >= head_dim);
- * bound: [n_pages]. Uses ws's ISA. Returns 0 or ST_E_INVAL. */
+ * box: page p's f16 box (kmin then kmax, as st_attn_box_to_f16) starts at p * stride
+ * elements (stride >= 2 * head_dim); bound: [n_pages]. Uses ws's ISA. Returns 0 or
+ * ST_E_INVAL. */
 int st_attn_quest_bounds(const st_attn_ws *ws, int32_t head_dim, int32_t n_group,
-                         const float *q, const float *kmin, const float *kmax, int64_t stride,
-                         int32_t n_pages, float *bound);
+                         const float *q, const uint16_t *box, int64_t stride, int32_t n_pages,
+                         float *bound);
 
 /* Element-wise min and max over the valid keys of KV head kv_head of one page, dequantized
  * (the Quest page metadata). kmin, kmax: [head_dim]. Returns the number of valid keys

@@ -3,7 +3,8 @@
  *
  * When the KV library seals a full page (st_kv_seq_commit), it records, per layer and KV
  * head, the element-wise min and max of the page's keys as stored (after RoPE, dequantized):
- * a box that contains every key of the page. The box lives in RAM in arrays indexed by
+ * a box that contains every key of the page (kept in f16, each bound rounded outward, so it
+ * takes half the RAM and still contains them). The box lives in RAM in arrays indexed by
  * physical page id (never in the page slab), so it is there also for pages on disk, and it
  * is saved with snapshots. For a decode query q the upper bound
  *     bound(page) = max over the GQA group's query heads g of sum_d max(q_g,d * min_d, q_g,d * max_d)
@@ -45,12 +46,13 @@ typedef struct st_kv_quest_params {
 /* budget 0 (dense), sinks -1, recent -1, dense_layers -1 (the defaults above). */
 st_kv_quest_params st_kv_quest_default_params(void);
 
-/* Read-only: the key box of physical page `page`, layer `layer`, KV head `kv_head`.
- * *kmin, *kmax point at [head_dim] floats owned by kv, valid until the page is unsealed,
- * freed or kv destroyed. Returns 0; ST_E_INVAL (an index out of range, NULL output);
+/* The key box of physical page `page`, layer `layer`, KV head `kv_head`, copied into the
+ * caller's kmin, kmax ([head_dim] floats each). Boxes are kept in f16, rounded outward
+ * (st_attn_box_to_f16), so they contain every key of the page but may exceed its exact
+ * min/max by one f16 step. Returns 0; ST_E_INVAL (an index out of range, NULL output);
  * ST_E_NOT_FOUND (the page has no box: not sealed, or no valid key at seal time). */
-int st_kv_page_box(const st_kv *kv, st_kv_page_id page, int layer, int kv_head,
-                   const float **kmin, const float **kmax);
+int st_kv_page_box(const st_kv *kv, st_kv_page_id page, int layer, int kv_head, float *kmin,
+                   float *kmax);
 
 /* ---- selections -------------------------------------------------------------------------- */
 

@@ -213,10 +213,10 @@ static void blocks_avx2(const attn_blk *b, int n, int n_ahead) {
     }
 }
 
-static void quest_avx2(int D, int G, const float *q, const float *kmin, const float *kmax,
-                       int64_t stride, int32_t n_pages, float *bound) {
+static void quest_avx2(int D, int G, const float *q, const uint16_t *box, int64_t stride,
+                       int32_t n_pages, float *bound) {
     for (int32_t p = 0; p < n_pages; p++) {
-        const float *mn = kmin + p * stride, *mx = kmax + p * stride;
+        const uint16_t *mn = box + p * stride, *mx = mn + D;
         float best = -INFINITY;
         for (int g = 0; g < G; g++) {
             const float *qg = q + (size_t)g * D;
@@ -224,12 +224,13 @@ static void quest_avx2(int D, int G, const float *q, const float *kmin, const fl
             int d = 0;
             for (; d + 8 <= D; d += 8) {
                 __m256 qv = _mm256_loadu_ps(qg + d);
-                s = _mm256_add_ps(s, _mm256_max_ps(_mm256_mul_ps(qv, _mm256_loadu_ps(mn + d)),
-                                                   _mm256_mul_ps(qv, _mm256_loadu_ps(mx + d))));
+                __m256 vn = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mn + d)));
+                __m256 vx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mx + d)));
+                s = _mm256_add_ps(s, _mm256_max_ps(_mm256_mul_ps(qv, vn), _mm256_mul_ps(qv, vx)));
             }
             float v = hsum8(s);
             for (; d < D; d++) {
-                float a = qg[d] * mn[d], c = qg[d] * mx[d];
+                float a = qg[d] * st_fp16_to_fp32(mn[d]), c = qg[d] * st_fp16_to_fp32(mx[d]);
                 v += a > c ? a : c;
             }
             if (v > best) best = v;

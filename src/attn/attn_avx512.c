@@ -357,7 +357,7 @@ AI __m512 hsum16x16(__m512 *a) {
 }
 
 /* One page at a time, any D and G (the tail, and shapes the fast path does not take). */
-static void quest_one(int D, int G, const float *q, const float *mn, const float *mx,
+static void quest_one(int D, int G, const float *q, const uint16_t *mn, const uint16_t *mx,
                       float *bound) {
     float best = -INFINITY;
     for (int g = 0; g < G; g++) {
@@ -366,8 +366,9 @@ static void quest_one(int D, int G, const float *q, const float *mn, const float
         for (int d = 0; d < D; d += 16) {
             __mmask16 m = D - d >= 16 ? 0xffff : (__mmask16)((1u << (D - d)) - 1);
             __m512 qv = _mm512_maskz_loadu_ps(m, qg + d);
-            s = _mm512_add_ps(s, _mm512_max_ps(_mm512_mul_ps(qv, _mm512_maskz_loadu_ps(m, mn + d)),
-                                               _mm512_mul_ps(qv, _mm512_maskz_loadu_ps(m, mx + d))));
+            __m512 vn = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, mn + d));
+            __m512 vx = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, mx + d));
+            s = _mm512_add_ps(s, _mm512_max_ps(_mm512_mul_ps(qv, vn), _mm512_mul_ps(qv, vx)));
         }
         float v = _mm512_reduce_add_ps(s);
         if (v > best) best = v;
@@ -379,19 +380,20 @@ static void quest_one(int D, int G, const float *q, const float *mn, const float
 
 /* Bounds of pages [0, n) in groups of 16/G pages (returns how many were done): for each
  * page a dimension chunk of its box is loaded once and feeds all G heads' accumulators. */
-AI int32_t quest_groups(int D, const int G, const float *qp, const float *qn, const float *kmin,
-                        const float *kmax, int64_t stride, int32_t n_pages, float *bound) {
+AI int32_t quest_groups(int D, const int G, const float *qp, const float *qn, const uint16_t *box,
+                        int64_t stride, int32_t n_pages, float *bound) {
     const int ppt = 16 / G;
     int32_t p = 0;
     for (; p + ppt <= n_pages; p += ppt) {
         __m512 a[16];
         for (int j = 0; j < ppt; j++) {
-            const float *mn = kmin + (p + j) * stride, *mx = kmax + (p + j) * stride;
+            const uint16_t *mn = box + (p + j) * stride, *mx = mn + D;
             __m512 s0[16], s1[16];
 #pragma GCC unroll 16
             for (int g = 0; g < G; g++) s0[g] = s1[g] = _mm512_setzero_ps();
             for (int d = 0; d < D; d += 16) {
-                const __m512 vx = _mm512_loadu_ps(mx + d), vn = _mm512_loadu_ps(mn + d);
+                const __m512 vx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(mx + d)));
+                const __m512 vn = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(mn + d)));
 #pragma GCC unroll 16
                 for (int g = 0; g < G; g++) {
                     s0[g] = _mm512_fmadd_ps(_mm512_load_ps(qp + (size_t)g * D + d), vx, s0[g]);
@@ -416,8 +418,8 @@ AI int32_t quest_groups(int D, const int G, const float *qp, const float *qn, co
 /* max(q*mn, q*mx) = q+ * mx + q- * mn with q+ = max(q, 0), q- = min(q, 0): two FMAs per 16
  * dims. The 16/G pages x G heads of a group of pages fill 16 vectors whose lane sums one
  * transpose-add tree produces together; the bound is then the max over each page's G. */
-static void quest_avx512(int D, int G, const float *q, const float *kmin, const float *kmax,
-                         int64_t stride, int32_t n_pages, float *bound) {
+static void quest_avx512(int D, int G, const float *q, const uint16_t *box, int64_t stride,
+                         int32_t n_pages, float *bound) {
     int32_t p = 0;
     if (D % 16 == 0 && G <= 16 && 16 % G == 0 && (size_t)G * D <= QUEST_MAX_QD) {
         float qp[QUEST_MAX_QD] __attribute__((aligned(64))), qn[QUEST_MAX_QD] __attribute__((aligned(64)));
@@ -427,14 +429,14 @@ static void quest_avx512(int D, int G, const float *q, const float *kmin, const 
             _mm512_store_ps(qn + i, _mm512_min_ps(v, _mm512_setzero_ps()));
         }
         switch (G) {
-        case 1: p = quest_groups(D, 1, qp, qn, kmin, kmax, stride, n_pages, bound); break;
-        case 2: p = quest_groups(D, 2, qp, qn, kmin, kmax, stride, n_pages, bound); break;
-        case 4: p = quest_groups(D, 4, qp, qn, kmin, kmax, stride, n_pages, bound); break;
-        case 8: p = quest_groups(D, 8, qp, qn, kmin, kmax, stride, n_pages, bound); break;
-        default: p = quest_groups(D, 16, qp, qn, kmin, kmax, stride, n_pages, bound); break;
+        case 1: p = quest_groups(D, 1, qp, qn, box, stride, n_pages, bound); break;
+        case 2: p = quest_groups(D, 2, qp, qn, box, stride, n_pages, bound); break;
+        case 4: p = quest_groups(D, 4, qp, qn, box, stride, n_pages, bound); break;
+        case 8: p = quest_groups(D, 8, qp, qn, box, stride, n_pages, bound); break;
+        default: p = quest_groups(D, 16, qp, qn, box, stride, n_pages, bound); break;
         }
     }
-    for (; p < n_pages; p++) quest_one(D, G, q, kmin + p * stride, kmax + p * stride, &bound[p]);
+    for (; p < n_pages; p++) quest_one(D, G, q, box + p * stride, box + p * stride + D, &bound[p]);
 }
 
 const st_attn_kernels st_attn_kernels_avx512_ = {

@@ -68,15 +68,35 @@ int attn_check_seq(st_ctx *ctx, const st_attn_geom *g, const st_attn_seq *s, int
 
 /* ---- Quest metadata ------------------------------------------------------------------------ */
 
+/* One f16 step toward -inf / +inf from h (not NaN, not already the infinity that way). */
+static uint16_t f16_next_down(uint16_t h) {
+    if (h == 0x0000) return 0x8001;        /* +0 -> the smallest negative subnormal */
+    return (h & 0x8000) ? (uint16_t)(h + 1) : (uint16_t)(h - 1);
+}
+static uint16_t f16_next_up(uint16_t h) {
+    if (h == 0x8000) return 0x0001;        /* -0 -> the smallest positive subnormal */
+    return (h & 0x8000) ? (uint16_t)(h - 1) : (uint16_t)(h + 1);
+}
+
+void st_attn_box_to_f16(int32_t head_dim, const float *kmin, const float *kmax, uint16_t *box) {
+    for (int32_t d = 0; d < head_dim; d++) {
+        uint16_t lo = st_fp32_to_fp16(kmin[d]), hi = st_fp32_to_fp16(kmax[d]);
+        if (st_fp16_to_fp32(lo) > kmin[d]) lo = f16_next_down(lo); /* NaN compares false */
+        if (st_fp16_to_fp32(hi) < kmax[d]) hi = f16_next_up(hi);
+        box[d] = lo;
+        box[head_dim + d] = hi;
+    }
+}
+
 int st_attn_quest_bounds(const st_attn_ws *ws, int32_t head_dim, int32_t n_group,
-                         const float *q, const float *kmin, const float *kmax, int64_t stride,
-                         int32_t n_pages, float *bound) {
+                         const float *q, const uint16_t *box, int64_t stride, int32_t n_pages,
+                         float *bound) {
     if (!ws || head_dim < 1 || head_dim > ST_ATTN_MAX_HEAD_DIM || n_group < 1 ||
-        n_group > ST_ATTN_MAX_HEADS || stride < head_dim || n_pages < 0)
+        n_group > ST_ATTN_MAX_HEADS || stride < 2 * (int64_t)head_dim || n_pages < 0)
         return ST_E_INVAL;
     if (n_pages == 0) return 0;
-    if (!q || !kmin || !kmax || !bound) return ST_E_INVAL;
-    attn_ws_kernels(ws)->quest(head_dim, n_group, q, kmin, kmax, stride, n_pages, bound);
+    if (!q || !box || !bound) return ST_E_INVAL;
+    attn_ws_kernels(ws)->quest(head_dim, n_group, q, box, stride, n_pages, bound);
     return 0;
 }
 

@@ -57,8 +57,8 @@ typedef struct st_attn_kernels {
      * prefetch them, so memory streams in step with compute rather than in bursts. */
     void (*blocks)(const attn_blk *b, int n, int n_ahead);
     /* st_attn_quest_bounds with validated arguments; d_mult does not apply. */
-    void (*quest)(int D, int G, const float *q, const float *kmin, const float *kmax,
-                  int64_t stride, int32_t n_pages, float *bound);
+    void (*quest)(int D, int G, const float *q, const uint16_t *box, int64_t stride,
+                  int32_t n_pages, float *bound);
 } st_attn_kernels;
 
 /* attn_check.c: 0 or ST_E_INVAL with a message naming the field (seq index si). */

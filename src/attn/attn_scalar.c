@@ -54,16 +54,16 @@ static void blocks_scalar(const attn_blk *b, int n, int n_ahead) {
     for (int i = 0; i < n; i++) block_scalar(&b[i]);
 }
 
-static void quest_scalar(int D, int G, const float *q, const float *kmin, const float *kmax,
-                         int64_t stride, int32_t n_pages, float *bound) {
+static void quest_scalar(int D, int G, const float *q, const uint16_t *box, int64_t stride,
+                         int32_t n_pages, float *bound) {
     for (int32_t p = 0; p < n_pages; p++) {
-        const float *mn = kmin + p * stride, *mx = kmax + p * stride;
+        const uint16_t *mn = box + p * stride, *mx = mn + D;
         float best = -INFINITY;
         for (int g = 0; g < G; g++) {
             const float *qg = q + (size_t)g * D;
             float s = 0;
             for (int d = 0; d < D; d++) {
-                float a = qg[d] * mn[d], c = qg[d] * mx[d];
+                float a = qg[d] * st_fp16_to_fp32(mn[d]), c = qg[d] * st_fp16_to_fp32(mx[d]);
                 s += a > c ? a : c;
             }
             if (s > best) best = s;

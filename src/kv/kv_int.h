@@ -88,7 +88,8 @@ struct st_kv {
     /* Quest key boxes (kv_quest.c), in RAM whatever a page's residency. A page's box is
      * valid iff pg->sealed && qbox_ok[page]: every path that clears `sealed` thereby
      * invalidates it, and kv_quest_seal (from kv_seal_page) recomputes it. */
-    float *qbox;          /* [n_layer][n_kv_head][n_pages][2][head_dim]: kmin then kmax */
+    uint16_t *qbox;       /* [n_layer][n_kv_head][n_pages][2][head_dim] f16: kmin then kmax,
+                             rounded outward (st_attn_box_to_f16) */
     uint8_t *qbox_ok;     /* [n_pages] box computed at the page's last seal */
     /* SSD tier (kv_tier.c); spill == NULL: no tier, frame == page id for every page */
     st_spill_dir *spill_dir;
@@ -168,7 +169,7 @@ int kv_quest_get_box(const st_kv *kv, int32_t page, uint8_t *dst);
 void kv_quest_set_box(st_kv *kv, int32_t page, const uint8_t *src);
 int kv_quest_check_box(const st_kv *kv, const uint8_t *data, size_t layer_stride,
                        const uint8_t *box, char *msg, size_t cap);
-static inline float *kv_qbox(const st_kv *kv, int layer, int head, int32_t page) {
+static inline uint16_t *kv_qbox(const st_kv *kv, int layer, int head, int32_t page) {
     return kv->qbox +
            ((((size_t)layer * kv->p.n_kv_head + head) * kv->n_pages + page) * 2 *
             kv->p.head_dim);

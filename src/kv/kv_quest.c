@@ -4,7 +4,8 @@
  *
  * Boxes
  * -----
- * kv->qbox holds, per layer, KV head and physical page, kmin[D] then kmax[D]; laid out
+ * kv->qbox holds, per layer, KV head and physical page, kmin[D] then kmax[D] in f16, rounded
+ * outward (half the RAM of f32, and half the bytes ranking reads per page); laid out
  * [layer][head][page] so that for one (layer, head) the boxes of a run of consecutive
  * physical pages (what a fresh pool hands a growing sequence) are one strided array and one
  * st_attn_quest_bounds call scores the whole run.
@@ -42,9 +43,9 @@ int kv_quest_alloc(st_kv *kv) {
     uint64_t n;
     if (st_mul_overflow_u64((uint64_t)kv->p.n_layer * (uint64_t)kv->p.n_kv_head,
                             (uint64_t)kv->n_pages * 2u * (uint64_t)kv->p.head_dim, &n) ||
-        n > SIZE_MAX / sizeof(float))
+        n > SIZE_MAX / sizeof(uint16_t))
         return ST_E_NOMEM;
-    kv->qbox = st_alloc_aligned((size_t)n * sizeof(float), 64);
+    kv->qbox = st_alloc_aligned((size_t)n * sizeof(uint16_t), 64);
     kv->qbox_ok = calloc((size_t)kv->n_pages, 1);
     return kv->qbox && kv->qbox_ok ? 0 : ST_E_NOMEM;
 }
@@ -81,12 +82,14 @@ static st_attn_geom kv_geom(const st_kv *kv) {
 
 void kv_quest_seal(st_kv *kv, int32_t page) {
     const st_attn_geom g = kv_geom(kv);
+    const int D = kv->p.head_dim;
+    float mm[2 * ST_ATTN_MAX_HEAD_DIM];
     for (int l = 0; l < kv->p.n_layer; l++) {
         st_attn_page v = block_view(kv, kv_layer_data(kv, page, l), NULL, kv->p.page_size);
         for (int h = 0; h < kv->p.n_kv_head; h++) {
-            float *b = kv_qbox(kv, l, h, page);
-            int n = st_attn_key_minmax(&g, &v, h, b, b + kv->p.head_dim);
+            int n = st_attn_key_minmax(&g, &v, h, mm, mm + D);
             ST_ASSERT(n == kv->p.page_size);
+            st_attn_box_to_f16(D, mm, mm + D, kv_qbox(kv, l, h, page));
         }
     }
     kv->qbox_ok[page] = 1;
@@ -96,18 +99,19 @@ static int has_box(const st_kv *kv, int32_t page) {
     return kv->pages[page].sealed && kv->qbox_ok[page];
 }
 
-int st_kv_page_box(const st_kv *kv, st_kv_page_id page, int layer, int kv_head,
-                   const float **kmin, const float **kmax) {
-    if (kmin) *kmin = NULL;
-    if (kmax) *kmax = NULL;
+int st_kv_page_box(const st_kv *kv, st_kv_page_id page, int layer, int kv_head, float *kmin,
+                   float *kmax) {
     if (!kv || !kmin || !kmax || page < 0 || page >= kv->n_pages || layer < 0 ||
         layer >= kv->p.n_layer || kv_head < 0 || kv_head >= kv->p.n_kv_head)
         return kv ? st_seterr(kv->ctx, ST_E_INVAL, "kv: page_box: page %d layer %d head %d",
                               page, layer, kv_head)
                   : ST_E_INVAL;
     if (!has_box(kv, page)) return ST_E_NOT_FOUND;
-    *kmin = kv_qbox(kv, layer, kv_head, page);
-    *kmax = *kmin + kv->p.head_dim;
+    const uint16_t *b = kv_qbox(kv, layer, kv_head, page);
+    for (int d = 0; d < kv->p.head_dim; d++) {
+        kmin[d] = st_fp16_to_fp32(b[d]);
+        kmax[d] = st_fp16_to_fp32(b[kv->p.head_dim + d]);
+    }
     return 0;
 }
 
@@ -118,22 +122,32 @@ size_t kv_quest_box_bytes(const st_kv *kv) {
 }
 
 int kv_quest_get_box(const st_kv *kv, int32_t page, uint8_t *dst) {
-    const size_t nb = 2u * kv->p.head_dim * sizeof(float);
+    const size_t n = 2u * kv->p.head_dim;
     if (!has_box(kv, page)) {
         memset(dst, 0, kv_quest_box_bytes(kv));
         return 0;
     }
     for (int l = 0; l < kv->p.n_layer; l++)
-        for (int h = 0; h < kv->p.n_kv_head; h++, dst += nb) memcpy(dst, kv_qbox(kv, l, h, page), nb);
+        for (int h = 0; h < kv->p.n_kv_head; h++) {
+            const uint16_t *b = kv_qbox(kv, l, h, page);
+            for (size_t i = 0; i < n; i++, dst += sizeof(float)) {
+                float x = st_fp16_to_fp32(b[i]); /* exact: f16 -> f32 */
+                memcpy(dst, &x, sizeof x);
+            }
+        }
     return 1;
 }
 
 void kv_quest_set_box(st_kv *kv, int32_t page, const uint8_t *src) {
-    const size_t nb = 2u * kv->p.head_dim * sizeof(float);
+    const int D = kv->p.head_dim;
     kv->qbox_ok[page] = src != NULL;
     if (!src) return;
+    float mm[2 * ST_ATTN_MAX_HEAD_DIM];
     for (int l = 0; l < kv->p.n_layer; l++)
-        for (int h = 0; h < kv->p.n_kv_head; h++, src += nb) memcpy(kv_qbox(kv, l, h, page), src, nb);
+        for (int h = 0; h < kv->p.n_kv_head; h++, src += 2u * D * sizeof(float)) {
+            memcpy(mm, src, 2u * D * sizeof(float)); /* the stream is not aligned */
+            st_attn_box_to_f16(D, mm, mm + D, kv_qbox(kv, l, h, page));
+        }
 }
 
 int kv_quest_check_box(const st_kv *kv, const uint8_t *data, size_t layer_stride,
@@ -297,8 +311,8 @@ static void rank_range(const st_kv *kv, const st_kv_select *s, int layer, int h,
         int32_t c1 = c0 + 1;
         const int32_t p0 = s->phys[s->cand[c0]];
         while (c1 < c_hi && s->phys[s->cand[c1]] == p0 + (c1 - c0)) c1++;
-        const float *b = kv_qbox(kv, layer, h, p0);
-        int rc = st_attn_quest_bounds(ws, D, G, qg, b, b + D, 2 * D, c1 - c0, bound + c0);
+        int rc = st_attn_quest_bounds(ws, D, G, qg, kv_qbox(kv, layer, h, p0), 2 * D, c1 - c0,
+                                      bound + c0);
         ST_ASSERT(rc == 0); /* arguments validated by the caller */
         c0 = c1;
     }
@@ -440,8 +454,7 @@ int st_kv_quest_select(const st_kv *kv, st_kv_seq_id seq, int layer, const st_at
     if (k > 0 && k < n_cand) {
         const int D = kv->p.head_dim;
         float probe;
-        if (st_attn_quest_bounds(ws, D, G, q, kv_qbox(kv, layer, 0, 0),
-                                 kv_qbox(kv, layer, 0, 0) + D, 2 * D, 0, &probe))
+        if (st_attn_quest_bounds(ws, D, G, q, kv_qbox(kv, layer, 0, 0), 2 * D, 0, &probe))
             return st_seterr(kv->ctx, ST_E_INVAL, "quest: bounds: head_dim %d, group %d", D, G);
     }
     st_threadpool *tp = kv->ctx ? st_ctx_threadpool(kv->ctx) : NULL;

@@ -46,7 +46,8 @@ static void put(wbuf *w, const void *p, size_t n) {
         w->b = b;
         w->cap = cap;
     }
-    memcpy(w->b + w->n, p, n);
+    if (p) memcpy(w->b + w->n, p, n);
+    else memset(w->b + w->n, 0, n); /* room, filled in place by the caller */
     w->n += n;
 }
 static void put_u32(wbuf *w, uint32_t v) { put(w, &v, 4); }
@@ -102,7 +103,7 @@ static void put_page(const st_kv *kv, wbuf *w, int32_t idx, int32_t id) {
         if (kv->p.type == ST_TYPE_Q8_0) put(w, blk + kv->g.scale_offset, 8u * kv->p.n_kv_head);
     }
     const size_t nb = kv_quest_box_bytes(kv);
-    put(w, kv->qbox, nb); /* room (any bytes), overwritten below */
+    put(w, NULL, nb); /* room for the boxes, converted to f32 in place below */
     if (!w->oom) kv_quest_get_box(kv, id, w->b + w->n - nb);
 }
 

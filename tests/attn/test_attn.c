@@ -594,12 +594,22 @@ TEST(test_quest_bounds) {
             const int D = tp.D, G = tp.G, NP = s.n_pages, stride = D + 3;
             float *mn = malloc(sizeof(float) * NP * stride), *mx = malloc(sizeof(float) * NP * stride);
             float *q = rand_q(&r, (size_t)G * D), *bound = malloc(sizeof(float) * NP);
+            const int bstride = 2 * D + 3; /* f16 boxes, not packed */
+            uint16_t *box = malloc(sizeof(uint16_t) * NP * bstride);
             for (int h = 0; h < 2; h++) {
                 for (int p = 0; p < NP; p++) {
                     int n = st_attn_key_minmax(&s.g, &s.pages[p], h, mn + p * stride, mx + p * stride);
                     CHECK(n >= 0);
+                    /* the kernel reads f16 boxes rounded outward: the reference uses them too */
+                    st_attn_box_to_f16(D, mn + p * stride, mx + p * stride, box + p * bstride);
+                    for (int d = 0; d < D; d++) {
+                        float lo = st_fp16_to_fp32(box[p * bstride + d]);
+                        float hi = st_fp16_to_fp32(box[p * bstride + D + d]);
+                        CHECK(lo <= mn[p * stride + d] && hi >= mx[p * stride + d]);
+                        mn[p * stride + d] = lo, mx[p * stride + d] = hi;
+                    }
                 }
-                CHECK_OK(st_attn_quest_bounds(ws, D, G, q, mn, mx, stride, NP, bound));
+                CHECK_OK(st_attn_quest_bounds(ws, D, G, q, box, bstride, NP, bound));
                 for (int p = 0; p < NP; p++) {
                     double best = -INFINITY, mag = 0;
                     for (int gi = 0; gi < G; gi++) {
@@ -626,10 +636,11 @@ TEST(test_quest_bounds) {
                     }
                 }
             }
-            free(mn), free(mx), free(q), free(bound);
+            free(mn), free(mx), free(q), free(bound), free(box);
             tseq_free(&s);
         }
-        CHECK_INT(st_attn_quest_bounds(ws, 0, 1, NULL, NULL, NULL, 1, 1, NULL), ST_E_INVAL);
+        CHECK_INT(st_attn_quest_bounds(ws, 0, 1, NULL, NULL, 2, 1, NULL), ST_E_INVAL);
+        CHECK_INT(st_attn_quest_bounds(ws, 8, 1, NULL, NULL, 15, 1, NULL), ST_E_INVAL); /* stride < 2D */
         st_attn_ws_destroy(ws);
     }
 }

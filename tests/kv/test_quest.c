@@ -67,8 +67,9 @@ static void rand_vec(float *x, size_t n, float amp) {
     for (size_t i = 0; i < n; i++) x[i] = amp * frand();
 }
 
-/* Boxes equal the element-wise min/max over read-back keys of every sealed page; the
- * partial tail has none; an unsealed page loses its box until it is sealed again. */
+/* Boxes equal the element-wise min/max over read-back keys of every sealed page, rounded
+ * outward to f16 (so they contain every key); the partial tail has none; an unsealed page
+ * loses its box until it is sealed again. */
 TEST(test_box_bruteforce) {
     static const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16, ST_TYPE_Q8_0};
     for (size_t ti = 0; ti < 4; ti++) {
@@ -85,8 +86,8 @@ TEST(test_box_bruteforce) {
         float k[8 * 2 * 24];
         for (int i = 0; i < np; i++)
             for (int l = 0; l < 2; l++) {
-                const float *mn, *mx;
-                int rc = st_kv_page_box(f.kv, pages[i], l, 1, &mn, &mx);
+                float mn[24], mx[24];
+                int rc = st_kv_page_box(f.kv, pages[i], l, 1, mn, mx);
                 if (i == np - 1) {
                     CHECK_INT(rc, ST_E_NOT_FOUND);
                     continue;
@@ -94,17 +95,25 @@ TEST(test_box_bruteforce) {
                 CHECK_OK(rc);
                 CHECK_OK(st_kv_read(f.kv, s, l, (int64_t)i * 8, 8, k, NULL));
                 for (int h = 0; h < 2; h++) {
-                    CHECK_OK(st_kv_page_box(f.kv, pages[i], l, h, &mn, &mx));
+                    CHECK_OK(st_kv_page_box(f.kv, pages[i], l, h, mn, mx));
                     int bad = 0;
+                    float lo[24], hi[24];
+                    uint16_t want[48];
                     for (int d = 0; d < 24; d++) {
-                        float lo = k[h * 24 + d], hi = lo;
+                        lo[d] = hi[d] = k[h * 24 + d];
                         for (int t = 1; t < 8; t++) {
                             float x = k[(t * 2 + h) * 24 + d];
-                            lo = x < lo ? x : lo;
-                            hi = x > hi ? x : hi;
+                            lo[d] = x < lo[d] ? x : lo[d];
+                            hi[d] = x > hi[d] ? x : hi[d];
                         }
+                    }
+                    st_attn_box_to_f16(24, lo, hi, want);
+                    for (int d = 0; d < 24; d++) {
                         /* q8_0: box and read dequantize the same int8 * scale */
-                        bad += mn[d] != lo || mx[d] != hi;
+                        bad += mn[d] != st_fp16_to_fp32(want[d]) || mx[d] != st_fp16_to_fp32(want[24 + d]);
+                        bad += !(mn[d] <= lo[d] && mx[d] >= hi[d]); /* contains every key */
+                        /* f16 keys are f16 values already: their box is exact */
+                        if (types[ti] == ST_TYPE_F16) bad += mn[d] != lo[d] || mx[d] != hi[d];
                     }
                     CHECK_INT(bad, 0);
                 }
@@ -113,13 +122,13 @@ TEST(test_box_bruteforce) {
         float kk[2 * 24], vv[2 * 24];
         rand_vec(kk, 48, 1);
         rand_vec(vv, 48, 1);
-        const float *mn, *mx;
+        float mn[24], mx[24];
         CHECK_OK(st_kv_write(f.kv, s, 0, 9, 1, kk, vv));
         CHECK_OK(st_kv_seq_pages(f.kv, s, pages, 16, &np));
-        CHECK_INT(st_kv_page_box(f.kv, pages[1], 0, 0, &mn, &mx), ST_E_NOT_FOUND);
+        CHECK_INT(st_kv_page_box(f.kv, pages[1], 0, 0, mn, mx), ST_E_NOT_FOUND);
         CHECK_OK(st_kv_seq_commit(f.kv, s));
-        CHECK_OK(st_kv_page_box(f.kv, pages[1], 0, 0, &mn, &mx));
-        CHECK_INT(st_kv_page_box(f.kv, pages[1], 2, 0, &mn, &mx), ST_E_INVAL);
+        CHECK_OK(st_kv_page_box(f.kv, pages[1], 0, 0, mn, mx));
+        CHECK_INT(st_kv_page_box(f.kv, pages[1], 2, 0, mn, mx), ST_E_INVAL);
         char msg[256];
         CHECK_OK(kv_check(f.kv, msg, sizeof msg));
         fx_close(&f);
@@ -144,10 +153,11 @@ TEST(test_bound_is_upper) {
         for (int i = 0; i < 20; i++) {
             CHECK_OK(st_kv_read(f.kv, s, 0, (int64_t)i * 16, 16, k, NULL));
             for (int h = 0; h < 2; h++) {
-                const float *mn, *mx;
-                float bound;
-                CHECK_OK(st_kv_page_box(f.kv, pages[i], 0, h, &mn, &mx));
-                CHECK_OK(st_attn_quest_bounds(f.ws, 64, 2, q + h * 2 * 64, mn, mx, 128, 1, &bound));
+                float mn[64], mx[64], bound;
+                uint16_t box[128];
+                CHECK_OK(st_kv_page_box(f.kv, pages[i], 0, h, mn, mx));
+                st_attn_box_to_f16(64, mn, mx, box); /* exact: the values came from f16 */
+                CHECK_OK(st_attn_quest_bounds(f.ws, 64, 2, q + h * 2 * 64, box, 128, 1, &bound));
                 for (int g = 0; g < 2; g++)
                     for (int t = 0; t < 16; t++) {
                         double dot = 0, mag = 0;
@@ -219,13 +229,15 @@ TEST(test_select_invariants) {
             float best_out = -INFINITY, worst_in = INFINITY;
             for (int j = 0; j < nv; j++) {
                 int e = ent_of[j];
-                const float *mn, *mx;
-                int boxed = st_kv_page_box(f.kv, pg[e], layer, h, &mn, &mx) == 0;
+                float mn[16], mx[16];
+                uint16_t box[32];
+                int boxed = st_kv_page_box(f.kv, pg[e], layer, h, mn, mx) == 0;
                 int forced = e < sp || e >= n_ent - rp || !boxed;
                 n_forced += forced;
                 bad_forced += forced && !in[j];
                 if (forced) continue;
-                CHECK_OK(st_attn_quest_bounds(f.ws, 16, 2, q + h * 32, mn, mx, 32, 1, &bnd[j]));
+                st_attn_box_to_f16(16, mn, mx, box);
+                CHECK_OK(st_attn_quest_bounds(f.ws, 16, 2, q + h * 32, box, 32, 1, &bnd[j]));
                 if (in[j] && bnd[j] < worst_in) worst_in = bnd[j];
                 if (!in[j] && bnd[j] > best_out) best_out = bnd[j];
             }
@@ -373,9 +385,10 @@ TEST(test_snapshot_boxes) {
     for (int i = 0; i < na; i++)
         for (int l = 0; l < L; l++)
             for (int h = 0; h < H; h++) {
-                const float *m1, *x1, *m2, *x2;
-                int r1 = st_kv_page_box(f.kv, pa[i], l, h, &m1, &x1);
-                int r2 = st_kv_page_box(g.kv, pb[i], l, h, &m2, &x2);
+                float m1[ST_ATTN_MAX_HEAD_DIM], x1[ST_ATTN_MAX_HEAD_DIM];
+                float m2[ST_ATTN_MAX_HEAD_DIM], x2[ST_ATTN_MAX_HEAD_DIM];
+                int r1 = st_kv_page_box(f.kv, pa[i], l, h, m1, x1);
+                int r2 = st_kv_page_box(g.kv, pb[i], l, h, m2, x2);
                 bad += r1 != r2;
                 if (!r1 && !r2) {
                     boxed++;
