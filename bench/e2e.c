@@ -92,7 +92,7 @@ static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, ben
         st_kv_seq_free(kv, s);
     }
     /* decode from an empty sequence: one warm-up step, then n_tg timed steps in rounds */
-    st_kv_seq_id s;
+    st_kv_seq_id s = 0;
     if (!rc) rc = st_kv_seq_create(kv, &s);
     int32_t t = 1;
     st_batch d = {.n_tokens = 1, .tokens = &t, .seq_single = s};

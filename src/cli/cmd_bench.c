@@ -20,7 +20,7 @@ int st_cmd_bench(int argc, char **argv) {
     st_synth_params sp = st_synth_default_params();
     long long n_pp = 512, n_tg = 128, n_threads = 2;
     st_type kv_type = ST_TYPE_F16;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = v != NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -41,7 +41,6 @@ int st_cmd_bench(int argc, char **argv) {
             fprintf(stderr, "strata bench: bad value '%s' for %s\n", v ? v : "(missing)", a);
             return ST_EXIT_INPUT;
         }
-        i++;
     }
     if (!model && st_synth_preset(preset, &sp)) {
         fprintf(stderr, "strata bench: unknown preset '%s' (1b, small, tiny)\n", preset);
