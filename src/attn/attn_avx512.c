@@ -11,22 +11,6 @@
 #include <immintrin.h>
 #include <math.h>
 
-/* Forced inlining turns the per-type, per-shape kernels into straight-line code. Sanitizer
- * builds (make test-asan, the fuzz targets) instrument every inlined copy, which took clang
- * over five minutes on this file: there the compiler chooses what to inline. */
-#if defined(__SANITIZE_ADDRESS__)
-#define ATTN_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ATTN_SANITIZED 1
-#endif
-#endif
-#ifdef ATTN_SANITIZED
-#define AI static inline
-#else
-#define AI static inline __attribute__((always_inline))
-#endif
-
 /* exp(x) for x <= 0 (and -inf): relative error about 2e-7; exp(0) == 1 exactly. */
 AI __m512 exp512(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));

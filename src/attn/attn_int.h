@@ -5,6 +5,23 @@
 
 #include "strata/attn.h"
 
+/* AI: the SIMD kernels' helpers. Forced inlining turns the per-type, per-shape kernels into
+ * straight-line code. Sanitizer builds (make test-asan, the fuzz targets) instrument every
+ * inlined copy, which took clang over five minutes on attn_avx512.c: there the compiler
+ * chooses what to inline. */
+#if defined(__SANITIZE_ADDRESS__)
+#define ATTN_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ATTN_SANITIZED 1
+#endif
+#endif
+#ifdef ATTN_SANITIZED
+#define AI static inline
+#else
+#define AI static inline __attribute__((always_inline))
+#endif
+
 /* Largest page size a geometry may declare (a contiguous cache is one big page). */
 #define ATTN_MAX_PAGE_SIZE_ANY (1 << 26)
 
