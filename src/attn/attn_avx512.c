@@ -1,11 +1,17 @@
 /* AVX-512 block kernel (head_dim a multiple of 16).
  *
- * Per block of 16 slots: K is converted once into an f32 tile (L1) laid out
- * [head_dim/16][16 slots][16 dims], each row's 16 scores
- * come from 16 FMA accumulators folded by a transpose-add tree (45 ops for 16 dot
- * products, instead of a horizontal sum per score); the online-softmax update runs over
- * 16 rows per vector; V is accumulated for 4 rows x 64 dims in 16 registers, converting
- * each V element once when R <= 4 (decode with GQA <= 4) and from an f32 tile otherwise. */
+ * Keys are dim-major in a page (K^T per head), so one vector holds one dimension of 16 slots
+ * and a block's scores are broadcast-q FMAs with no horizontal sums; two full blocks of one
+ * head are scored together so each broadcast serves both. In decode the online-softmax
+ * update of a GQA group's rows runs as one branch-free vector step (rows_update_vec). V is
+ * accumulated for 4 rows x 64 dims in 16 registers, converting each V element once when
+ * R <= 4 and from an f32 tile otherwise.
+ *
+ * Memory: the blocks ATTN_PF_BLOCKS ahead are prefetched a line or two at a time from
+ * inside the K and V loops of the current block (one request per line of work), not in a
+ * burst per block: a burst of 64 requests overflows the core's L1 miss buffers and the
+ * rest wait, so memory and compute took turns instead of overlapping (measured in
+ * bench/attn: +25% at 32k). */
 #include "attn_int.h"
 
 #include <immintrin.h>
@@ -26,6 +32,11 @@ AI __m512 exp512(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);
+}
+
+/* Prefetches bytes [o, o + n) of p, one request per cache line. */
+AI void pf_span(const char *p, size_t o, size_t n) {
+    for (size_t e = o + n; o < e; o += 64) ATTN_PF(p + o);
 }
 
 /* 16 consecutive elements of type T at element index i, as f32 (q8_0 unscaled). */
@@ -65,13 +76,14 @@ AI __m512 loadk(st_type T, const void *k, size_t i, __mmask16 lm, const int FULL
  * so a vector holds one dimension of 16 slots and every FMA is a useful one: no horizontal
  * sums. Two partial sums per row (even and odd d) keep 8 FMA chains in flight. */
 AI void scores(const attn_tile *t, st_type T, const void *k, size_t ks, __mmask16 lm, int r0,
-               const int RB, const int FULL, __m512 *s) {
+               const int RB, const int FULL, __m512 *s, const char *pk) {
     const int D = t->D;
     const float *q = t->q + (size_t)r0 * D;
     __m512 a[4][2];
 #pragma GCC unroll 4
     for (int i = 0; i < RB; i++) a[i][0] = a[i][1] = _mm512_setzero_ps();
     for (int d = 0; d < D; d += 2) {
+        if (pk) pf_span(pk, (size_t)d * ATTN_BLK * attn_elem_size(T), 2 * ATTN_BLK * attn_elem_size(T));
         __m512 k0 = loadk(T, k, (size_t)d * ks, lm, FULL);
         __m512 k1 = loadk(T, k, (size_t)(d + 1) * ks, lm, FULL);
 #pragma GCC unroll 4
@@ -89,13 +101,15 @@ AI void scores(const attn_tile *t, st_type T, const void *k, size_t ks, __mmask1
  * bound the single-block loop. Per block the arithmetic is exactly scores()'s (same
  * even/odd partial sums, same order), so pairing never changes a bit. */
 AI void scores_two(const attn_tile *t, st_type T, const attn_blk *x, const attn_blk *y,
-                   const int RB, __m512 *sx, __m512 *sy) {
+                   const int RB, __m512 *sx, __m512 *sy, const char *px, const char *py) {
     const int D = t->D;
     const float *q = t->q;
     __m512 a[4][2], c[4][2];
 #pragma GCC unroll 4
     for (int i = 0; i < RB; i++) a[i][0] = a[i][1] = c[i][0] = c[i][1] = _mm512_setzero_ps();
     for (int d = 0; d < D; d += 2) {
+        if (px) pf_span(px, (size_t)d * ATTN_BLK * attn_elem_size(T), 2 * ATTN_BLK * attn_elem_size(T));
+        if (py) pf_span(py, (size_t)d * ATTN_BLK * attn_elem_size(T), 2 * ATTN_BLK * attn_elem_size(T));
         __m512 x0 = load16(T, x->k, (size_t)d * x->kstride), x1 = load16(T, x->k, (size_t)(d + 1) * x->kstride);
         __m512 y0 = load16(T, y->k, (size_t)d * y->kstride), y1 = load16(T, y->k, (size_t)(d + 1) * y->kstride);
 #pragma GCC unroll 4
@@ -140,7 +154,7 @@ AI void row_update(const attn_tile *t, __m512 s, float *p, float *bm, int r, uin
 
 /* acc[r0..r0+RB) [d0, d0 + 16*ND) = acc * alpha + sum over slots j in u of p[r][j] * v[j]. */
 AI void v_accum(const attn_tile *t, const float *p, const float *bm, st_type VT, const void *v,
-                int r0, int d0, uint32_t u, const int RB, const int ND) {
+                int r0, int d0, uint32_t u, const int RB, const int ND, const char *pv) {
     const int D = t->D;
     __m512 acc[4][4];
 #pragma GCC unroll 4
@@ -153,6 +167,7 @@ AI void v_accum(const attn_tile *t, const float *p, const float *bm, st_type VT,
     if (u == 0xffff) { /* full block: straight-line, no bit scanning */
 #pragma GCC unroll 16
         for (int j = 0; j < 16; j++) {
+            if (pv) pf_span(pv, (size_t)j * D * attn_elem_size(VT), (size_t)D * attn_elem_size(VT));
             __m512 vv[4];
 #pragma GCC unroll 4
             for (int k = 0; k < ND; k++) vv[k] = load16(VT, v, (size_t)j * D + d0 + 16 * k);
@@ -184,24 +199,85 @@ AI void v_accum(const attn_tile *t, const float *p, const float *bm, st_type VT,
 }
 
 AI void v_all(const attn_tile *t, const float *p, const float *bm, st_type VT, const void *v,
-              uint32_t u) {
+              uint32_t u, const char *pv) {
     const int D = t->D, R = t->R;
     int r0 = 0;
     for (; r0 + 4 <= R; r0 += 4) {
         int d0 = 0;
-        for (; d0 + 64 <= D; d0 += 64) v_accum(t, p, bm, VT, v, r0, d0, u, 4, 4);
-        for (; d0 < D; d0 += 16) v_accum(t, p, bm, VT, v, r0, d0, u, 4, 1);
+        for (; d0 + 64 <= D; d0 += 64) v_accum(t, p, bm, VT, v, r0, d0, u, 4, 4, pv), pv = NULL;
+        for (; d0 < D; d0 += 16) v_accum(t, p, bm, VT, v, r0, d0, u, 4, 1, pv), pv = NULL;
     }
     for (; r0 < R; r0++) {
         int d0 = 0;
-        for (; d0 + 64 <= D; d0 += 64) v_accum(t, p, bm, VT, v, r0, d0, u, 1, 4);
-        for (; d0 < D; d0 += 16) v_accum(t, p, bm, VT, v, r0, d0, u, 1, 1);
+        for (; d0 + 64 <= D; d0 += 64) v_accum(t, p, bm, VT, v, r0, d0, u, 1, 4, pv), pv = NULL;
+        for (; d0 < D; d0 += 16) v_accum(t, p, bm, VT, v, r0, d0, u, 1, 1, pv), pv = NULL;
+    }
+}
+
+/* The 4 row maxima of s[0..3] in lanes 0..3 of every 128-bit lane (a 10-op tree instead of
+ * four reductions). */
+AI __m512 max4x16(const __m512 *s) {
+    __m512 a = _mm512_max_ps(_mm512_unpacklo_ps(s[0], s[1]), _mm512_unpackhi_ps(s[0], s[1]));
+    __m512 c = _mm512_max_ps(_mm512_unpacklo_ps(s[2], s[3]), _mm512_unpackhi_ps(s[2], s[3]));
+    __m512d ad = _mm512_castps_pd(a), cd = _mm512_castps_pd(c);
+    __m512 m = _mm512_max_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(ad, cd)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(ad, cd)));
+    m = _mm512_max_ps(m, _mm512_shuffle_f32x4(m, m, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm512_max_ps(m, _mm512_shuffle_f32x4(m, m, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+
+/* Lane i of every 128-bit lane of x, broadcast. */
+AI __m512 lane_bcast(__m512 x, const int i) {
+    switch (i) {
+    case 0: return _mm512_permute_ps(x, 0x00);
+    case 1: return _mm512_permute_ps(x, 0x55);
+    case 2: return _mm512_permute_ps(x, 0xAA);
+    default: return _mm512_permute_ps(x, 0xFF);
+    }
+}
+
+/* rows_update for rows that all see the block's mask (decode: no causal limit): the RB rows
+ * are updated together and without branches. m_new = max(m_old, row max) and alpha =
+ * exp(m_old - m_new) for all rows in one exp; when the max does not move, alpha is exp(0),
+ * exactly 1, so the values are row_update's bit for bit, minus its unpredictable branch and
+ * its four serial reductions, which cost more than the V half of a block. */
+AI void rows_update_vec(const attn_blk *b, const __m512 *sc, float *p, float *bm, int r0,
+                        const int RB) {
+    const attn_tile *t = b->t;
+    const __mmask16 rows = (__mmask16)((1u << RB) - 1);
+    const __mmask16 valid = (__mmask16)b->mask;
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 s[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        s[i] = i < RB ? _mm512_mask_mov_ps(ninf, valid, _mm512_mul_ps(sc[i], _mm512_set1_ps(b->ks))) : ninf;
+    /* whole 4-float loads and stores (m and bm are padded to 16 floats): masked ones do not
+     * forward from store to load, and the next block reads these at once */
+    const __m512 m_old = _mm512_broadcast_f32x4(_mm_mask_mov_ps(_mm_set1_ps(-INFINITY), rows, _mm_loadu_ps(t->m + r0)));
+    const __m512 m_new = _mm512_max_ps(m_old, max4x16(s));
+    /* a row's first tokens: alpha = 0 (m_old - m_new = -inf; exp512 clamps it otherwise) */
+    const __mmask16 seen = _mm512_cmp_ps_mask(m_old, ninf, _CMP_NEQ_OQ);
+    const __m512 alpha = _mm512_maskz_mov_ps(seen, exp512(_mm512_sub_ps(m_old, m_new)));
+    _mm_storeu_ps(t->m + r0, _mm512_castps512_ps128(m_new));
+    _mm_storeu_ps(bm + r0, _mm512_castps512_ps128(alpha));
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) {
+        const int r = r0 + i;
+        __m512 e = _mm512_maskz_mov_ps(valid, exp512(_mm512_sub_ps(s[i], lane_bcast(m_new, i))));
+        float *l = t->l + (size_t)r * ATTN_BLK;
+        _mm512_store_ps(l, _mm512_fmadd_ps(_mm512_load_ps(l), lane_bcast(alpha, i), e));
+        _mm512_store_ps(p + (size_t)r * ATTN_BLK, _mm512_mul_ps(e, _mm512_set1_ps(b->vs)));
     }
 }
 
 AI void rows_update(const attn_blk *b, const __m512 *sc, float *p, float *bm, int r0,
                     const int RB, uint32_t *any) {
     const attn_tile *t = b->t;
+    if (!t->lim) { /* every row's mask is the block's, nonzero */
+        *any |= b->mask;
+        rows_update_vec(b, sc, p, bm, r0, RB);
+        return;
+    }
 #pragma GCC unroll 4
     for (int i = 0; i < RB; i++) {
         const int r = r0 + i;
@@ -220,7 +296,7 @@ AI void rows_update(const attn_blk *b, const __m512 *sc, float *p, float *bm, in
  * A decode group (R <= 4 rows) reads K^T straight from the page, converting each element
  * once; more rows (chunk tiles, wide GQA) first convert the block into an f32 tile
  * [D][16] that every 4 rows then reuse. Returns the union of the row masks. */
-AI uint32_t block_front(const attn_blk *b, int set, const st_type T, const int FULL) {
+AI uint32_t block_front(const attn_blk *b, int set, const st_type T, const int FULL, const char *pk) {
     const attn_tile *t = b->t;
     const int D = t->D, R = t->R;
     float *p = t->p + (size_t)set * R * ATTN_BLK, *bm = t->bm + (size_t)set * (R + 16);
@@ -228,10 +304,10 @@ AI uint32_t block_front(const attn_blk *b, int set, const st_type T, const int F
     uint32_t any = 0;
     __m512 sc[4];
     switch (R) {
-    case 1: scores(t, T, b->k, b->kstride, lm, 0, 1, FULL, sc); rows_update(b, sc, p, bm, 0, 1, &any); return any;
-    case 2: scores(t, T, b->k, b->kstride, lm, 0, 2, FULL, sc); rows_update(b, sc, p, bm, 0, 2, &any); return any;
-    case 3: scores(t, T, b->k, b->kstride, lm, 0, 3, FULL, sc); rows_update(b, sc, p, bm, 0, 3, &any); return any;
-    case 4: scores(t, T, b->k, b->kstride, lm, 0, 4, FULL, sc); rows_update(b, sc, p, bm, 0, 4, &any); return any;
+    case 1: scores(t, T, b->k, b->kstride, lm, 0, 1, FULL, sc, pk); rows_update(b, sc, p, bm, 0, 1, &any); return any;
+    case 2: scores(t, T, b->k, b->kstride, lm, 0, 2, FULL, sc, pk); rows_update(b, sc, p, bm, 0, 2, &any); return any;
+    case 3: scores(t, T, b->k, b->kstride, lm, 0, 3, FULL, sc, pk); rows_update(b, sc, p, bm, 0, 3, &any); return any;
+    case 4: scores(t, T, b->k, b->kstride, lm, 0, 4, FULL, sc, pk); rows_update(b, sc, p, bm, 0, 4, &any); return any;
     default: break;
     }
     float *restrict kt = t->kf + (size_t)set * ATTN_BLK * D;
@@ -239,30 +315,32 @@ AI uint32_t block_front(const attn_blk *b, int set, const st_type T, const int F
         _mm512_store_ps(kt + (size_t)d * 16, loadk(T, b->k, (size_t)d * b->kstride, lm, FULL));
     int r0 = 0;
     for (; r0 + 4 <= R; r0 += 4) {
-        scores(t, ST_TYPE_F32, kt, 16, 0xffff, r0, 4, 1, sc);
+        scores(t, ST_TYPE_F32, kt, 16, 0xffff, r0, 4, 1, sc, NULL);
         rows_update(b, sc, p, bm, r0, 4, &any);
     }
     for (; r0 < R; r0++) {
-        scores(t, ST_TYPE_F32, kt, 16, 0xffff, r0, 1, 1, sc);
+        scores(t, ST_TYPE_F32, kt, 16, 0xffff, r0, 1, 1, sc, NULL);
         rows_update(b, sc, p, bm, r0, 1, &any);
     }
     return any;
 }
 
 /* Second half: acc = acc * alpha + p . V over the slots in `any`. */
-AI void block_back(const attn_blk *b, int set, uint32_t any, const st_type T) {
+AI void block_back(const attn_blk *b, int set, uint32_t any, const st_type T, const char *pv) {
     const attn_tile *t = b->t;
     const int D = t->D, R = t->R;
     const float *p = t->p + (size_t)set * R * ATTN_BLK, *bm = t->bm + (size_t)set * (R + 16);
     if (T == ST_TYPE_F32 || R <= 4) {
-        v_all(t, p, bm, T, b->v, any);
+        v_all(t, p, bm, T, b->v, any, any == 0xffff ? pv : NULL);
+        if (any != 0xffff && pv) pf_span(pv, 0, (size_t)D * ATTN_BLK * attn_elem_size(T));
     } else {
+        if (pv) pf_span(pv, 0, (size_t)D * ATTN_BLK * attn_elem_size(T));
         for (uint32_t u = any; u; u &= u - 1) {
             int j = __builtin_ctz(u);
             for (int d = 0; d < D; d += 16)
                 _mm512_store_ps(t->vf + (size_t)j * D + d, load16(T, b->v, (size_t)j * D + d));
         }
-        v_all(t, p, bm, ST_TYPE_F32, t->vf, any);
+        v_all(t, p, bm, ST_TYPE_F32, t->vf, any, NULL);
     }
 }
 
@@ -275,12 +353,13 @@ static inline int pairable(const attn_blk *x, const attn_blk *y) {
            x->t->m == y->t->m;
 }
 
-AI void pair_scores(const attn_blk *x, const attn_blk *y, const st_type T, __m512 *sx, __m512 *sy) {
+AI void pair_scores(const attn_blk *x, const attn_blk *y, const st_type T, __m512 *sx, __m512 *sy,
+                    const char *px, const char *py) {
     switch (x->t->R) {
-    case 1: scores_two(x->t, T, x, y, 1, sx, sy); break;
-    case 2: scores_two(x->t, T, x, y, 2, sx, sy); break;
-    case 3: scores_two(x->t, T, x, y, 3, sx, sy); break;
-    default: scores_two(x->t, T, x, y, 4, sx, sy); break;
+    case 1: scores_two(x->t, T, x, y, 1, sx, sy, px, py); break;
+    case 2: scores_two(x->t, T, x, y, 2, sx, sy, px, py); break;
+    case 3: scores_two(x->t, T, x, y, 3, sx, sy, px, py); break;
+    default: scores_two(x->t, T, x, y, 4, sx, sy, px, py); break;
     }
 }
 
@@ -299,28 +378,46 @@ AI uint32_t front_from(const attn_blk *b, int set, const __m512 *sc) {
 
 AI void blocks_impl(const attn_blk *b, int n, int n_ahead, const st_type T) {
     uint32_t prev = 0;
+    /* pk[i], pv[i]: where block i + ATTN_PF_BLOCKS's K and V are prefetched a line or two
+     * at a time inside block i's loops (NULL: none, or burst-prefetched here) */
+    const char *pk[2] = {NULL, NULL}, *pv[3] = {NULL, NULL, NULL};
     for (int i = 0; i < n; i++) {
-        if (i + ATTN_PF_BLOCKS < n + n_ahead) attn_prefetch_blk(&b[i + ATTN_PF_BLOCKS]);
-        if (i + 1 < n && pairable(&b[i], &b[i + 1])) {
-            if (i + 1 + ATTN_PF_BLOCKS < n + n_ahead) attn_prefetch_blk(&b[i + 1 + ATTN_PF_BLOCKS]);
+        const int pair = i + 1 < n && pairable(&b[i], &b[i + 1]);
+        for (int j = 0; j <= pair; j++) {
+            pk[j] = NULL, pv[j + 1] = NULL;
+            if (i + j + ATTN_PF_BLOCKS >= n + n_ahead) continue;
+            const attn_blk *a = &b[i + j + ATTN_PF_BLOCKS];
+            if (a->n == ATTN_BLK && a->kstride == ATTN_BLK && a->t->R <= 4)
+                pk[j] = a->k, pv[j + 1] = a->v;
+            else
+                attn_prefetch_blk(a);
+        }
+        /* pv[0] is the previous block's, consumed by its back half below */
+        if (pair) {
             __m512 sx[4], sy[4];
             for (int k = 0; k < 4; k++) sx[k] = sy[k] = _mm512_setzero_ps(); /* rows >= R unused */
-            pair_scores(&b[i], &b[i + 1], T, sx, sy);
+            pair_scores(&b[i], &b[i + 1], T, sx, sy, pk[0], pk[1]);
             /* the same order as unpaired: front i, back i-1, front i+1, back i */
             uint32_t cur = front_from(&b[i], i & 1, sx);
-            if (prev) block_back(&b[i - 1], (i - 1) & 1, prev, T);
+            if (prev) block_back(&b[i - 1], (i - 1) & 1, prev, T, pv[0]);
+            else if (pv[0]) pf_span(pv[0], 0, (size_t)b->t->D * ATTN_BLK * attn_elem_size(T));
             uint32_t nxt = front_from(&b[i + 1], (i + 1) & 1, sy);
-            if (cur) block_back(&b[i], i & 1, cur, T);
+            if (cur) block_back(&b[i], i & 1, cur, T, pv[1]);
+            else if (pv[1]) pf_span(pv[1], 0, (size_t)b->t->D * ATTN_BLK * attn_elem_size(T));
             prev = nxt;
+            pv[0] = pv[2];
             i++;
             continue;
         }
-        uint32_t cur = b[i].n == ATTN_BLK ? block_front(&b[i], i & 1, T, 1)
-                                           : block_front(&b[i], i & 1, T, 0);
-        if (prev) block_back(&b[i - 1], (i - 1) & 1, prev, T);
+        uint32_t cur = b[i].n == ATTN_BLK ? block_front(&b[i], i & 1, T, 1, pk[0])
+                                           : block_front(&b[i], i & 1, T, 0, pk[0]);
+        if (prev) block_back(&b[i - 1], (i - 1) & 1, prev, T, pv[0]);
+        else if (pv[0]) pf_span(pv[0], 0, (size_t)b->t->D * ATTN_BLK * attn_elem_size(T));
         prev = cur;
+        pv[0] = pv[1];
     }
-    if (prev) block_back(&b[n - 1], (n - 1) & 1, prev, T);
+    if (prev) block_back(&b[n - 1], (n - 1) & 1, prev, T, pv[0]);
+    else if (pv[0]) pf_span(pv[0], 0, (size_t)b->t->D * ATTN_BLK * attn_elem_size(T));
 }
 
 static void blocks_avx512(const attn_blk *b, int n, int n_ahead) {
