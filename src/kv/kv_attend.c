@@ -42,7 +42,8 @@ typedef struct seq_views {
     kv_seq *s;
     st_attn_page *v;   /* [n] views; cold pages point at the zero block until read */
     int32_t *page;     /* [n] physical page of each view */
-    uint8_t *cold;     /* [n] 1: the page is on disk (its view is a placeholder) */
+    uint8_t *cold;     /* [n] 1: the page is needed and on disk (its view is a placeholder) */
+    uint8_t *want;     /* [n] 1: the call reads the page (all of them without a selection) */
     int32_t n;
     const st_kv_select *sel; /* NULL = dense */
 } seq_views;
@@ -85,45 +86,6 @@ static st_attn_page block_view(const st_kv *kv, const uint8_t *blk, const kv_ent
     return v;
 }
 
-/* The views of s at `layer`: RAM pages in place, never-touched ones as the zero block,
- * cold ones marked (their view is the zero block, replaced by a buffer when read; an
- * unselected cold page is never read by the kernels). */
-static int gather(st_kv *kv, kv_seq *s, int layer, seq_views *sv) {
-    int64_t n = 0;
-    for (int64_t i = 0; i < s->n_ent; i++) n += s->ent[i].page >= 0;
-    if (n > INT32_MAX) return st_seterr(kv->ctx, ST_E_LIMIT, "kv: attend: %lld pages", (long long)n);
-    sv->s = s;
-    sv->n = (int32_t)n;
-    sv->v = malloc((size_t)(n ? n : 1) * sizeof *sv->v);
-    sv->page = malloc((size_t)(n ? n : 1) * sizeof *sv->page);
-    sv->cold = malloc((size_t)(n ? n : 1));
-    if (!sv->v || !sv->page || !sv->cold) return st_seterr(kv->ctx, ST_E_NOMEM, "kv: attend: out of memory");
-    int32_t j = 0;
-    for (int64_t i = 0; i < s->n_ent; i++) {
-        const kv_entry *e = &s->ent[i];
-        if (e->page < 0) continue;
-        const kv_page *pg = &kv->pages[e->page];
-        const uint8_t *blk = pg->resident == KV_RES_RAM ? kv_layer_data(kv, e->page, layer)
-                                                        : kv->zero_blk;
-        sv->cold[j] = pg->resident != KV_RES_RAM && pg->resident != KV_RES_ZERO;
-        sv->v[j] = block_view(kv, blk, e, i);
-        sv->page[j++] = e->page;
-    }
-    return 0;
-}
-
-static void refresh(st_kv *kv, seq_views *sv, int layer) {
-    for (int32_t j = 0; j < sv->n; j++) {
-        const kv_page *pg = &kv->pages[sv->page[j]];
-        if (pg->resident == KV_RES_RAM && sv->cold[j]) {
-            sv->cold[j] = 0;
-            const uint8_t *blk = kv_layer_data(kv, sv->page[j], layer);
-            st_attn_page *v = &sv->v[j];
-            *v = block_view(kv, blk, &sv->s->ent[v->pos0 / kv->p.page_size], v->pos0 / kv->p.page_size);
-        }
-    }
-}
-
 /* Marks (want[j] = 1) the views sequence sv needs. Returns 0 or ST_E_INVAL. */
 static int needed(st_kv *kv, st_ctx *ctx, const seq_views *sv, uint8_t *want) {
     if (!sv->sel) {
@@ -145,6 +107,56 @@ static int needed(st_kv *kv, st_ctx *ctx, const seq_views *sv, uint8_t *want) {
         }
     }
     return 0;
+}
+
+/* The views of s at `layer` (sv->sel already set): RAM pages in place, never-touched ones as
+ * the zero block, cold ones marked (their view is the zero block, replaced by a buffer when
+ * read). Pages a selection leaves out get an empty view (n_tokens 0) that nothing reads:
+ * at long contexts Quest reads a few percent of the pages, and building every view for
+ * every layer and step was a serial pass the size of the context. */
+static int gather(st_kv *kv, st_ctx *ctx, kv_seq *s, int layer, seq_views *sv) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < s->n_ent; i++) n += s->ent[i].page >= 0;
+    if (n > INT32_MAX) return st_seterr(ctx, ST_E_LIMIT, "kv: attend: %lld pages", (long long)n);
+    sv->s = s;
+    sv->n = (int32_t)n;
+    sv->v = malloc((size_t)(n ? n : 1) * sizeof *sv->v);
+    sv->page = malloc((size_t)(n ? n : 1) * sizeof *sv->page);
+    sv->cold = malloc((size_t)(n ? n : 1));
+    sv->want = malloc((size_t)(n ? n : 1));
+    if (!sv->v || !sv->page || !sv->cold || !sv->want)
+        return st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
+    int rc = needed(kv, ctx, sv, sv->want);
+    if (rc) return rc;
+    int32_t j = 0;
+    for (int64_t i = 0; i < s->n_ent; i++) {
+        const kv_entry *e = &s->ent[i];
+        if (e->page < 0) continue;
+        sv->page[j] = e->page;
+        if (!sv->want[j]) {
+            sv->cold[j] = 0;
+            memset(&sv->v[j++], 0, sizeof sv->v[0]);
+            continue;
+        }
+        const kv_page *pg = &kv->pages[e->page];
+        const uint8_t *blk = pg->resident == KV_RES_RAM ? kv_layer_data(kv, e->page, layer)
+                                                        : kv->zero_blk;
+        sv->cold[j] = pg->resident != KV_RES_RAM && pg->resident != KV_RES_ZERO;
+        sv->v[j++] = block_view(kv, blk, e, i);
+    }
+    return 0;
+}
+
+static void refresh(st_kv *kv, seq_views *sv, int layer) {
+    for (int32_t j = 0; j < sv->n; j++) {
+        const kv_page *pg = &kv->pages[sv->page[j]];
+        if (pg->resident == KV_RES_RAM && sv->cold[j]) {
+            sv->cold[j] = 0;
+            const uint8_t *blk = kv_layer_data(kv, sv->page[j], layer);
+            st_attn_page *v = &sv->v[j];
+            *v = block_view(kv, blk, &sv->s->ent[v->pos0 / kv->p.page_size], v->pos0 / kv->p.page_size);
+        }
+    }
 }
 
 /* Fetches pages[n] (cold) into frames in one batch; the needed RAM pages are held by the
@@ -501,7 +513,7 @@ static int prepare(st_kv *kv, st_ctx *ctx, int layer, seq_views *sv, int n_seq, 
     int rc = want && cold && held ? 0 : st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
     int64_t off = 0;
     for (int i = 0; i < n_seq && !rc; off += sv[i].n, i++) {
-        if ((rc = needed(kv, ctx, &sv[i], want + off)) != 0) break;
+        memcpy(want + off, sv[i].want, (size_t)sv[i].n);
         for (int32_t j = 0; j < sv[i].n && !rc; j++) {
             if (!want[off + j]) continue;
             kv_page *pg = &kv->pages[sv[i].page[j]];
@@ -546,8 +558,8 @@ static int begin(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, 
     for (int i = 0; i < n_seq; i++) {
         kv_seq *s;
         if ((rc = kv_seq_get_ok(kv, seqs[i], &s)) != 0) return rc;
-        if ((rc = gather(kv, s, layer, &sv[i])) != 0) return rc;
         sv[i].sel = sel && sel[i] && !st_kv_select_dense(sel[i]) ? sel[i] : NULL;
+        if ((rc = gather(kv, ctx, s, layer, &sv[i])) != 0) return rc;
         if (sel && sel[i] && st_kv_select_dense(sel[i]) && st_kv_select_n_views(sel[i]) != sv[i].n)
             return st_seterr(ctx, ST_E_INVAL, "kv: attend: selection for %d views, seq has %d",
                              st_kv_select_n_views(sel[i]), sv[i].n);
@@ -560,6 +572,7 @@ static void end(seq_views *sv, int n_seq) {
         free(sv[i].v);
         free(sv[i].page);
         free(sv[i].cold);
+        free(sv[i].want);
     }
     free(sv);
 }
