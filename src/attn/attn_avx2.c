@@ -126,12 +126,16 @@ AI void v_accum8(const attn_tile *t, const float *vf, int r, int d0, uint32_t u)
     _mm256_store_ps(t->acc + (size_t)r * D + d0, acc);
 }
 
-AI void block_impl(const attn_blk *b, const st_type T) {
+/* pk, pv (or NULL): K and V of the block ATTN_PF_BLOCKS ahead, a whole small page-head,
+ * prefetched a line at a time inside this block's K and V loops (see attn_avx512.c). */
+AI void block_impl(const attn_blk *b, const st_type T, const char *pk, const char *pv) {
     const attn_tile *t = b->t;
     const int D = t->D, R = t->R;
+    const size_t es = attn_elem_size(T);
     float *kf = t->kf;
     if (b->n == ATTN_BLK) {
         for (int d = 0; d < D; d++) {
+            if (pk && ((size_t)d * ATTN_BLK * es) % 64 == 0) ATTN_PF(pk + (size_t)d * ATTN_BLK * es);
             _mm256_store_ps(kf + (size_t)d * 16, load8(T, b->k, (size_t)d * b->kstride));
             _mm256_store_ps(kf + (size_t)d * 16 + 8, load8(T, b->k, (size_t)d * b->kstride + 8));
         }
@@ -147,7 +151,10 @@ AI void block_impl(const attn_blk *b, const st_type T) {
         any |= rm;
         t->bm[r] = rm ? row_scores(t, kf, r, rm, b->ks) : -INFINITY;
     }
-    if (!any) return;
+    if (!any) {
+        if (pv) for (size_t o = 0; o < (size_t)D * ATTN_BLK * es; o += 64) ATTN_PF(pv + o);
+        return;
+    }
     for (int r0 = 0; r0 < R; r0 += 8) {
         int nr = R - r0 < 8 ? R - r0 : 8;
         float mb[8], bb[8];
@@ -173,9 +180,16 @@ AI void block_impl(const attn_blk *b, const st_type T) {
         _mm256_store_ps(p + 8, _mm256_mul_ps(e1, vs));
     }
     const float *vf = (const float *)b->v;
+    const size_t vrow = (size_t)D * es; /* bytes of one slot's V */
+    if (pv && (T == ST_TYPE_F32 || any != 0xffff)) { /* no per-slot loop to spread them over */
+        for (size_t o = 0; o < vrow * ATTN_BLK; o += 64) ATTN_PF(pv + o);
+        pv = NULL;
+    }
     if (T != ST_TYPE_F32) {
         for (uint32_t u = any; u; u &= u - 1) {
             int j = __builtin_ctz(u);
+            if (pv)
+                for (size_t o = (size_t)j * vrow; o < (size_t)(j + 1) * vrow; o += 64) ATTN_PF(pv + o);
             for (int d = 0; d < D; d += 8)
                 _mm256_store_ps(t->vf + (size_t)j * D + d, load8(T, b->v, (size_t)j * D + d));
         }
@@ -196,8 +210,13 @@ AI void block_impl(const attn_blk *b, const st_type T) {
 
 AI void blocks_impl(const attn_blk *b, int n, int n_ahead, const st_type T) {
     for (int i = 0; i < n; i++) {
-        if (i + ATTN_PF_BLOCKS < n + n_ahead) attn_prefetch_blk(&b[i + ATTN_PF_BLOCKS]);
-        block_impl(&b[i], T);
+        const char *pk = NULL, *pv = NULL;
+        if (i + ATTN_PF_BLOCKS < n + n_ahead) {
+            const attn_blk *a = &b[i + ATTN_PF_BLOCKS];
+            if (a->n == ATTN_BLK && a->kstride == ATTN_BLK) pk = a->k, pv = a->v;
+            else attn_prefetch_blk(a);
+        }
+        block_impl(&b[i], T, pk, pv);
     }
 }
 
