@@ -251,15 +251,24 @@ AI void rows_update_vec(const attn_blk *b, const __m512 *sc, float *p, float *bm
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
         s[i] = i < RB ? _mm512_mask_mov_ps(ninf, valid, _mm512_mul_ps(sc[i], _mm512_set1_ps(b->ks))) : ninf;
-    /* whole 4-float loads and stores (m and bm are padded to 16 floats): masked ones do not
-     * forward from store to load, and the next block reads these at once */
+    /* whole 4-float loads (m is padded to 16 floats) and, for a full group, whole stores:
+     * masked stores do not forward to loads, and the next block reads these at once. A
+     * partial group followed by live rows (R % 4 rows after the last full group, e.g.
+     * G = 6 or 7) stores only its own: the rows after it are still to be updated. */
     const __m512 m_old = _mm512_broadcast_f32x4(_mm_mask_mov_ps(_mm_set1_ps(-INFINITY), rows, _mm_loadu_ps(t->m + r0)));
     const __m512 m_new = _mm512_max_ps(m_old, max4x16(s));
     /* a row's first tokens: alpha = 0 (m_old - m_new = -inf; exp512 clamps it otherwise) */
     const __mmask16 seen = _mm512_cmp_ps_mask(m_old, ninf, _CMP_NEQ_OQ);
     const __m512 alpha = _mm512_maskz_mov_ps(seen, exp512(_mm512_sub_ps(m_old, m_new)));
-    _mm_storeu_ps(t->m + r0, _mm512_castps512_ps128(m_new));
-    _mm_storeu_ps(bm + r0, _mm512_castps512_ps128(alpha));
+    /* rows r0 + RB .. r0 + 3 dead: past R, inside m's padding (R rounded up to 16) */
+    const int tail = r0 + RB >= t->R && r0 + 4 <= ((t->R + 15) & ~15);
+    if (RB == 4 || tail) {
+        _mm_storeu_ps(t->m + r0, _mm512_castps512_ps128(m_new));
+        _mm_storeu_ps(bm + r0, _mm512_castps512_ps128(alpha));
+    } else {
+        _mm_mask_storeu_ps(t->m + r0, rows, _mm512_castps512_ps128(m_new));
+        _mm_mask_storeu_ps(bm + r0, rows, _mm512_castps512_ps128(alpha));
+    }
 #pragma GCC unroll 4
     for (int i = 0; i < RB; i++) {
         const int r = r0 + i;

@@ -339,7 +339,7 @@ TEST(test_chunk_vs_reference) {
 TEST(test_simd_vs_scalar) {
     static const int lens[] = {1, 3, 7, 15, 17, 31, 33, 127, 1023};
     static const int dims[] = {8, 16, 24, 48, 64, 80, 128};
-    static const int groups[] = {1, 3, 4, 5, 8};
+    static const int groups[] = {1, 3, 4, 5, 6, 7, 8};
     static const int psizes[] = {1, 3, 8, 16, 17, 64, 256};
     rng r = {3};
     st_attn_ws *ref_ws = NULL;
@@ -350,7 +350,7 @@ TEST(test_simd_vs_scalar) {
         CHECK_OK(st_attn_ws_create((st_isa)isa, &ws));
         REQUIRE(ws);
         for (int it = 0; it < 27; it++) {
-            tparams tp = {.n_kv_head = 1 + rint_(&r, 2), .G = groups[it % 5], .D = dims[it % 7],
+            tparams tp = {.n_kv_head = 1 + rint_(&r, 2), .G = groups[it % 7], .D = dims[(it / 7 + it) % 7],
                           .P = psizes[rint_(&r, 7)], .type = (st_type[]){ST_TYPE_F32, ST_TYPE_F16,
                           ST_TYPE_BF16, ST_TYPE_Q8_0}[it % 4], .len = lens[it % 9],
                           .hole_pct = 10, .mask_pct = 30};
