@@ -301,6 +301,20 @@ AI void rows_update(const attn_blk *b, const __m512 *sc, float *p, float *bm, in
     }
 }
 
+/* rows_update of a group of R <= 4 rows whose scores are in sc, into scratch set `set`. */
+AI uint32_t front_from(const attn_blk *b, int set, const __m512 *sc) {
+    const attn_tile *t = b->t;
+    float *p = t->p + (size_t)set * t->R * ATTN_BLK, *bm = t->bm + (size_t)set * (t->R + 16);
+    uint32_t any = 0;
+    switch (t->R) {
+    case 1: rows_update(b, sc, p, bm, 0, 1, &any); break;
+    case 2: rows_update(b, sc, p, bm, 0, 2, &any); break;
+    case 3: rows_update(b, sc, p, bm, 0, 3, &any); break;
+    default: rows_update(b, sc, p, bm, 0, 4, &any); break;
+    }
+    return any;
+}
+
 /* First half of a block, into scratch set `set`: scores and softmax update (m, l).
  * A decode group (R <= 4 rows) reads K^T straight from the page, converting each element
  * once; more rows (chunk tiles, wide GQA) first convert the block into an f32 tile
@@ -311,13 +325,16 @@ AI uint32_t block_front(const attn_blk *b, int set, const st_type T, const int F
     float *p = t->p + (size_t)set * R * ATTN_BLK, *bm = t->bm + (size_t)set * (R + 16);
     const __mmask16 lm = (__mmask16)((1u << b->n) - 1);
     uint32_t any = 0;
-    __m512 sc[4];
-    switch (R) {
-    case 1: scores(t, T, b->k, b->kstride, lm, 0, 1, FULL, sc, pk); rows_update(b, sc, p, bm, 0, 1, &any); return any;
-    case 2: scores(t, T, b->k, b->kstride, lm, 0, 2, FULL, sc, pk); rows_update(b, sc, p, bm, 0, 2, &any); return any;
-    case 3: scores(t, T, b->k, b->kstride, lm, 0, 3, FULL, sc, pk); rows_update(b, sc, p, bm, 0, 3, &any); return any;
-    case 4: scores(t, T, b->k, b->kstride, lm, 0, 4, FULL, sc, pk); rows_update(b, sc, p, bm, 0, 4, &any); return any;
-    default: break;
+    __m512 sc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                    _mm512_setzero_ps()}; /* rows >= R unused */
+    if (R <= 4) {
+        switch (R) {
+        case 1: scores(t, T, b->k, b->kstride, lm, 0, 1, FULL, sc, pk); break;
+        case 2: scores(t, T, b->k, b->kstride, lm, 0, 2, FULL, sc, pk); break;
+        case 3: scores(t, T, b->k, b->kstride, lm, 0, 3, FULL, sc, pk); break;
+        default: scores(t, T, b->k, b->kstride, lm, 0, 4, FULL, sc, pk); break;
+        }
+        return front_from(b, set, sc);
     }
     float *restrict kt = t->kf + (size_t)set * ATTN_BLK * D;
     for (int d = 0; d < D; d++)
@@ -353,9 +370,6 @@ AI void block_back(const attn_blk *b, int set, uint32_t any, const st_type T, co
     }
 }
 
-/* Software pipeline: block i's scores and softmax are issued before block i-1's V, so the
- * latency chains of one (horizontal sums, exp) overlap the FMA stream of the other. Block
- * i-1's V only needs its own set; block i's front never touches acc. */
 /* Blocks i and i + 1 fold into the same rows and are both full: score them together. */
 static inline int pairable(const attn_blk *x, const attn_blk *y) {
     return x->n == ATTN_BLK && y->n == ATTN_BLK && x->t->R <= 4 && x->t->q == y->t->q &&
@@ -372,20 +386,20 @@ AI void pair_scores(const attn_blk *x, const attn_blk *y, const st_type T, __m51
     }
 }
 
-AI uint32_t front_from(const attn_blk *b, int set, const __m512 *sc) {
-    const attn_tile *t = b->t;
-    float *p = t->p + (size_t)set * t->R * ATTN_BLK, *bm = t->bm + (size_t)set * (t->R + 16);
-    uint32_t any = 0;
-    switch (t->R) {
-    case 1: rows_update(b, sc, p, bm, 0, 1, &any); break;
-    case 2: rows_update(b, sc, p, bm, 0, 2, &any); break;
-    case 3: rows_update(b, sc, p, bm, 0, 3, &any); break;
-    default: rows_update(b, sc, p, bm, 0, 4, &any); break;
-    }
-    return any;
+
+/* block_back of b[i] when it has slots to add; the V lines pv of a block ahead, which
+ * that back half would have requested along the way, are requested either way. */
+AI void back_or_prefetch(const attn_blk *b, int i, uint32_t any, const st_type T, const char *pv,
+                         size_t v_bytes) {
+    if (any) block_back(&b[i], i & 1, any, T, pv);
+    else if (pv) pf_span(pv, 0, v_bytes);
 }
 
+/* Software pipeline: block i's scores and softmax are issued before block i-1's V, so the
+ * latency chains of one (softmax, exp) overlap the FMA stream of the other. Block i-1's V
+ * only needs its own set; block i's front never touches acc. */
 AI void blocks_impl(const attn_blk *b, int n, int n_ahead, const st_type T) {
+    const size_t v_bytes = (size_t)b->t->D * ATTN_BLK * attn_elem_size(T);
     uint32_t prev = 0;
     /* pk[i], pv[i]: where block i + ATTN_PF_BLOCKS's K and V are prefetched a line or two
      * at a time inside block i's loops (NULL: none, or burst-prefetched here) */
@@ -408,11 +422,9 @@ AI void blocks_impl(const attn_blk *b, int n, int n_ahead, const st_type T) {
             pair_scores(&b[i], &b[i + 1], T, sx, sy, pk[0], pk[1]);
             /* the same order as unpaired: front i, back i-1, front i+1, back i */
             uint32_t cur = front_from(&b[i], i & 1, sx);
-            if (prev) block_back(&b[i - 1], (i - 1) & 1, prev, T, pv[0]);
-            else if (pv[0]) pf_span(pv[0], 0, (size_t)b->t->D * ATTN_BLK * attn_elem_size(T));
+            back_or_prefetch(b, i - 1, prev, T, pv[0], v_bytes);
             uint32_t nxt = front_from(&b[i + 1], (i + 1) & 1, sy);
-            if (cur) block_back(&b[i], i & 1, cur, T, pv[1]);
-            else if (pv[1]) pf_span(pv[1], 0, (size_t)b->t->D * ATTN_BLK * attn_elem_size(T));
+            back_or_prefetch(b, i, cur, T, pv[1], v_bytes);
             prev = nxt;
             pv[0] = pv[2];
             i++;
@@ -420,13 +432,11 @@ AI void blocks_impl(const attn_blk *b, int n, int n_ahead, const st_type T) {
         }
         uint32_t cur = b[i].n == ATTN_BLK ? block_front(&b[i], i & 1, T, 1, pk[0])
                                            : block_front(&b[i], i & 1, T, 0, pk[0]);
-        if (prev) block_back(&b[i - 1], (i - 1) & 1, prev, T, pv[0]);
-        else if (pv[0]) pf_span(pv[0], 0, (size_t)b->t->D * ATTN_BLK * attn_elem_size(T));
+        back_or_prefetch(b, i - 1, prev, T, pv[0], v_bytes);
         prev = cur;
         pv[0] = pv[1];
     }
-    if (prev) block_back(&b[n - 1], (n - 1) & 1, prev, T, pv[0]);
-    else if (pv[0]) pf_span(pv[0], 0, (size_t)b->t->D * ATTN_BLK * attn_elem_size(T));
+    back_or_prefetch(b, n - 1, prev, T, pv[0], v_bytes);
 }
 
 static void blocks_avx512(const attn_blk *b, int n, int n_ahead) {

@@ -368,7 +368,7 @@ static void finish_head(st_kv_select *s, int32_t h, int32_t n_forced, int32_t n_
 }
 
 /* Selection of all KV heads of one layer on the context's threads: at long contexts it
- * reads every candidate's box (2 x head_dim floats per page and head) and partitions
+ * reads every candidate's box (2 x head_dim f16 per page and head) and partitions
  * thousands of bounds. With at least as many heads as threads each thread takes whole
  * heads; otherwise the bounds are split over the threads and the heads finished after. */
 typedef struct rank_job {
