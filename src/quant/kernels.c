@@ -14,11 +14,12 @@
 #define NOT_ ST_TYPE_COUNT_
 
 /* Rows every table shares apart from the ISA-specific entries. */
-#define KQ_ROWS_(q8k_from, dot4, dot5, dot6)                                                        \
-    [ST_TYPE_Q4_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q4_K_ref, st_dequantize_row_q4_K, dot4, NULL), \
-    [ST_TYPE_Q5_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q5_K_ref, st_dequantize_row_q5_K, dot5, NULL), \
-    [ST_TYPE_Q6_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q6_K_ref, st_dequantize_row_q6_K, dot6, NULL), \
+#define KQ_ROWS_T_(q8k_from, dot4, dot5, dot6, tl4, tl5, tl6)                                     \
+    [ST_TYPE_Q4_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q4_K_ref, st_dequantize_row_q4_K, dot4, tl4), \
+    [ST_TYPE_Q5_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q5_K_ref, st_dequantize_row_q5_K, dot5, tl5), \
+    [ST_TYPE_Q6_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q6_K_ref, st_dequantize_row_q6_K, dot6, tl6), \
     [ST_TYPE_Q8_K] = ROW_(NOT_, q8k_from, st_dequantize_row_q8_K, NULL, NULL)
+#define KQ_ROWS_(q8k_from, dot4, dot5, dot6) KQ_ROWS_T_(q8k_from, dot4, dot5, dot6, NULL, NULL, NULL)
 
 static const st_kernels kernels_scalar = {
     .isa = ST_ISA_SCALAR,
@@ -40,7 +41,10 @@ static const st_kernels kernels_scalar = {
 
 #if ST_KQ_SIMD
 #define KQ_AVX2_ KQ_ROWS_(st_quantize_row_q8_K_avx2, st_vec_dot_q4_K_q8_K_avx2, st_vec_dot_q5_K_q8_K_avx2, st_vec_dot_q6_K_q8_K_avx2)
-#define KQ_AVX512_ KQ_ROWS_(st_quantize_row_q8_K_avx512, st_vec_dot_q4_K_q8_K_avx512, st_vec_dot_q5_K_q8_K_avx512, st_vec_dot_q6_K_q8_K_avx512)
+#define KQ_AVX512_                                                                                     \
+    KQ_ROWS_T_(st_quantize_row_q8_K_avx512, st_vec_dot_q4_K_q8_K_avx512, st_vec_dot_q5_K_q8_K_avx512,   \
+               st_vec_dot_q6_K_q8_K_avx512, st_tile_q4_K_q8_K_avx512, st_tile_q5_K_q8_K_avx512,         \
+               st_tile_q6_K_q8_K_avx512)
 #else
 #define KQ_AVX2_ KQ_ROWS_(st_quantize_row_q8_K_ref, st_vec_dot_q4_K_q8_K_scalar, st_vec_dot_q5_K_q8_K_scalar, st_vec_dot_q6_K_q8_K_scalar)
 #define KQ_AVX512_ KQ_AVX2_

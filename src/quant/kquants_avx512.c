@@ -14,17 +14,10 @@
 #include "quant/kquants.h"
 
 #include "strata/core.h"
+#include "strata/quant.h"
 
 #include <immintrin.h>
 #include <math.h>
-
-/* [d * dy, dmin * dy, ...] from the two consecutive fp16 fields of a Q4_K / Q5_K block:
- * one convert instead of two scalar ones (the kernels are bound by vector µops). */
-static inline __m128 kq_block_d_dmin(const uint16_t *d_dmin, float dy) {
-    uint32_t bits;
-    memcpy(&bits, d_dmin, sizeof bits);
-    return _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)bits)), _mm_set1_ps(dy));
-}
 
 static inline float kq_hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -60,96 +53,117 @@ static inline __m512i kq_nibbles64(const uint8_t *q32, __m512i shr, __m512i m4) 
     return _mm512_and_si512(_mm512_srlv_epi16(b, shr), m4);
 }
 
-/* acc += scale * (w . a) per int32 lane for 64 weights w (u8) and activations a (s8);
- * pick selects each half's sub-block scale from S (8 scale bytes in every qword). */
-static inline __m512i kq_group64(__m512i acc, __m512i w, const int8_t *a, __m512i S, __m512i pick) {
-    const __m512i p = _mm512_maddubs_epi16(w, _mm512_loadu_si512(a));
-    return _mm512_dpwssd_epi32(acc, p, _mm512_shuffle_epi8(S, pick));
+/* ---- row x NC-token dots ------------------------------------------------------------
+ * A tile of NR weight rows x NC activation rows runs NR passes of one weight row against
+ * NC activation rows: per super-block the weights are unpacked (nibbles, high bits,
+ * scales) once and serve every activation row, which is where a K-quant dot spends most
+ * of its µops; the activation rows stay in L1 between passes. vec_dot is the 1 x 1
+ * instance, and every (row, activation) pair sees the same operations in the same order
+ * whatever NC is, so a tile element equals vec_dot bit for bit. */
+
+#define KQ_AI static inline __attribute__((always_inline))
+
+static inline const st_block_q8_K *kq_act(const void *y, size_t by, int c, int i) {
+    return (const st_block_q8_K *)((const uint8_t *)y + (size_t)c * by) + i;
 }
 
-void st_vec_dot_q4_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
-    ST_ASSERT(n % QK_K == 0);
-    const st_block_q4_K *x = vx;
-    const st_block_q8_K *y = vy;
-    const int nb = n / QK_K;
+KQ_AI void q4k_row(const int NC, int nb, const st_block_q4_K *x, const void *y, size_t by, float *s,
+                   size_t bs) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i shr = kq_halves16(0, 4);
-    const __m512i pick0 = kq_word_pick(0, 1), pick1 = kq_word_pick(2, 3);
-    const __m512i pick2 = kq_word_pick(4, 5), pick3 = kq_word_pick(6, 7);
     const __m256i mpick = kq_min_pick();
-    __m512 acc = _mm512_setzero_ps();
-    __m256 accm = _mm256_setzero_ps();
+    __m512 acc[ST_TILE_MAX];
+    __m256 accm[ST_TILE_MAX];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps(), accm[c] = _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
-        const __m128 dm = kq_block_d_dmin(&x[i].d, y[i].d);
+        uint32_t dbits;
+        memcpy(&dbits, &x[i].d, sizeof dbits);
+        const __m128 dmx = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dbits)); /* d, dmin */
         uint64_t sc, mn;
         st_kq_unpack_scales_mins(x[i].scales, &sc, &mn);
         const __m512i S = _mm512_set1_epi64((long long)sc);
-        const uint8_t *q = x[i].qs;
-        const int8_t *a = y[i].qs;
-        __m512i sumi = _mm512_setzero_si512();
-        sumi = kq_group64(sumi, kq_nibbles64(q, shr, m4), a, S, pick0);
-        sumi = kq_group64(sumi, kq_nibbles64(q + 32, shr, m4), a + 64, S, pick1);
-        sumi = kq_group64(sumi, kq_nibbles64(q + 64, shr, m4), a + 128, S, pick2);
-        sumi = kq_group64(sumi, kq_nibbles64(q + 96, shr, m4), a + 192, S, pick3);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(dm), acc);
+        const __m512i s0 = _mm512_shuffle_epi8(S, kq_word_pick(0, 1)), s1 = _mm512_shuffle_epi8(S, kq_word_pick(2, 3));
+        const __m512i s2 = _mm512_shuffle_epi8(S, kq_word_pick(4, 5)), s3 = _mm512_shuffle_epi8(S, kq_word_pick(6, 7));
         const __m256i M = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)mn), mpick);
-        const __m256i pm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), M);
-        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm),
-                               _mm256_permutexvar_ps(_mm256_set1_epi32(1), _mm256_castps128_ps256(dm)), accm);
+        const uint8_t *q = x[i].qs;
+        const __m512i w0 = kq_nibbles64(q, shr, m4), w1 = kq_nibbles64(q + 32, shr, m4);
+        const __m512i w2 = kq_nibbles64(q + 64, shr, m4), w3 = kq_nibbles64(q + 96, shr, m4);
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const st_block_q8_K *yc = kq_act(y, by, c, i);
+            const __m128 dm = _mm_mul_ps(dmx, _mm_set1_ps(yc->d));
+            const int8_t *a = yc->qs;
+            __m512i sumi = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
+                                               _mm512_maddubs_epi16(w0, _mm512_loadu_si512(a)), s0);
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w1, _mm512_loadu_si512(a + 64)), s1);
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w2, _mm512_loadu_si512(a + 128)), s2);
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w3, _mm512_loadu_si512(a + 192)), s3);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(dm), acc[c]);
+            const __m256i pm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)yc->bsums), M);
+            accm[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm),
+                                      _mm256_permutexvar_ps(_mm256_set1_epi32(1), _mm256_castps128_ps256(dm)),
+                                      accm[c]);
+        }
     }
-    *s = _mm512_reduce_add_ps(acc) - kq_hsum256(accm);
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) s[(size_t)c * bs] = _mm512_reduce_add_ps(acc[c]) - kq_hsum256(accm[c]);
 }
 
-void st_vec_dot_q5_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
-    ST_ASSERT(n % QK_K == 0);
-    const st_block_q5_K *x = vx;
-    const st_block_q8_K *y = vy;
-    const int nb = n / QK_K;
+KQ_AI void q5k_row(const int NC, int nb, const st_block_q5_K *x, const void *y, size_t by, float *s,
+                   size_t bs) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), b16 = _mm512_set1_epi8(16);
     const __m512i shr = kq_halves16(0, 4);
-    const __m512i pick0 = kq_word_pick(0, 1), pick1 = kq_word_pick(2, 3);
-    const __m512i pick2 = kq_word_pick(4, 5), pick3 = kq_word_pick(6, 7);
     /* qh bit 2k is the 5th bit of sub-block 2k (low half), bit 2k+1 of sub-block 2k+1 */
     const __m512i hb0 = kq_halves16(0x0101, 0x0202), hb1 = kq_halves16(0x0404, 0x0808);
     const __m512i hb2 = kq_halves16(0x1010, 0x2020), hb3 = kq_halves16(0x4040, 0x8080);
     const __m256i mpick = kq_min_pick();
-    __m512 acc = _mm512_setzero_ps();
-    __m256 accm = _mm256_setzero_ps();
+    __m512 acc[ST_TILE_MAX];
+    __m256 accm[ST_TILE_MAX];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps(), accm[c] = _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
-        const __m128 dm = kq_block_d_dmin(&x[i].d, y[i].d);
+        uint32_t dbits;
+        memcpy(&dbits, &x[i].d, sizeof dbits);
+        const __m128 dmx = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dbits));
         uint64_t sc, mn;
         st_kq_unpack_scales_mins(x[i].scales, &sc, &mn);
         const __m512i S = _mm512_set1_epi64((long long)sc);
+        const __m512i s0 = _mm512_shuffle_epi8(S, kq_word_pick(0, 1)), s1 = _mm512_shuffle_epi8(S, kq_word_pick(2, 3));
+        const __m512i s2 = _mm512_shuffle_epi8(S, kq_word_pick(4, 5)), s3 = _mm512_shuffle_epi8(S, kq_word_pick(6, 7));
+        const __m256i M = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)mn), mpick);
         const __m512i QH = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].qh));
         const uint8_t *q = x[i].qs;
-        const int8_t *a = y[i].qs;
-        __m512i sumi = _mm512_setzero_si512();
         /* a set qh bit adds 16 (the quant's 5th bit) to the nibble below it */
-        __m512i w = kq_nibbles64(q, shr, m4);
-        sumi = kq_group64(sumi, _mm512_mask_add_epi8(w, _mm512_test_epi8_mask(QH, hb0), w, b16), a, S, pick0);
-        w = kq_nibbles64(q + 32, shr, m4);
-        sumi = kq_group64(sumi, _mm512_mask_add_epi8(w, _mm512_test_epi8_mask(QH, hb1), w, b16), a + 64, S,
-                          pick1);
-        w = kq_nibbles64(q + 64, shr, m4);
-        sumi = kq_group64(sumi, _mm512_mask_add_epi8(w, _mm512_test_epi8_mask(QH, hb2), w, b16), a + 128, S,
-                          pick2);
-        w = kq_nibbles64(q + 96, shr, m4);
-        sumi = kq_group64(sumi, _mm512_mask_add_epi8(w, _mm512_test_epi8_mask(QH, hb3), w, b16), a + 192, S,
-                          pick3);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(dm), acc);
-        const __m256i M = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)mn), mpick);
-        const __m256i pm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), M);
-        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm),
-                               _mm256_permutexvar_ps(_mm256_set1_epi32(1), _mm256_castps128_ps256(dm)), accm);
+        __m512i w0 = kq_nibbles64(q, shr, m4), w1 = kq_nibbles64(q + 32, shr, m4);
+        __m512i w2 = kq_nibbles64(q + 64, shr, m4), w3 = kq_nibbles64(q + 96, shr, m4);
+        w0 = _mm512_mask_add_epi8(w0, _mm512_test_epi8_mask(QH, hb0), w0, b16);
+        w1 = _mm512_mask_add_epi8(w1, _mm512_test_epi8_mask(QH, hb1), w1, b16);
+        w2 = _mm512_mask_add_epi8(w2, _mm512_test_epi8_mask(QH, hb2), w2, b16);
+        w3 = _mm512_mask_add_epi8(w3, _mm512_test_epi8_mask(QH, hb3), w3, b16);
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const st_block_q8_K *yc = kq_act(y, by, c, i);
+            const __m128 dm = _mm_mul_ps(dmx, _mm_set1_ps(yc->d));
+            const int8_t *a = yc->qs;
+            __m512i sumi = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
+                                               _mm512_maddubs_epi16(w0, _mm512_loadu_si512(a)), s0);
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w1, _mm512_loadu_si512(a + 64)), s1);
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w2, _mm512_loadu_si512(a + 128)), s2);
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w3, _mm512_loadu_si512(a + 192)), s3);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(dm), acc[c]);
+            const __m256i pm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)yc->bsums), M);
+            accm[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm),
+                                      _mm256_permutexvar_ps(_mm256_set1_epi32(1), _mm256_castps128_ps256(dm)),
+                                      accm[c]);
+        }
     }
-    *s = _mm512_reduce_add_ps(acc) - kq_hsum256(accm);
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) s[(size_t)c * bs] = _mm512_reduce_add_ps(acc[c]) - kq_hsum256(accm[c]);
 }
 
-void st_vec_dot_q6_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy) {
-    ST_ASSERT(n % QK_K == 0);
-    const st_block_q6_K *x = vx;
-    const st_block_q8_K *y = vy;
-    const int nb = n / QK_K;
+KQ_AI void q6k_row(const int NC, int nb, const st_block_q6_K *x, const void *y, size_t by, float *s,
+                   size_t bs) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const __m512i low16 = _mm512_set1_epi32(0xFFFF);
     /* In a half (128 weights): ql byte l low nibble = element l (l < 64), high nibble =
@@ -158,39 +172,70 @@ void st_vec_dot_q6_K_q8_K_avx512(int n, float *s, const void *vx, const void *vy
     const __m512i shl_a = kq_halves16(4, 2), shr_b = kq_halves16(0, 2);
     /* int32 lane 4i..4i+3 of group v belongs to sub-block 4v + i */
     const __m512i sidx0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    const __m512i sidx1 = _mm512_add_epi32(sidx0, _mm512_set1_epi32(4));
-    const __m512i sidx2 = _mm512_add_epi32(sidx0, _mm512_set1_epi32(8));
-    const __m512i sidx3 = _mm512_add_epi32(sidx0, _mm512_set1_epi32(12));
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[ST_TILE_MAX];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
     for (int i = 0; i < nb; i++) {
-        const float d = y[i].d * _cvtsh_ss(x[i].d);
+        const float dx = _cvtsh_ss(x[i].d);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
         const __m512i S32 = _mm512_cvtepi8_epi32(sc8);
         /* (s, s) as int16 pair in every dword: vpdpwssd multiplies both words by s */
         const __m512i SW = _mm512_ternarylogic_epi32(S32, _mm512_slli_epi32(S32, 16), low16, 0xE4);
-        const int8_t *a = y[i].qs;
-        __m512i sumi = _mm512_setzero_si512();
+        __m512i w[4], sw[4];
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m512i L = _mm512_loadu_si512(x[i].ql + 64 * h);
             const __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h)));
             /* A | (B & C) */
-            const __m512i qa =
-                _mm512_ternarylogic_epi32(_mm512_and_si512(L, m4), _mm512_sllv_epi16(H, shl_a), m30, 0xF8);
-            const __m512i qb = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
-                                                         _mm512_srlv_epi16(H, shr_b), m30, 0xF8);
-            const __m512i pa = _mm512_maddubs_epi16(qa, _mm512_loadu_si512(a + 128 * h));
-            const __m512i pb = _mm512_maddubs_epi16(qb, _mm512_loadu_si512(a + 128 * h + 64));
-            sumi = _mm512_dpwssd_epi32(sumi, pa, _mm512_permutexvar_epi32(h ? sidx2 : sidx0, SW));
-            sumi = _mm512_dpwssd_epi32(sumi, pb, _mm512_permutexvar_epi32(h ? sidx3 : sidx1, SW));
+            w[2 * h] = _mm512_ternarylogic_epi32(_mm512_and_si512(L, m4), _mm512_sllv_epi16(H, shl_a), m30, 0xF8);
+            w[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
+                                                     _mm512_srlv_epi16(H, shr_b), m30, 0xF8);
+            sw[2 * h] = _mm512_permutexvar_epi32(_mm512_add_epi32(sidx0, _mm512_set1_epi32(8 * h)), SW);
+            sw[2 * h + 1] = _mm512_permutexvar_epi32(_mm512_add_epi32(sidx0, _mm512_set1_epi32(8 * h + 4)), SW);
         }
-        /* the stored quants are q + 32: subtract 32 * sum_j scale_j * bsum_j */
-        const __m256i corr =
-            _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), _mm256_cvtepi8_epi16(sc8));
-        sumi = _mm512_sub_epi32(sumi, _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(d), acc);
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const st_block_q8_K *yc = kq_act(y, by, c, i);
+            const float d = yc->d * dx;
+            const int8_t *a = yc->qs;
+            __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++)
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w[g], _mm512_loadu_si512(a + 64 * g)), sw[g]);
+            /* the stored quants are q + 32: subtract 32 * sum_j scale_j * bsum_j */
+            const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)yc->bsums), sc16);
+            sumi = _mm512_sub_epi32(sumi, _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(d), acc[c]);
+        }
     }
-    *s = _mm512_reduce_add_ps(acc);
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) s[(size_t)c * bs] = _mm512_reduce_add_ps(acc[c]);
 }
+
+/* vec_dot (1 x 1) and the tile entry point: nr passes of a 1 x nc row kernel. */
+#define KQ_DEF_(name, blk, row)                                                                  \
+    void st_vec_dot_##name##_avx512(int n, float *s, const void *x, const void *y) {             \
+        ST_ASSERT(n % QK_K == 0);                                                                 \
+        row(1, n / QK_K, (const blk *)x, y, 0, s, 1);                                             \
+    }                                                                                             \
+    void st_tile_##name##_avx512(int n, float *s, size_t bs, const void *x, size_t bx,           \
+                                 const void *y, size_t by, int nr, int nc) {                      \
+        ST_ASSERT(n % QK_K == 0 && nr >= 1 && nr <= ST_TILE_MAX && nc >= 1 && nc <= ST_TILE_MAX); \
+        for (int r = 0; r < nr; r++) {                                                            \
+            const blk *xr = (const blk *)((const uint8_t *)x + (size_t)r * bx);                   \
+            switch (nc) {                                                                         \
+            case 1: row(1, n / QK_K, xr, y, by, s + r, bs); break;                                \
+            case 2: row(2, n / QK_K, xr, y, by, s + r, bs); break;                                \
+            case 3: row(3, n / QK_K, xr, y, by, s + r, bs); break;                                \
+            default: row(4, n / QK_K, xr, y, by, s + r, bs); break;                               \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+KQ_DEF_(q4_K_q8_K, st_block_q4_K, q4k_row)
+KQ_DEF_(q5_K_q8_K, st_block_q5_K, q5k_row)
+KQ_DEF_(q6_K_q8_K, st_block_q6_K, q6k_row)
 
 /* Same arithmetic as st_quantize_row_q8_K_ref, 16 floats at a time: the product
  * iscale * x rounded by cvtps2dq (nearest even) equals the reference's rounding. */
