@@ -37,15 +37,17 @@
 
 #define KV_STREAM_BYTES ((size_t)2 << 20) /* per stream buffer; at least one run's blocks */
 
-/* One sequence's view list for a layer. */
+/* One sequence's view list for a layer: every page (dense), or with a selection only the
+ * pages some head selected, in logical order, with the selection renumbered to match. */
 typedef struct seq_views {
     kv_seq *s;
     st_attn_page *v;   /* [n] views; cold pages point at the zero block until read */
     int32_t *page;     /* [n] physical page of each view */
-    uint8_t *cold;     /* [n] 1: the page is needed and on disk (its view is a placeholder) */
-    uint8_t *want;     /* [n] 1: the call reads the page (all of them without a selection) */
+    uint8_t *cold;     /* [n] 1: the page is on disk (its view is a placeholder until read) */
     int32_t n;
     const st_kv_select *sel; /* NULL = dense */
+    int32_t *sel_idx;  /* [H][n] per KV head, the selected views as indices into v */
+    int32_t *sel_n;    /* [H] */
 } seq_views;
 
 void kv_attend_free(st_kv *kv) {
@@ -86,63 +88,83 @@ static st_attn_page block_view(const st_kv *kv, const uint8_t *blk, const kv_ent
     return v;
 }
 
-/* Marks (want[j] = 1) the views sequence sv needs. Returns 0 or ST_E_INVAL. */
-static int needed(st_kv *kv, st_ctx *ctx, const seq_views *sv, uint8_t *want) {
-    if (!sv->sel) {
-        memset(want, 1, (size_t)sv->n);
-        return 0;
-    }
-    if (st_kv_select_n_views(sv->sel) != sv->n || st_kv_select_n_kv_head(sv->sel) != kv->p.n_kv_head)
+/* With a selection: map[j] = the compact index of full view j, or -1 when no head
+ * selected it; sv->n = how many are selected. Checks the selection against the sequence. */
+static int compact_map(st_kv *kv, st_ctx *ctx, seq_views *sv, int32_t n_full, int32_t *map) {
+    if (st_kv_select_n_views(sv->sel) != n_full || st_kv_select_n_kv_head(sv->sel) != kv->p.n_kv_head)
         return st_seterr(ctx, ST_E_INVAL, "kv: attend: selection made for %d views / %d heads, "
                          "sequence %d has %d / %d", st_kv_select_n_views(sv->sel),
-                         st_kv_select_n_kv_head(sv->sel), sv->s->id, sv->n, kv->p.n_kv_head);
-    memset(want, 0, (size_t)sv->n);
+                         st_kv_select_n_kv_head(sv->sel), sv->s->id, n_full, kv->p.n_kv_head);
+    for (int32_t j = 0; j < n_full; j++) map[j] = -1;
     for (int32_t h = 0; h < kv->p.n_kv_head; h++) {
         const int32_t *idx;
         int32_t n;
         if (st_kv_select_head(sv->sel, h, &idx, &n)) return ST_E_INVAL;
         for (int32_t i = 0; i < n; i++) {
-            if (idx[i] < 0 || idx[i] >= sv->n) return st_seterr(ctx, ST_E_INVAL, "kv: attend: bad selection");
-            want[idx[i]] = 1;
+            if (idx[i] < 0 || idx[i] >= n_full) return st_seterr(ctx, ST_E_INVAL, "kv: attend: bad selection");
+            map[idx[i]] = 0;
         }
     }
+    int32_t c = 0;
+    for (int32_t j = 0; j < n_full; j++)
+        if (map[j] == 0) map[j] = c++;
+    sv->n = c;
     return 0;
 }
 
 /* The views of s at `layer` (sv->sel already set): RAM pages in place, never-touched ones as
  * the zero block, cold ones marked (their view is the zero block, replaced by a buffer when
- * read). Pages a selection leaves out get an empty view (n_tokens 0) that nothing reads:
- * at long contexts Quest reads a few percent of the pages, and building every view for
- * every layer and step was a serial pass the size of the context. */
+ * read). With a selection only the selected pages get a view: at long contexts Quest reads a
+ * few percent of the pages, and building, checking and preparing a view for every page of
+ * every layer at every step was serial work the size of the context. */
 static int gather(st_kv *kv, st_ctx *ctx, kv_seq *s, int layer, seq_views *sv) {
     int64_t n = 0;
     for (int64_t i = 0; i < s->n_ent; i++) n += s->ent[i].page >= 0;
     if (n > INT32_MAX) return st_seterr(ctx, ST_E_LIMIT, "kv: attend: %lld pages", (long long)n);
+    const int32_t H = kv->p.n_kv_head;
     sv->s = s;
     sv->n = (int32_t)n;
-    sv->v = malloc((size_t)(n ? n : 1) * sizeof *sv->v);
-    sv->page = malloc((size_t)(n ? n : 1) * sizeof *sv->page);
-    sv->cold = malloc((size_t)(n ? n : 1));
-    sv->want = malloc((size_t)(n ? n : 1));
-    if (!sv->v || !sv->page || !sv->cold || !sv->want)
+    int32_t *map = NULL;
+    if (sv->sel) {
+        map = malloc((size_t)(n ? n : 1) * sizeof *map);
+        if (!map) return st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
+        int rc = compact_map(kv, ctx, sv, (int32_t)n, map);
+        if (rc) {
+            free(map);
+            return rc;
+        }
+    }
+    const size_t nv = (size_t)(sv->n ? sv->n : 1);
+    sv->v = malloc(nv * sizeof *sv->v);
+    sv->page = malloc(nv * sizeof *sv->page);
+    sv->cold = malloc(nv);
+    if (sv->sel) {
+        sv->sel_idx = malloc((size_t)H * nv * sizeof *sv->sel_idx);
+        sv->sel_n = malloc((size_t)H * sizeof *sv->sel_n);
+    }
+    if (!sv->v || !sv->page || !sv->cold || (sv->sel && (!sv->sel_idx || !sv->sel_n))) {
+        free(map);
         return st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
-    int rc = needed(kv, ctx, sv, sv->want);
-    if (rc) return rc;
-    int32_t j = 0;
+    }
+    int32_t j = 0, c = 0;
     for (int64_t i = 0; i < s->n_ent; i++) {
         const kv_entry *e = &s->ent[i];
         if (e->page < 0) continue;
-        sv->page[j] = e->page;
-        if (!sv->want[j]) {
-            sv->cold[j] = 0;
-            memset(&sv->v[j++], 0, sizeof sv->v[0]);
-            continue;
-        }
+        if (map && map[j++] < 0) continue;
         const kv_page *pg = &kv->pages[e->page];
         const uint8_t *blk = pg->resident == KV_RES_RAM ? kv_layer_data(kv, e->page, layer)
                                                         : kv->zero_blk;
-        sv->cold[j] = pg->resident != KV_RES_RAM && pg->resident != KV_RES_ZERO;
-        sv->v[j++] = block_view(kv, blk, e, i);
+        sv->page[c] = e->page;
+        sv->cold[c] = pg->resident != KV_RES_RAM && pg->resident != KV_RES_ZERO;
+        sv->v[c++] = block_view(kv, blk, e, i);
+    }
+    if (map) {
+        for (int32_t h = 0; h < H; h++) {
+            const int32_t *idx;
+            st_kv_select_head(sv->sel, h, &idx, &sv->sel_n[h]);
+            for (int32_t i = 0; i < sv->sel_n[h]; i++) sv->sel_idx[(size_t)h * sv->n + i] = map[idx[i]];
+        }
+        free(map);
     }
     return 0;
 }
@@ -341,16 +363,16 @@ static int streamer_init(streamer *st, st_kv *kv, int layer, seq_views *sv, int 
     st->cap = (int64_t)(KV_STREAM_BYTES / kv->g.layer_bytes);
     if (st->cap < 1) st->cap = 1;
     const size_t nv = (size_t)(sv->n ? sv->n : 1);
-    const int32_t H = kv->p.n_kv_head;
     st->stamp = malloc(nv * sizeof *st->stamp);
     st->pos = malloc(nv * sizeof *st->pos);
     if (!st->stamp || !st->pos) return ST_E_NOMEM;
     if (!chunk && sv->sel) {
+        const int32_t H = kv->p.n_kv_head;
         st->list = malloc((size_t)H * sizeof *st->list);
         st->len = malloc((size_t)H * sizeof *st->len);
         if (!st->list || !st->len) return ST_E_NOMEM;
         for (int32_t h = 0; h < H; h++)
-            if (st_kv_select_head(sv->sel, h, &st->list[h], &st->len[h])) return ST_E_INVAL;
+            st->list[h] = sv->sel_idx + (size_t)h * sv->n, st->len[h] = sv->sel_n[h];
     }
     return 0;
 }
@@ -507,15 +529,11 @@ static int prepare(st_kv *kv, st_ctx *ctx, int layer, seq_views *sv, int n_seq, 
     if (decode) kv_tier_step(kv, layer);
     int64_t n_tot = 0;
     for (int i = 0; i < n_seq; i++) n_tot += sv[i].n;
-    uint8_t *want = malloc((size_t)(n_tot ? n_tot : 1));
     int32_t *cold = malloc((size_t)(n_tot ? n_tot : 1) * sizeof *cold), n_cold = 0;
     int32_t *held = malloc((size_t)(n_tot ? n_tot : 1) * sizeof *held), n_held = 0;
-    int rc = want && cold && held ? 0 : st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
-    int64_t off = 0;
-    for (int i = 0; i < n_seq && !rc; off += sv[i].n, i++) {
-        memcpy(want + off, sv[i].want, (size_t)sv[i].n);
+    int rc = cold && held ? 0 : st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
+    for (int i = 0; i < n_seq && !rc; i++) {
         for (int32_t j = 0; j < sv[i].n && !rc; j++) {
-            if (!want[off + j]) continue;
             kv_page *pg = &kv->pages[sv[i].page[j]];
             if (pg->resident == KV_RES_ERROR) {
                 kv_seq_fail(kv, sv[i].s, pg->err);
@@ -543,7 +561,6 @@ static int prepare(st_kv *kv, st_ctx *ctx, int layer, seq_views *sv, int n_seq, 
     }
     for (int32_t i = 0; i < n_held && !rc && decode; i++) kv_tier_use(kv, held[i]);
     for (int32_t i = 0; i < n_held; i++) kv_unhold(kv, held[i]);
-    free(want);
     free(cold);
     free(held);
     return rc;
@@ -572,7 +589,8 @@ static void end(seq_views *sv, int n_seq) {
         free(sv[i].v);
         free(sv[i].page);
         free(sv[i].cold);
-        free(sv[i].want);
+        free(sv[i].sel_idx);
+        free(sv[i].sel_n);
     }
     free(sv);
 }
@@ -582,8 +600,12 @@ static int as_attn_seq(st_ctx *ctx, const seq_views *sv, st_attn_seq *a) {
     memset(a, 0, sizeof *a);
     a->pages = sv->v;
     a->n_pages = sv->n;
-    if (sv->sel && st_kv_select_apply(sv->sel, a))
-        return st_seterr(ctx, ST_E_INVAL, "kv: attend: selection does not fit the view list");
+    (void)ctx;
+    if (sv->sel) {
+        a->sel = sv->sel_idx;
+        a->n_sel = sv->sel_n;
+        a->sel_stride = sv->n;
+    }
     return 0;
 }
 
