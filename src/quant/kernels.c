@@ -40,7 +40,10 @@ static const st_kernels kernels_scalar = {
 };
 
 #if ST_KQ_SIMD
-#define KQ_AVX2_ KQ_ROWS_(st_quantize_row_q8_K_avx2, st_vec_dot_q4_K_q8_K_avx2, st_vec_dot_q5_K_q8_K_avx2, st_vec_dot_q6_K_q8_K_avx2)
+#define KQ_AVX2_                                                                                   \
+    KQ_ROWS_T_(st_quantize_row_q8_K_avx2, st_vec_dot_q4_K_q8_K_avx2, st_vec_dot_q5_K_q8_K_avx2,     \
+               st_vec_dot_q6_K_q8_K_avx2, st_tile_q4_K_q8_K_avx2, st_tile_q5_K_q8_K_avx2,           \
+               st_tile_q6_K_q8_K_avx2)
 #define KQ_AVX512_                                                                                     \
     KQ_ROWS_T_(st_quantize_row_q8_K_avx512, st_vec_dot_q4_K_q8_K_avx512, st_vec_dot_q5_K_q8_K_avx512,   \
                st_vec_dot_q6_K_q8_K_avx512, st_tile_q4_K_q8_K_avx512, st_tile_q5_K_q8_K_avx512,         \

@@ -118,7 +118,13 @@ void st_vec_dot_q5_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q6_K_q8_K_scalar(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q6_K_q8_K_avx2(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q6_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
-/* Tiles (st_tile_fn in strata/quant.h): each element bit-identical to the _avx512 dot. */
+/* Tiles (st_tile_fn in strata/quant.h): each element bit-identical to the same ISA's dot. */
+void st_tile_q4_K_q8_K_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                            size_t by, int nr, int nc);
+void st_tile_q5_K_q8_K_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                            size_t by, int nr, int nc);
+void st_tile_q6_K_q8_K_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                            size_t by, int nr, int nc);
 void st_tile_q4_K_q8_K_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
                               size_t by, int nr, int nc);
 void st_tile_q5_K_q8_K_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,

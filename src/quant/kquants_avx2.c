@@ -14,14 +14,6 @@
 #include <immintrin.h>
 #include <math.h>
 
-/* [d * dy, dmin * dy, ...] from the two consecutive fp16 fields of a Q4_K / Q5_K block:
- * one convert instead of two scalar ones (the kernels are bound by vector µops). */
-static inline __m128 kq_block_d_dmin(const uint16_t *d_dmin, float dy) {
-    uint32_t bits;
-    memcpy(&bits, d_dmin, sizeof bits);
-    return _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)bits)), _mm_set1_ps(dy));
-}
-
 static inline float kq_hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -44,128 +36,158 @@ static inline __m256i kq_min_pick(void) {
                             4, -128, 5, -128, 5, -128, 6, -128, 6, -128, 7, -128, 7, -128);
 }
 
-/* sum_j m_j * (bsums[2j] + bsums[2j+1]) as 8 int32 lanes */
-static inline __m256i kq_mins_dot(uint64_t mn, const int16_t *bsums, __m256i mpick) {
-    const __m256i M = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)mn), mpick);
-    return _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), M);
+/* ---- row x NC-token dots ------------------------------------------------------------
+ * As in the AVX-512 file: a tile of NR weight rows x NC activation rows is NR passes of
+ * one weight row against NC activation rows; per super-block the weights and their
+ * sub-block scales are unpacked once (into w[8] / sc[8], which spill to the stack when
+ * NC > 1: 16 ymm registers do not hold them and NC accumulators) and serve every
+ * activation row. vec_dot is the 1 x 1 instance and each (row, activation) pair runs the
+ * same operations in the same order whatever NC is, so a tile element equals vec_dot
+ * bit for bit. */
+
+#define KQ_AI static inline __attribute__((always_inline))
+
+static inline const st_block_q8_K *kq_act(const void *y, size_t by, int c, int i) {
+    return (const st_block_q8_K *)((const uint8_t *)y + (size_t)c * by) + i;
 }
 
-void st_vec_dot_q4_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
-    ST_ASSERT(n % QK_K == 0);
-    const st_block_q4_K *x = vx;
-    const st_block_q8_K *y = vy;
-    const int nb = n / QK_K;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i mpick = kq_min_pick();
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        const __m128 dm = kq_block_d_dmin(&x[i].d, y[i].d);
-        uint64_t sc, mn;
-        st_kq_unpack_scales_mins(x[i].scales, &sc, &mn);
-        const __m256i S = _mm256_set1_epi64x((long long)sc);
-        const uint8_t *q = x[i].qs;
-        const int8_t *a = y[i].qs;
-        __m256i sumi = _mm256_setzero_si256();
-        for (int g = 0; g < 4; g++) {
-            const __m256i qv = _mm256_loadu_si256((const __m256i *)(q + 32 * g));
-            const __m256i lo = _mm256_and_si256(qv, m4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);
-            const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(a + 64 * g)));
-            const __m256i p1 =
-                _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(a + 64 * g + 32)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(S, KQ_WORD_PICK(2 * g))));
-            sumi = _mm256_add_epi32(sumi,
-                                    _mm256_madd_epi16(p1, _mm256_shuffle_epi8(S, KQ_WORD_PICK(2 * g + 1))));
-        }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_broadcastss_ps(dm), acc);
-        accm =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(kq_mins_dot(mn, y[i].bsums, mpick)),
-                            _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dm), _mm256_set1_epi32(1)), accm);
+/* sum over the 8 sub-blocks of 32 of scale * (w . a), as 8 int32 lanes */
+KQ_AI __m256i kq_sum8(const __m256i *w, const __m256i *sc, const int8_t *a) {
+    __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+        sumi = _mm256_add_epi32(
+            sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(w[j], _mm256_loadu_si256((const __m256i *)(a + 32 * j))),
+                                    sc[j]));
+    return sumi;
+}
+
+/* Q4_K and Q5_K share everything but the 5th bit (HB: x has qh). */
+#define KQ_Q45_ROW_(fname, blk, HB)                                                                    \
+    KQ_AI void fname(const int NC, int nb, const blk *x, const void *y, size_t by, float *s, size_t bs) { \
+        const __m256i m4 = _mm256_set1_epi8(0x0F);                                                     \
+        const __m256i mpick = kq_min_pick();                                                           \
+        __m256 acc[4], accm[4];                                                                        \
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) acc[c] = accm[c] = _mm256_setzero_ps();   \
+        for (int i = 0; i < nb; i++) {                                                                 \
+            uint32_t dbits;                                                                            \
+            memcpy(&dbits, &x[i].d, sizeof dbits);                                                     \
+            const __m128 dmx = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dbits)); /* d, dmin */              \
+            uint64_t scm, mn;                                                                          \
+            st_kq_unpack_scales_mins(x[i].scales, &scm, &mn);                                          \
+            const __m256i S = _mm256_set1_epi64x((long long)scm);                                      \
+            const __m256i M = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)mn), mpick);          \
+            __m256i w[8], sc[8];                                                                       \
+            KQ_UNPACK_##HB(x[i]);                                                                      \
+            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) sc[j] = _mm256_shuffle_epi8(S, KQ_WORD_PICK(j)); \
+            _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) {                                    \
+                const st_block_q8_K *yc = kq_act(y, by, c, i);                                         \
+                const __m128 dm = _mm_mul_ps(dmx, _mm_set1_ps(yc->d));                                 \
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(kq_sum8(w, sc, yc->qs)), _mm256_broadcastss_ps(dm), \
+                                         acc[c]);                                                      \
+                accm[c] = _mm256_fmadd_ps(                                                             \
+                    _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)yc->bsums), M)), \
+                    _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dm), _mm256_set1_epi32(1)), accm[c]); \
+            }                                                                                          \
+        }                                                                                              \
+        _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) s[(size_t)c * bs] =                       \
+            kq_hsum256(acc[c]) - kq_hsum256(accm[c]);                                                  \
     }
-    *s = kq_hsum256(acc) - kq_hsum256(accm);
-}
 
-void st_vec_dot_q5_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
-    ST_ASSERT(n % QK_K == 0);
-    const st_block_q5_K *x = vx;
-    const st_block_q8_K *y = vy;
-    const int nb = n / QK_K;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), b16 = _mm256_set1_epi8(0x10);
-    const __m256i mpick = kq_min_pick();
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        const __m128 dm = kq_block_d_dmin(&x[i].d, y[i].d);
-        uint64_t sc, mn;
-        st_kq_unpack_scales_mins(x[i].scales, &sc, &mn);
-        const __m256i S = _mm256_set1_epi64x((long long)sc);
-        /* bit 2g / 2g+1 of qh byte l is the 5th bit of element 64g + l / 64g + 32 + l;
-         * qhs is shifted right by 2 per pair so the wanted bits are always 0 and 1 */
-        __m256i qhs = _mm256_loadu_si256((const __m256i *)x[i].qh);
-        const uint8_t *q = x[i].qs;
-        const int8_t *a = y[i].qs;
-        __m256i sumi = _mm256_setzero_si256();
-        for (int g = 0; g < 4; g++) {
-            const __m256i qv = _mm256_loadu_si256((const __m256i *)(q + 32 * g));
-            const __m256i lo =
-                _mm256_or_si256(_mm256_and_si256(qv, m4), _mm256_and_si256(_mm256_slli_epi16(qhs, 4), b16));
-            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv, 4), m4),
-                                               _mm256_and_si256(_mm256_slli_epi16(qhs, 3), b16));
-            qhs = _mm256_srli_epi16(qhs, 2);
-            const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(a + 64 * g)));
-            const __m256i p1 =
-                _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(a + 64 * g + 32)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_shuffle_epi8(S, KQ_WORD_PICK(2 * g))));
-            sumi = _mm256_add_epi32(sumi,
-                                    _mm256_madd_epi16(p1, _mm256_shuffle_epi8(S, KQ_WORD_PICK(2 * g + 1))));
-        }
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_broadcastss_ps(dm), acc);
-        accm =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(kq_mins_dot(mn, y[i].bsums, mpick)),
-                            _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dm), _mm256_set1_epi32(1)), accm);
+/* Q4_K: byte l of group g holds element 64g + l (low nibble) and 64g + 32 + l (high). */
+#define KQ_UNPACK_0(b)                                                                                 \
+    _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) {                                              \
+        const __m256i qv = _mm256_loadu_si256((const __m256i *)((b).qs + 32 * g));                     \
+        w[2 * g] = _mm256_and_si256(qv, m4);                                                           \
+        w[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);                                 \
     }
-    *s = kq_hsum256(acc) - kq_hsum256(accm);
-}
 
-void st_vec_dot_q6_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
-    ST_ASSERT(n % QK_K == 0);
-    const st_block_q6_K *x = vx;
-    const st_block_q8_K *y = vy;
-    const int nb = n / QK_K;
+/* Q5_K: bit 2g / 2g+1 of qh byte l is the 5th bit of element 64g + l / 64g + 32 + l; qhs is
+ * shifted right by 2 per pair so the wanted bits are always 0 and 1 */
+#define KQ_UNPACK_1(b)                                                                                 \
+    {                                                                                                  \
+        const __m256i b16 = _mm256_set1_epi8(0x10);                                                    \
+        __m256i qhs = _mm256_loadu_si256((const __m256i *)(b).qh);                                     \
+        _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) {                                          \
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)((b).qs + 32 * g));                 \
+            w[2 * g] = _mm256_or_si256(_mm256_and_si256(qv, m4), _mm256_and_si256(_mm256_slli_epi16(qhs, 4), b16)); \
+            w[2 * g + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv, 4), m4),             \
+                                           _mm256_and_si256(_mm256_slli_epi16(qhs, 3), b16));          \
+            qhs = _mm256_srli_epi16(qhs, 2);                                                           \
+        }                                                                                              \
+    }
+
+KQ_Q45_ROW_(q4k_row, st_block_q4_K, 0)
+KQ_Q45_ROW_(q5k_row, st_block_q5_K, 1)
+
+KQ_AI void q6k_row(const int NC, int nb, const st_block_q6_K *x, const void *y, size_t by, float *s,
+                   size_t bs) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) acc[c] = _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
-        const float d = y[i].d * _cvtsh_ss(x[i].d);
+        const float dx = _cvtsh_ss(x[i].d);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
-        const int8_t *a = y[i].qs;
-        __m256i sumi = _mm256_setzero_si256();
+        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+        __m256i w[8], sc[8];
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m256i L0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
             const __m256i L1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
             const __m256i H = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
-            __m256i q[4];
+            __m256i *q = w + 4 * h;
             q[0] = _mm256_or_si256(_mm256_and_si256(L0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
             q[1] = _mm256_or_si256(_mm256_and_si256(L1, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
             q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4), _mm256_and_si256(H, m30));
             q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4),
                                    _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+#pragma GCC unroll 4
             for (int v = 0; v < 4; v++) {
                 /* register v holds sub-blocks j and j + 1 (one per 128-bit lane) */
                 const int j = 8 * h + 2 * v;
                 const __m128i pick = _mm_set_epi64x(0x0101010101010101ll * (j + 1), 0x0101010101010101ll * j);
-                const __m256i S = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick));
-                const __m256i p =
-                    _mm256_maddubs_epi16(q[v], _mm256_loadu_si256((const __m256i *)(a + 128 * h + 32 * v)));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, S));
+                sc[4 * h + v] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick));
             }
         }
-        /* the stored quants are q + 32: subtract 32 * sum_j scale_j * bsum_j */
-        const __m256i corr =
-            _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), _mm256_cvtepi8_epi16(sc8));
-        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc);
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const st_block_q8_K *yc = kq_act(y, by, c, i);
+            const float d = yc->d * dx;
+            __m256i sumi = kq_sum8(w, sc, yc->qs);
+            /* the stored quants are q + 32: subtract 32 * sum_j scale_j * bsum_j */
+            const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)yc->bsums), sc16);
+            sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc[c]);
+        }
     }
-    *s = kq_hsum256(acc);
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) s[(size_t)c * bs] = kq_hsum256(acc[c]);
 }
+
+/* vec_dot (1 x 1) and the tile entry point: nr passes of a 1 x nc row kernel. */
+#define KQ_DEF_(name, blk, row)                                                                  \
+    void st_vec_dot_##name##_avx2(int n, float *s, const void *x, const void *y) {               \
+        ST_ASSERT(n % QK_K == 0);                                                                 \
+        row(1, n / QK_K, (const blk *)x, y, 0, s, 1);                                             \
+    }                                                                                             \
+    void st_tile_##name##_avx2(int n, float *s, size_t bs, const void *x, size_t bx,             \
+                               const void *y, size_t by, int nr, int nc) {                        \
+        ST_ASSERT(n % QK_K == 0 && nr >= 1 && nr <= 4 && nc >= 1 && nc <= 4);                     \
+        for (int r = 0; r < nr; r++) {                                                            \
+            const blk *xr = (const blk *)((const uint8_t *)x + (size_t)r * bx);                   \
+            switch (nc) {                                                                         \
+            case 1: row(1, n / QK_K, xr, y, by, s + r, bs); break;                                \
+            case 2: row(2, n / QK_K, xr, y, by, s + r, bs); break;                                \
+            case 3: row(3, n / QK_K, xr, y, by, s + r, bs); break;                                \
+            default: row(4, n / QK_K, xr, y, by, s + r, bs); break;                               \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+KQ_DEF_(q4_K_q8_K, st_block_q4_K, q4k_row)
+KQ_DEF_(q5_K_q8_K, st_block_q5_K, q5k_row)
+KQ_DEF_(q6_K_q8_K, st_block_q6_K, q6k_row)
 
 /* Same arithmetic as st_quantize_row_q8_K_ref, 8 floats at a time: the product
  * iscale * x rounded by cvtps2dq (nearest even) equals the reference's rounding. */
