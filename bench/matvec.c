@@ -1,7 +1,7 @@
 /* bench/matvec: matrix-vector products per weight type against the read-bandwidth probe,
  * and prefill-like matrix-matrix products.
  *
- *   matvec [--threads N] [--quick] [--rounds N] [--type NAME]... [--no-matmul]
+ *   matvec [--threads N] [--quick] [--rounds N] [--type NAME]... [--shape RxC]... [--no-matmul]
  *
  * For each weight type and shape (rows x cols: 4096x4096 and 2048x8192) the matrix is
  * replicated into enough distinct copies that one measured pass streams >= 256 MiB
@@ -14,7 +14,13 @@
  * its min and max. A 1 GiB probe (best of 3) is printed first for reference. On a shared
  * machine low figures are usually others' load; rerun rather than trust one line.
  * Then st_matmul with 512 tokens (activations quantized beforehand, not timed; printed
- * separately) in GFLOP/s. Honors STRATA_ISA to force a kernel path. */
+ * separately) in GFLOP/s. Honors STRATA_ISA to force a kernel path.
+ *
+ * --shape replaces the two default shapes, e.g. a row-length sweep at equal bytes:
+ *   --shape 8192x2048 --shape 4096x4096 --shape 2048x8192 --shape 1024x16384
+ * (measured here at ~50 GB/s: the longer the rows, the lower the ratio, because the
+ * activation vector, read once per row, no longer stays in L1 next to the streaming
+ * weights; see the notes of issue 2). */
 #include "bench_common.h"
 #include "strata/quant.h"
 
@@ -127,6 +133,8 @@ static void bench_matmul(st_threadpool *tp, const st_kernels *k, st_type t, int6
 
 int main(int argc, char **argv) {
     int quick = 0, no_matmul = 0, n_only = 0, rounds = 15;
+    long long shapes[8][2] = {{4096, 4096}, {2048, 8192}};
+    int n_shapes = 0;
     const char *only[16];
     st_ctx_params prm = st_ctx_default_params();
     prm.n_threads = 2;
@@ -141,11 +149,17 @@ int main(int argc, char **argv) {
             prm.n_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--type") && i + 1 < argc && n_only < 16)
             only[n_only++] = argv[++i];
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc && n_shapes < 8 &&
+                 sscanf(argv[i + 1], "%lldx%lld", &shapes[n_shapes][0], &shapes[n_shapes][1]) == 2 &&
+                 shapes[n_shapes][0] > 0 && shapes[n_shapes][1] > 0 && shapes[n_shapes][1] % 256 == 0)
+            n_shapes++, i++;
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--quick] [--rounds N] [--type NAME]... [--no-matmul]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--threads N] [--quick] [--rounds N] [--type NAME]... [--shape RxC]... "
+                    "[--no-matmul]\n  (--shape: up to 8, cols a multiple of 256)\n", argv[0]);
             return 2;
         }
     }
+    if (!n_shapes) n_shapes = 2;
     st_ctx *ctx = NULL;
     int rc = st_ctx_create(&prm, &ctx);
     if (rc) {
@@ -168,7 +182,6 @@ int main(int argc, char **argv) {
     static const st_type types[] = {ST_TYPE_Q8_0, ST_TYPE_Q4_K, ST_TYPE_Q6_K, ST_TYPE_F16,
                                     ST_TYPE_Q4_0, ST_TYPE_Q4_1, ST_TYPE_Q5_0, ST_TYPE_Q5_1,
                                     ST_TYPE_Q5_K, ST_TYPE_BF16, ST_TYPE_F32};
-    static const int64_t shapes[2][2] = {{4096, 4096}, {2048, 8192}};
     const int n_types = quick && !n_only ? 4 : (int)(sizeof types / sizeof types[0]);
     printf("%-6s %-10s %7s %6s  %8s %8s  %6s %15s\n", "type", "shape", "MiB", "copies", "GB/s", "probe",
            "ratio", "(min..max)");
@@ -177,7 +190,7 @@ int main(int argc, char **argv) {
         int wanted = !n_only;
         for (int j = 0; j < n_only; j++) wanted |= !strcmp(only[j], st_type_name(types[i]));
         if (!wanted) continue;
-        for (int s = 0; s < 2; s++) {
+        for (int s = 0; s < n_shapes; s++) {
             const struct mv_result r = bench_matvec(tp, k, &probe, rounds, types[i], shapes[s][0], shapes[s][1]);
             char shape[32];
             snprintf(shape, sizeof shape, "%lldx%lld", (long long)r.rows, (long long)r.cols);
