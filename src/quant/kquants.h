@@ -132,4 +132,27 @@ void st_tile_q5_K_q8_K_avx512(int n, float *s, size_t bs, const void *x, size_t 
 void st_tile_q6_K_q8_K_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
                               size_t by, int nr, int nc);
 
+/* Defines st_vec_dot_<name>_<isa> and st_tile_<name>_<isa> from an always-inline row kernel
+ * row(NC, n_blocks, x, y, by, s, bs) that dots one weight row with NC activation rows (NC a
+ * compile-time constant): vec_dot is its 1 x 1 instance and a tile is nr passes of it, so
+ * every tile element is vec_dot's arithmetic, bit for bit. For the SIMD files. */
+#define ST_KQ_DEF_DOT_TILE_(name, isa, blk, row)                                                  \
+    void st_vec_dot_##name##_##isa(int n, float *s, const void *x, const void *y) {               \
+        ST_ASSERT(n % QK_K == 0);                                                                 \
+        row(1, n / QK_K, (const blk *)x, y, 0, s, 1);                                             \
+    }                                                                                             \
+    void st_tile_##name##_##isa(int n, float *s, size_t bs, const void *x, size_t bx,             \
+                                const void *y, size_t by, int nr, int nc) {                       \
+        ST_ASSERT(n % QK_K == 0 && nr >= 1 && nr <= 4 && nc >= 1 && nc <= 4);                     \
+        for (int r = 0; r < nr; r++) {                                                            \
+            const blk *xr = (const blk *)((const uint8_t *)x + (size_t)r * bx);                   \
+            switch (nc) {                                                                         \
+            case 1: row(1, n / QK_K, xr, y, by, s + r, bs); break;                                \
+            case 2: row(2, n / QK_K, xr, y, by, s + r, bs); break;                                \
+            case 3: row(3, n / QK_K, xr, y, by, s + r, bs); break;                                \
+            default: row(4, n / QK_K, xr, y, by, s + r, bs); break;                               \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
 #endif /* STRATA_QUANT_KQUANTS_H */

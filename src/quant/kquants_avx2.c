@@ -165,29 +165,9 @@ KQ_AI void q6k_row(const int NC, int nb, const st_block_q6_K *x, const void *y, 
     for (int c = 0; c < NC; c++) s[(size_t)c * bs] = kq_hsum256(acc[c]);
 }
 
-/* vec_dot (1 x 1) and the tile entry point: nr passes of a 1 x nc row kernel. */
-#define KQ_DEF_(name, blk, row)                                                                  \
-    void st_vec_dot_##name##_avx2(int n, float *s, const void *x, const void *y) {               \
-        ST_ASSERT(n % QK_K == 0);                                                                 \
-        row(1, n / QK_K, (const blk *)x, y, 0, s, 1);                                             \
-    }                                                                                             \
-    void st_tile_##name##_avx2(int n, float *s, size_t bs, const void *x, size_t bx,             \
-                               const void *y, size_t by, int nr, int nc) {                        \
-        ST_ASSERT(n % QK_K == 0 && nr >= 1 && nr <= 4 && nc >= 1 && nc <= 4);                     \
-        for (int r = 0; r < nr; r++) {                                                            \
-            const blk *xr = (const blk *)((const uint8_t *)x + (size_t)r * bx);                   \
-            switch (nc) {                                                                         \
-            case 1: row(1, n / QK_K, xr, y, by, s + r, bs); break;                                \
-            case 2: row(2, n / QK_K, xr, y, by, s + r, bs); break;                                \
-            case 3: row(3, n / QK_K, xr, y, by, s + r, bs); break;                                \
-            default: row(4, n / QK_K, xr, y, by, s + r, bs); break;                               \
-            }                                                                                     \
-        }                                                                                         \
-    }
-
-KQ_DEF_(q4_K_q8_K, st_block_q4_K, q4k_row)
-KQ_DEF_(q5_K_q8_K, st_block_q5_K, q5k_row)
-KQ_DEF_(q6_K_q8_K, st_block_q6_K, q6k_row)
+ST_KQ_DEF_DOT_TILE_(q4_K_q8_K, avx2, st_block_q4_K, q4k_row)
+ST_KQ_DEF_DOT_TILE_(q5_K_q8_K, avx2, st_block_q5_K, q5k_row)
+ST_KQ_DEF_DOT_TILE_(q6_K_q8_K, avx2, st_block_q6_K, q6k_row)
 
 /* Same arithmetic as st_quantize_row_q8_K_ref, 8 floats at a time: the product
  * iscale * x rounded by cvtps2dq (nearest even) equals the reference's rounding. */

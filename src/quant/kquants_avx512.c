@@ -67,38 +67,51 @@ static inline const st_block_q8_K *kq_act(const void *y, size_t by, int c, int i
     return (const st_block_q8_K *)((const uint8_t *)y + (size_t)c * by) + i;
 }
 
-KQ_AI void q4k_row(const int NC, int nb, const st_block_q4_K *x, const void *y, size_t by, float *s,
-                   size_t bs) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+/* Q4_K (Q5 = 0) and Q5_K (Q5 = 1: vx holds st_block_q5_K, whose qh adds the 5th bit);
+ * both blocks start with d, dmin and the packed scales. */
+KQ_AI void q45k_row(const int Q5, const int NC, int nb, const void *vx, const void *y, size_t by,
+                    float *s, size_t bs) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b16 = _mm512_set1_epi8(16);
     const __m512i shr = kq_halves16(0, 4);
+    /* qh bit 2k is the 5th bit of sub-block 2k (low half), bit 2k+1 of sub-block 2k+1 */
+    const __m512i hb[4] = {kq_halves16(0x0101, 0x0202), kq_halves16(0x0404, 0x0808),
+                           kq_halves16(0x1010, 0x2020), kq_halves16(0x4040, 0x8080)};
     const __m256i mpick = kq_min_pick();
     __m512 acc[ST_TILE_MAX];
     __m256 accm[ST_TILE_MAX];
 #pragma GCC unroll 4
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps(), accm[c] = _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
+        const st_block_q4_K *x4 = (const st_block_q4_K *)vx + i;
+        const st_block_q5_K *x5 = (const st_block_q5_K *)vx + i;
         uint32_t dbits;
-        memcpy(&dbits, &x[i].d, sizeof dbits);
+        memcpy(&dbits, Q5 ? &x5->d : &x4->d, sizeof dbits);
         const __m128 dmx = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dbits)); /* d, dmin */
         uint64_t sc, mn;
-        st_kq_unpack_scales_mins(x[i].scales, &sc, &mn);
+        st_kq_unpack_scales_mins(Q5 ? x5->scales : x4->scales, &sc, &mn);
         const __m512i S = _mm512_set1_epi64((long long)sc);
-        const __m512i s0 = _mm512_shuffle_epi8(S, kq_word_pick(0, 1)), s1 = _mm512_shuffle_epi8(S, kq_word_pick(2, 3));
-        const __m512i s2 = _mm512_shuffle_epi8(S, kq_word_pick(4, 5)), s3 = _mm512_shuffle_epi8(S, kq_word_pick(6, 7));
         const __m256i M = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)mn), mpick);
-        const uint8_t *q = x[i].qs;
-        const __m512i w0 = kq_nibbles64(q, shr, m4), w1 = kq_nibbles64(q + 32, shr, m4);
-        const __m512i w2 = kq_nibbles64(q + 64, shr, m4), w3 = kq_nibbles64(q + 96, shr, m4);
+        const uint8_t *q = Q5 ? x5->qs : x4->qs;
+        __m512i w[4], sp[4];
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            w[g] = kq_nibbles64(q + 32 * g, shr, m4);
+            sp[g] = _mm512_shuffle_epi8(S, kq_word_pick(2 * g, 2 * g + 1));
+        }
+        if (Q5) { /* a set qh bit adds 16 (the quant's 5th bit) to the nibble below it */
+            const __m512i QH = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x5->qh));
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) w[g] = _mm512_mask_add_epi8(w[g], _mm512_test_epi8_mask(QH, hb[g]), w[g], b16);
+        }
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) {
             const st_block_q8_K *yc = kq_act(y, by, c, i);
             const __m128 dm = _mm_mul_ps(dmx, _mm_set1_ps(yc->d));
             const int8_t *a = yc->qs;
-            __m512i sumi = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
-                                               _mm512_maddubs_epi16(w0, _mm512_loadu_si512(a)), s0);
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w1, _mm512_loadu_si512(a + 64)), s1);
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w2, _mm512_loadu_si512(a + 128)), s2);
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w3, _mm512_loadu_si512(a + 192)), s3);
+            __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++)
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w[g], _mm512_loadu_si512(a + 64 * g)), sp[g]);
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(dm), acc[c]);
             const __m256i pm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)yc->bsums), M);
             accm[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm),
@@ -110,56 +123,12 @@ KQ_AI void q4k_row(const int NC, int nb, const st_block_q4_K *x, const void *y, 
     for (int c = 0; c < NC; c++) s[(size_t)c * bs] = _mm512_reduce_add_ps(acc[c]) - kq_hsum256(accm[c]);
 }
 
-KQ_AI void q5k_row(const int NC, int nb, const st_block_q5_K *x, const void *y, size_t by, float *s,
-                   size_t bs) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), b16 = _mm512_set1_epi8(16);
-    const __m512i shr = kq_halves16(0, 4);
-    /* qh bit 2k is the 5th bit of sub-block 2k (low half), bit 2k+1 of sub-block 2k+1 */
-    const __m512i hb0 = kq_halves16(0x0101, 0x0202), hb1 = kq_halves16(0x0404, 0x0808);
-    const __m512i hb2 = kq_halves16(0x1010, 0x2020), hb3 = kq_halves16(0x4040, 0x8080);
-    const __m256i mpick = kq_min_pick();
-    __m512 acc[ST_TILE_MAX];
-    __m256 accm[ST_TILE_MAX];
-#pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps(), accm[c] = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        uint32_t dbits;
-        memcpy(&dbits, &x[i].d, sizeof dbits);
-        const __m128 dmx = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dbits));
-        uint64_t sc, mn;
-        st_kq_unpack_scales_mins(x[i].scales, &sc, &mn);
-        const __m512i S = _mm512_set1_epi64((long long)sc);
-        const __m512i s0 = _mm512_shuffle_epi8(S, kq_word_pick(0, 1)), s1 = _mm512_shuffle_epi8(S, kq_word_pick(2, 3));
-        const __m512i s2 = _mm512_shuffle_epi8(S, kq_word_pick(4, 5)), s3 = _mm512_shuffle_epi8(S, kq_word_pick(6, 7));
-        const __m256i M = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)mn), mpick);
-        const __m512i QH = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].qh));
-        const uint8_t *q = x[i].qs;
-        /* a set qh bit adds 16 (the quant's 5th bit) to the nibble below it */
-        __m512i w0 = kq_nibbles64(q, shr, m4), w1 = kq_nibbles64(q + 32, shr, m4);
-        __m512i w2 = kq_nibbles64(q + 64, shr, m4), w3 = kq_nibbles64(q + 96, shr, m4);
-        w0 = _mm512_mask_add_epi8(w0, _mm512_test_epi8_mask(QH, hb0), w0, b16);
-        w1 = _mm512_mask_add_epi8(w1, _mm512_test_epi8_mask(QH, hb1), w1, b16);
-        w2 = _mm512_mask_add_epi8(w2, _mm512_test_epi8_mask(QH, hb2), w2, b16);
-        w3 = _mm512_mask_add_epi8(w3, _mm512_test_epi8_mask(QH, hb3), w3, b16);
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) {
-            const st_block_q8_K *yc = kq_act(y, by, c, i);
-            const __m128 dm = _mm_mul_ps(dmx, _mm_set1_ps(yc->d));
-            const int8_t *a = yc->qs;
-            __m512i sumi = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
-                                               _mm512_maddubs_epi16(w0, _mm512_loadu_si512(a)), s0);
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w1, _mm512_loadu_si512(a + 64)), s1);
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w2, _mm512_loadu_si512(a + 128)), s2);
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w3, _mm512_loadu_si512(a + 192)), s3);
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(dm), acc[c]);
-            const __m256i pm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)yc->bsums), M);
-            accm[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm),
-                                      _mm256_permutexvar_ps(_mm256_set1_epi32(1), _mm256_castps128_ps256(dm)),
-                                      accm[c]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) s[(size_t)c * bs] = _mm512_reduce_add_ps(acc[c]) - kq_hsum256(accm[c]);
+KQ_AI void q4k_row(const int NC, int nb, const void *x, const void *y, size_t by, float *s, size_t bs) {
+    q45k_row(0, NC, nb, x, y, by, s, bs);
+}
+
+KQ_AI void q5k_row(const int NC, int nb, const void *x, const void *y, size_t by, float *s, size_t bs) {
+    q45k_row(1, NC, nb, x, y, by, s, bs);
 }
 
 KQ_AI void q6k_row(const int NC, int nb, const st_block_q6_K *x, const void *y, size_t by, float *s,
@@ -213,29 +182,9 @@ KQ_AI void q6k_row(const int NC, int nb, const st_block_q6_K *x, const void *y, 
     for (int c = 0; c < NC; c++) s[(size_t)c * bs] = _mm512_reduce_add_ps(acc[c]);
 }
 
-/* vec_dot (1 x 1) and the tile entry point: nr passes of a 1 x nc row kernel. */
-#define KQ_DEF_(name, blk, row)                                                                  \
-    void st_vec_dot_##name##_avx512(int n, float *s, const void *x, const void *y) {             \
-        ST_ASSERT(n % QK_K == 0);                                                                 \
-        row(1, n / QK_K, (const blk *)x, y, 0, s, 1);                                             \
-    }                                                                                             \
-    void st_tile_##name##_avx512(int n, float *s, size_t bs, const void *x, size_t bx,           \
-                                 const void *y, size_t by, int nr, int nc) {                      \
-        ST_ASSERT(n % QK_K == 0 && nr >= 1 && nr <= ST_TILE_MAX && nc >= 1 && nc <= ST_TILE_MAX); \
-        for (int r = 0; r < nr; r++) {                                                            \
-            const blk *xr = (const blk *)((const uint8_t *)x + (size_t)r * bx);                   \
-            switch (nc) {                                                                         \
-            case 1: row(1, n / QK_K, xr, y, by, s + r, bs); break;                                \
-            case 2: row(2, n / QK_K, xr, y, by, s + r, bs); break;                                \
-            case 3: row(3, n / QK_K, xr, y, by, s + r, bs); break;                                \
-            default: row(4, n / QK_K, xr, y, by, s + r, bs); break;                               \
-            }                                                                                     \
-        }                                                                                         \
-    }
-
-KQ_DEF_(q4_K_q8_K, st_block_q4_K, q4k_row)
-KQ_DEF_(q5_K_q8_K, st_block_q5_K, q5k_row)
-KQ_DEF_(q6_K_q8_K, st_block_q6_K, q6k_row)
+ST_KQ_DEF_DOT_TILE_(q4_K_q8_K, avx512, st_block_q4_K, q4k_row)
+ST_KQ_DEF_DOT_TILE_(q5_K_q8_K, avx512, st_block_q5_K, q5k_row)
+ST_KQ_DEF_DOT_TILE_(q6_K_q8_K, avx512, st_block_q6_K, q6k_row)
 
 /* Same arithmetic as st_quantize_row_q8_K_ref, 16 floats at a time: the product
  * iscale * x rounded by cvtps2dq (nearest even) equals the reference's rounding. */
