@@ -465,6 +465,7 @@ static attn_tile chunk_query_tile(st_attn_ws *ws, int ith, int32_t kvh, int32_t 
             lim[j * G + gi] = ws->pos0_q + q0 + j;
         }
     t.lim = lim;
+    t.lim_min = ws->pos0_q + q0; /* row j's limit is pos0_q + q0 + j */
     return t;
 }
 

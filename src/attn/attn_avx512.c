@@ -282,7 +282,9 @@ AI void rows_update_vec(const attn_blk *b, const __m512 *sc, float *p, float *bm
 AI void rows_update(const attn_blk *b, const __m512 *sc, float *p, float *bm, int r0,
                     const int RB, uint32_t *any) {
     const attn_tile *t = b->t;
-    if (!t->lim) { /* every row's mask is the block's, nonzero */
+    /* every row's mask is the block's (nonzero): decode, or a prefill block that every
+     * query of the tile sees whole */
+    if (!t->lim || b->pos0 + b->n - 1 <= t->lim_min) {
         *any |= b->mask;
         rows_update_vec(b, sc, p, bm, r0, RB);
         return;

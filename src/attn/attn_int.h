@@ -37,6 +37,8 @@ typedef struct attn_tile {
     int D;              /* head_dim */
     const float *q;     /* [R][D] queries, already multiplied by the score scale */
     const int64_t *lim; /* [R] last position row r may attend, or NULL (decode: no limit) */
+    int64_t lim_min;    /* with lim: the smallest lim[r]; a block wholly at or before it is
+                           seen whole by every row (the bulk of a long prefill) */
     float *m;           /* [R] running max of the scores (-inf before any token) */
     float *l;           /* [R][ATTN_BLK] running sum of exp(score - m), spread over lanes so
                            SIMD kernels need no horizontal sum per block; the row's sum is
