@@ -5,12 +5,13 @@
  * offset, q8_0) use the sign trick |x| * sign(y, x) (at most 2 * 127 * 127, no
  * saturation); unsigned weights of the _1 types go straight in (at most 2 * 31 * 127).
  * Integer block sums are exact; only the float accumulation order differs from the
- * scalar reference. No tile kernels here: products loop over vec_dot. No software
- * prefetch: rows are single sequential streams, which the hardware prefetcher follows
- * better alone (bench/matvec). */
+ * scalar reference. Tiles (prefill) reuse each decoded weight block for up to 4
+ * activation rows. No software prefetch: rows are single sequential streams, which the
+ * hardware prefetcher follows better alone (bench/matvec). */
 #include "quant_int.h"
 
 #include <immintrin.h>
+#include <stddef.h>
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -43,83 +44,120 @@ ALWAYS_INLINE __m256i high_bits(uint32_t x) {
     return _mm256_and_si256(r, _mm256_set1_epi8(0x10));
 }
 
-/* 8 int32 partial sums of signed x . signed y */
-ALWAYS_INLINE __m256 dot_ss(__m256i x, __m256i y) {
-    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-}
-/* unsigned x . signed y */
-ALWAYS_INLINE __m256 dot_us(__m256i x, __m256i y) {
-    const __m256i p = _mm256_maddubs_epi16(x, y);
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-}
 
-ALWAYS_INLINE __m256 dscale(uint16_t a, uint16_t b) {
-    return _mm256_set1_ps(H2F(a) * H2F(b));
-}
 
-void st_vec_dot_q8_0_q8_0_avx2(int n, float *s, const void *vx, const void *vy) {
-    const st_block_q8_0 *x = vx, *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    for (int i = 0; i < n / 32; i++) {
-        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        acc = _mm256_fmadd_ps(dot_ss(qx, qy), dscale(x[i].d, y[i].d), acc);
+/* ---- tiles: NR weight rows x NC activation rows, vec_dot the 1 x 1 instance -----------
+ * Per block each weight row is decoded (and, for the signed kinds, made absolute) once
+ * and each activation block loaded once; every (row, activation) pair then runs exactly
+ * the operations of the single dot in the same order, so a tile element equals vec_dot
+ * bit for bit. Instances are at most 2 x 4 (8 accumulators of 16 ymm registers); the
+ * entry point covers up to 4 x 4 with them. */
+
+enum wkind { W_Q4_0, W_Q4_1, W_Q5_0, W_Q5_1, W_Q8_0 };
+
+ALWAYS_INLINE size_t wk_bytes(int kind) {
+    switch (kind) {
+    case W_Q4_0: return sizeof(st_block_q4_0);
+    case W_Q4_1: return sizeof(st_block_q4_1);
+    case W_Q5_0: return sizeof(st_block_q5_0);
+    case W_Q5_1: return sizeof(st_block_q5_1);
+    default: return sizeof(st_block_q8_0);
     }
-    *s = hsum8(acc);
+}
+/* the _1 kinds: unsigned quants with a min, paired with q8_1 activations */
+ALWAYS_INLINE int wk_has_min(int kind) { return kind == W_Q4_1 || kind == W_Q5_1; }
+
+static inline uint16_t ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+
+/* One block's quants: signed values (q4_0, q5_0 after their offset, q8_0) or the
+ * unsigned q of the _1 kinds. */
+ALWAYS_INLINE __m256i load_wq(int kind, const uint8_t *p) {
+    switch (kind) {
+    case W_Q4_0: return _mm256_sub_epi8(nibbles(p + offsetof(st_block_q4_0, qs)), _mm256_set1_epi8(8));
+    case W_Q4_1: return nibbles(p + offsetof(st_block_q4_1, qs));
+    case W_Q5_0:
+        return _mm256_sub_epi8(_mm256_or_si256(nibbles(p + offsetof(st_block_q5_0, qs)),
+                                               high_bits(ld32(p + offsetof(st_block_q5_0, qh)))),
+                               _mm256_set1_epi8(16));
+    case W_Q5_1:
+        return _mm256_or_si256(nibbles(p + offsetof(st_block_q5_1, qs)), high_bits(ld32(p + offsetof(st_block_q5_1, qh))));
+    default: return _mm256_loadu_si256((const __m256i *)(p + offsetof(st_block_q8_0, qs)));
+    }
 }
 
-void st_vec_dot_q4_0_q8_0_avx2(int n, float *s, const void *vx, const void *vy) {
-    const st_block_q4_0 *x = vx;
-    const st_block_q8_0 *y = vy;
-    __m256 acc = _mm256_setzero_ps();
+ALWAYS_INLINE void tile_impl(int kind, int NR, int NC, int n, float *s, size_t bs, const void *vx,
+                             size_t bx, const void *vy, size_t by) {
+    const uint8_t *x = vx, *y = vy;
+    const int mn = wk_has_min(kind);
+    const size_t wsz = wk_bytes(kind), asz = mn ? sizeof(st_block_q8_1) : sizeof(st_block_q8_0);
+    const size_t aqs = mn ? offsetof(st_block_q8_1, qs) : offsetof(st_block_q8_0, qs);
+    __m256 acc[2][4];
+    float summs[2][4];
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps(), summs[r][c] = 0.0f;
     for (int i = 0; i < n / 32; i++) {
-        const __m256i qx = _mm256_sub_epi8(nibbles(x[i].qs), _mm256_set1_epi8(8));
-        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        acc = _mm256_fmadd_ps(dot_ss(qx, qy), dscale(x[i].d, y[i].d), acc);
+        __m256i w[2], wabs[2];
+        float dx[2], mx[2];
+#pragma GCC unroll 2
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *p = x + (size_t)r * bx + (size_t)i * wsz;
+            w[r] = load_wq(kind, p);
+            if (!mn) wabs[r] = _mm256_sign_epi8(w[r], w[r]);
+            dx[r] = H2F(ld16(p));
+            if (mn) mx[r] = H2F(ld16(p + 2)); /* the _1 blocks' m */
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const uint8_t *q = y + (size_t)c * by + (size_t)i * asz;
+            const __m256i a = _mm256_loadu_si256((const __m256i *)(q + aqs));
+            const float dy = H2F(ld16(q));
+#pragma GCC unroll 2
+            for (int r = 0; r < NR; r++) {
+                /* dot_ss / dot_us, spelled out so |w| is computed once per row */
+                const __m256i pr = mn ? _mm256_maddubs_epi16(w[r], a)
+                                      : _mm256_maddubs_epi16(wabs[r], _mm256_sign_epi8(a, w[r]));
+                const __m256 d = _mm256_cvtepi32_ps(_mm256_madd_epi16(pr, _mm256_set1_epi16(1)));
+                acc[r][c] = _mm256_fmadd_ps(d, _mm256_set1_ps(dx[r] * dy), acc[r][c]);
+                if (mn) summs[r][c] += mx[r] * H2F(ld16(q + 2)); /* q8_1's s */
+            }
+        }
     }
-    *s = hsum8(acc);
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) s[(size_t)c * bs + r] = mn ? hsum8(acc[r][c]) + summs[r][c] : hsum8(acc[r][c]);
 }
 
-void st_vec_dot_q5_0_q8_0_avx2(int n, float *s, const void *vx, const void *vy) {
-    const st_block_q5_0 *x = vx;
-    const st_block_q8_0 *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    for (int i = 0; i < n / 32; i++) {
-        __m256i qx = _mm256_or_si256(nibbles(x[i].qs), high_bits(ld32(x[i].qh)));
-        qx = _mm256_sub_epi8(qx, _mm256_set1_epi8(16));
-        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        acc = _mm256_fmadd_ps(dot_ss(qx, qy), dscale(x[i].d, y[i].d), acc);
+#define ST_DEF_KIND_(name, kind)                                                               \
+    void st_vec_dot_##name##_avx2(int n, float *s, const void *x, const void *y) {             \
+        tile_impl(kind, 1, 1, n, s, 1, x, 0, y, 0);                                             \
+    }                                                                                           \
+    void st_tile_##name##_avx2(int n, float *s, size_t bs, const void *x, size_t bx,           \
+                               const void *y, size_t by, int nr, int nc) {                      \
+        ST_ASSERT(nr >= 1 && nr <= ST_TILE_MAX && nc >= 1 && nc <= ST_TILE_MAX);                \
+        for (int r0 = 0; r0 < nr; r0 += 2) {                                                    \
+            const uint8_t *xr = (const uint8_t *)x + (size_t)r0 * bx;                           \
+            const int two = nr - r0 >= 2;                                                       \
+            switch (two * 4 + nc - 1) {                                                         \
+            case 0: tile_impl(kind, 1, 1, n, s + r0, bs, xr, bx, y, by); break;                 \
+            case 1: tile_impl(kind, 1, 2, n, s + r0, bs, xr, bx, y, by); break;                 \
+            case 2: tile_impl(kind, 1, 3, n, s + r0, bs, xr, bx, y, by); break;                 \
+            case 3: tile_impl(kind, 1, 4, n, s + r0, bs, xr, bx, y, by); break;                 \
+            case 4: tile_impl(kind, 2, 1, n, s + r0, bs, xr, bx, y, by); break;                 \
+            case 5: tile_impl(kind, 2, 2, n, s + r0, bs, xr, bx, y, by); break;                 \
+            case 6: tile_impl(kind, 2, 3, n, s + r0, bs, xr, bx, y, by); break;                 \
+            default: tile_impl(kind, 2, 4, n, s + r0, bs, xr, bx, y, by); break;                \
+            }                                                                                   \
+        }                                                                                       \
     }
-    *s = hsum8(acc);
-}
 
-void st_vec_dot_q4_1_q8_1_avx2(int n, float *s, const void *vx, const void *vy) {
-    const st_block_q4_1 *x = vx;
-    const st_block_q8_1 *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    float summs = 0.0f;
-    for (int i = 0; i < n / 32; i++) {
-        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        acc = _mm256_fmadd_ps(dot_us(nibbles(x[i].qs), qy), dscale(x[i].d, y[i].d), acc);
-        summs += H2F(x[i].m) * H2F(y[i].s);
-    }
-    *s = hsum8(acc) + summs;
-}
-
-void st_vec_dot_q5_1_q8_1_avx2(int n, float *s, const void *vx, const void *vy) {
-    const st_block_q5_1 *x = vx;
-    const st_block_q8_1 *y = vy;
-    __m256 acc = _mm256_setzero_ps();
-    float summs = 0.0f;
-    for (int i = 0; i < n / 32; i++) {
-        const __m256i qx = _mm256_or_si256(nibbles(x[i].qs), high_bits(ld32(x[i].qh)));
-        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        acc = _mm256_fmadd_ps(dot_us(qx, qy), dscale(x[i].d, y[i].d), acc);
-        summs += H2F(x[i].m) * H2F(y[i].s);
-    }
-    *s = hsum8(acc) + summs;
-}
+ST_DEF_KIND_(q4_0_q8_0, W_Q4_0)
+ST_DEF_KIND_(q4_1_q8_1, W_Q4_1)
+ST_DEF_KIND_(q5_0_q8_0, W_Q5_0)
+ST_DEF_KIND_(q5_1_q8_1, W_Q5_1)
+ST_DEF_KIND_(q8_0_q8_0, W_Q8_0)
 
 /* ---- float weights . f32 activations ---- */
 ALWAYS_INLINE __m256 ld_f32(const void *p, int64_t i) { return _mm256_loadu_ps((const float *)p + i); }

@@ -55,6 +55,18 @@ void st_dequantize_row_f16_avx2(const void *x, float *y, int64_t k);
  * non-NaN input (a NaN stays a NaN, its payload may differ). */
 void st_quantize_row_f16_avx2(const float *x, void *y, int64_t k);
 
+/* ---- AVX2 tiles (bit-identical per element to the matching _avx2 dot) ---- */
+void st_tile_q4_0_q8_0_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                            size_t by, int nr, int nc);
+void st_tile_q4_1_q8_1_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                            size_t by, int nr, int nc);
+void st_tile_q5_0_q8_0_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                            size_t by, int nr, int nc);
+void st_tile_q5_1_q8_1_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                            size_t by, int nr, int nc);
+void st_tile_q8_0_q8_0_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                            size_t by, int nr, int nc);
+
 /* ---- AVX-512 VNNI tiles (bit-identical per element to the matching _avx512 dot) ---- */
 void st_tile_q4_0_q8_0_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
                               size_t by, int nr, int nc);
