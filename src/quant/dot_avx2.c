@@ -19,7 +19,6 @@
 #define H2F(h) _cvtsh_ss(h)
 #define F2H(f) ((uint16_t)_cvtss_sh((f), _MM_FROUND_TO_NEAREST_INT))
 
-static inline uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 
 ALWAYS_INLINE float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -53,21 +52,6 @@ ALWAYS_INLINE __m256i high_bits(uint32_t x) {
  * bit for bit. Instances are at most 2 x 4 (8 accumulators of 16 ymm registers); the
  * entry point covers up to 4 x 4 with them. */
 
-enum wkind { W_Q4_0, W_Q4_1, W_Q5_0, W_Q5_1, W_Q8_0 };
-
-ALWAYS_INLINE size_t wk_bytes(int kind) {
-    switch (kind) {
-    case W_Q4_0: return sizeof(st_block_q4_0);
-    case W_Q4_1: return sizeof(st_block_q4_1);
-    case W_Q5_0: return sizeof(st_block_q5_0);
-    case W_Q5_1: return sizeof(st_block_q5_1);
-    default: return sizeof(st_block_q8_0);
-    }
-}
-/* the _1 kinds: unsigned quants with a min, paired with q8_1 activations */
-ALWAYS_INLINE int wk_has_min(int kind) { return kind == W_Q4_1 || kind == W_Q5_1; }
-
-static inline uint16_t ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 
 /* One block's quants: signed values (q4_0, q5_0 after their offset, q8_0) or the
  * unsigned q of the _1 kinds. */

@@ -20,24 +20,10 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-enum wkind { W_Q4_0, W_Q4_1, W_Q5_0, W_Q5_1, W_Q8_0 };
-
-ALWAYS_INLINE size_t wk_bytes(int kind) {
-    switch (kind) {
-    case W_Q4_0: return sizeof(st_block_q4_0);
-    case W_Q4_1: return sizeof(st_block_q4_1);
-    case W_Q5_0: return sizeof(st_block_q5_0);
-    case W_Q5_1: return sizeof(st_block_q5_1);
-    default: return sizeof(st_block_q8_0);
-    }
-}
-ALWAYS_INLINE int wk_has_min(int kind) { return kind == W_Q4_1 || kind == W_Q5_1; }
 ALWAYS_INLINE int wk_offset(int kind) {
     return kind == W_Q4_0 ? 8 : kind == W_Q5_0 ? 16 : kind == W_Q8_0 ? 128 : 0;
 }
 
-static inline uint16_t ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
-static inline uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 
 /* lanes 0-7 = half h0, lanes 8-15 = half h1 */
 ALWAYS_INLINE __m512 scale2(uint16_t h0, uint16_t h1) {

@@ -55,6 +55,23 @@ void st_dequantize_row_f16_avx2(const void *x, float *y, int64_t k);
  * non-NaN input (a NaN stays a NaN, its payload may differ). */
 void st_quantize_row_f16_avx2(const float *x, void *y, int64_t k);
 
+/* ---- helpers of the SIMD dot templates for the 32-element block types ---- */
+enum st_wkind { W_Q4_0, W_Q4_1, W_Q5_0, W_Q5_1, W_Q8_0 };
+
+static inline size_t wk_bytes(int kind) {
+    switch (kind) {
+    case W_Q4_0: return sizeof(st_block_q4_0);
+    case W_Q4_1: return sizeof(st_block_q4_1);
+    case W_Q5_0: return sizeof(st_block_q5_0);
+    case W_Q5_1: return sizeof(st_block_q5_1);
+    default: return sizeof(st_block_q8_0);
+    }
+}
+/* the _1 kinds: unsigned quants with a min, paired with q8_1 activations */
+static inline int wk_has_min(int kind) { return kind == W_Q4_1 || kind == W_Q5_1; }
+static inline uint16_t ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static inline uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+
 /* ---- AVX2 tiles (bit-identical per element to the matching _avx2 dot) ---- */
 void st_tile_q4_0_q8_0_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
                             size_t by, int nr, int nc);
