@@ -198,43 +198,83 @@ ALWAYS_INLINE __m512 ld_tail(int kind, const void *p, int64_t i, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-#define ST_DEF_FDOT_(name, kind, ld)                                                  \
-    void st_vec_dot_##name##_f32_avx512(int n, float *s, const void *x, const void *vy) {  \
-        const float *y = vy;                                                                \
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                         \
-        int64_t i = 0;                                                                      \
-        for (; i + 64 <= n; i += 64) {                                                      \
-            a0 = _mm512_fmadd_ps(ld(x, i), _mm512_loadu_ps(y + i), a0);                     \
-            a1 = _mm512_fmadd_ps(ld(x, i + 16), _mm512_loadu_ps(y + i + 16), a1);           \
-            a2 = _mm512_fmadd_ps(ld(x, i + 32), _mm512_loadu_ps(y + i + 32), a2);           \
-            a3 = _mm512_fmadd_ps(ld(x, i + 48), _mm512_loadu_ps(y + i + 48), a3);           \
-        }                                                                                   \
-        for (; i < n; i += 16) {                                                            \
-            const __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);    \
-            a0 = _mm512_fmadd_ps(ld_tail(kind, x, i, m), _mm512_maskz_loadu_ps(m, y + i), a0); \
-        }                                                                                   \
-        *s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))); \
-    }
+/* Float weights: kind 0 f32, 1 f16, 2 bf16 (ld_tail's codes); the activations are f16 for
+ * f16 weights (st_vec_dot_f16_f16) and f32 otherwise. A pair's dot keeps 4 accumulators over
+ * 64-element steps, then a masked 16-element tail into the first; a tile of up to 2 x 2
+ * pairs (16 accumulators) converts each 16-element chunk of a weight or activation row
+ * once for the pairs that use it, and every pair runs vec_dot's operations in its order. */
+ALWAYS_INLINE __m512 ld_w(int kind, const void *p, int64_t i) {
+    return kind == 0 ? ld_f32(p, i) : kind == 1 ? ld_f16(p, i) : ld_bf16(p, i);
+}
+ALWAYS_INLINE __m512 ld_a(int kind, const void *p, int64_t i) { return kind == 1 ? ld_f16(p, i) : ld_f32(p, i); }
 
-ST_DEF_FDOT_(f32, 0, ld_f32)
-ST_DEF_FDOT_(bf16, 2, ld_bf16)
-
-/* f16 . f16 (see the AVX2 twin): 32 weights per 64-byte line, 4 accumulators. */
-void st_vec_dot_f16_f16_avx512(int n, float *s, const void *x, const void *y) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+ALWAYS_INLINE void ftile_impl(int kind, int NR, int NC, int n, float *s, size_t bs, const void *vx,
+                              size_t bx, const void *vy, size_t by) {
+    const uint8_t *x = vx, *y = vy;
+    __m512 acc[2][2][4];
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 2
+        for (int c = 0; c < NC; c++)
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) acc[r][c][k] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 64 <= n; i += 64) {
-        a0 = _mm512_fmadd_ps(ld_f16(x, i), ld_f16(y, i), a0);
-        a1 = _mm512_fmadd_ps(ld_f16(x, i + 16), ld_f16(y, i + 16), a1);
-        a2 = _mm512_fmadd_ps(ld_f16(x, i + 32), ld_f16(y, i + 32), a2);
-        a3 = _mm512_fmadd_ps(ld_f16(x, i + 48), ld_f16(y, i + 48), a3);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m512 w[2], a[2];
+#pragma GCC unroll 2
+            for (int r = 0; r < NR; r++) w[r] = ld_w(kind, x + (size_t)r * bx, i + 16 * k);
+#pragma GCC unroll 2
+            for (int c = 0; c < NC; c++) a[c] = ld_a(kind, y + (size_t)c * by, i + 16 * k);
+#pragma GCC unroll 2
+            for (int r = 0; r < NR; r++)
+#pragma GCC unroll 2
+                for (int c = 0; c < NC; c++) acc[r][c][k] = _mm512_fmadd_ps(w[r], a[c], acc[r][c][k]);
+        }
     }
     for (; i < n; i += 16) {
         const __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        a0 = _mm512_fmadd_ps(ld_tail(1, x, i, m), ld_tail(1, y, i, m), a0);
+#pragma GCC unroll 2
+        for (int r = 0; r < NR; r++) {
+            const __m512 w = ld_tail(kind, x + (size_t)r * bx, i, m);
+#pragma GCC unroll 2
+            for (int c = 0; c < NC; c++)
+                acc[r][c][0] = _mm512_fmadd_ps(w, ld_tail(kind == 1 ? 1 : 0, y + (size_t)c * by, i, m), acc[r][c][0]);
+        }
     }
-    *s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 2
+        for (int c = 0; c < NC; c++)
+            s[(size_t)c * bs + r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[r][c][0], acc[r][c][1]),
+                                                                       _mm512_add_ps(acc[r][c][2], acc[r][c][3])));
 }
+
+#define ST_DEF_FKIND_(name, kind)                                                              \
+    void st_vec_dot_##name##_avx512(int n, float *s, const void *x, const void *y) {           \
+        ftile_impl(kind, 1, 1, n, s, 1, x, 0, y, 0);                                            \
+    }                                                                                           \
+    void st_tile_##name##_avx512(int n, float *s, size_t bs, const void *x, size_t bx,         \
+                                 const void *y, size_t by, int nr, int nc) {                    \
+        ST_ASSERT(nr >= 1 && nr <= ST_TILE_MAX && nc >= 1 && nc <= ST_TILE_MAX);                \
+        for (int r0 = 0; r0 < nr; r0 += 2)                                                      \
+            for (int c0 = 0; c0 < nc; c0 += 2) {                                                \
+                const uint8_t *xr = (const uint8_t *)x + (size_t)r0 * bx;                       \
+                const uint8_t *yc = (const uint8_t *)y + (size_t)c0 * by;                       \
+                float *sc = s + (size_t)c0 * bs + r0;                                           \
+                switch ((nr - r0 >= 2) * 2 + (nc - c0 >= 2)) {                                  \
+                case 0: ftile_impl(kind, 1, 1, n, sc, bs, xr, bx, yc, by); break;               \
+                case 1: ftile_impl(kind, 1, 2, n, sc, bs, xr, bx, yc, by); break;               \
+                case 2: ftile_impl(kind, 2, 1, n, sc, bs, xr, bx, yc, by); break;               \
+                default: ftile_impl(kind, 2, 2, n, sc, bs, xr, bx, yc, by); break;              \
+                }                                                                               \
+            }                                                                                   \
+    }
+
+ST_DEF_FKIND_(f32_f32, 0)
+ST_DEF_FKIND_(bf16_f32, 2)
+ST_DEF_FKIND_(f16_f16, 1)
 
 /* ---- activation quantizers ---- */
 ALWAYS_INLINE void q8_block(const float *x, int8_t *qs, float *d_out, int *sum_out) {

@@ -95,5 +95,11 @@ void st_tile_q5_1_q8_1_avx512(int n, float *s, size_t bs, const void *x, size_t 
                               size_t by, int nr, int nc);
 void st_tile_q8_0_q8_0_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
                               size_t by, int nr, int nc);
+void st_tile_f32_f32_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                            size_t by, int nr, int nc);
+void st_tile_bf16_f32_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                             size_t by, int nr, int nc);
+void st_tile_f16_f16_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                            size_t by, int nr, int nc);
 
 #endif
