@@ -152,7 +152,7 @@ AI void block_impl(const attn_blk *b, const st_type T, const char *pk, const cha
         t->bm[r] = rm ? row_scores(t, kf, r, rm, b->ks) : -INFINITY;
     }
     if (!any) {
-        if (pv) for (size_t o = 0; o < (size_t)D * ATTN_BLK * es; o += 64) ATTN_PF(pv + o);
+        if (pv) attn_pf_span(pv, 0, (size_t)D * ATTN_BLK * es);
         return;
     }
     for (int r0 = 0; r0 < R; r0 += 8) {
@@ -182,14 +182,13 @@ AI void block_impl(const attn_blk *b, const st_type T, const char *pk, const cha
     const float *vf = (const float *)b->v;
     const size_t vrow = (size_t)D * es; /* bytes of one slot's V */
     if (pv && (T == ST_TYPE_F32 || any != 0xffff)) { /* no per-slot loop to spread them over */
-        for (size_t o = 0; o < vrow * ATTN_BLK; o += 64) ATTN_PF(pv + o);
+        attn_pf_span(pv, 0, vrow * ATTN_BLK);
         pv = NULL;
     }
     if (T != ST_TYPE_F32) {
         for (uint32_t u = any; u; u &= u - 1) {
             int j = __builtin_ctz(u);
-            if (pv)
-                for (size_t o = (size_t)j * vrow; o < (size_t)(j + 1) * vrow; o += 64) ATTN_PF(pv + o);
+            if (pv) attn_pf_span(pv, (size_t)j * vrow, vrow);
             for (int d = 0; d < D; d += 8)
                 _mm256_store_ps(t->vf + (size_t)j * D + d, load8(T, b->v, (size_t)j * D + d));
         }

@@ -34,11 +34,6 @@ AI __m512 exp512(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-/* Prefetches bytes [o, o + n) of p, one request per cache line. */
-AI void pf_span(const char *p, size_t o, size_t n) {
-    for (size_t e = o + n; o < e; o += 64) ATTN_PF(p + o);
-}
-
 /* 16 consecutive elements of type T at element index i, as f32 (q8_0 unscaled). */
 AI __m512 load16(st_type T, const void *base, size_t i) {
     switch (T) {
@@ -83,7 +78,7 @@ AI void scores(const attn_tile *t, st_type T, const void *k, size_t ks, __mmask1
 #pragma GCC unroll 4
     for (int i = 0; i < RB; i++) a[i][0] = a[i][1] = _mm512_setzero_ps();
     for (int d = 0; d < D; d += 2) {
-        if (pk) pf_span(pk, (size_t)d * ATTN_BLK * attn_elem_size(T), 2 * ATTN_BLK * attn_elem_size(T));
+        if (pk) attn_pf_span(pk, (size_t)d * ATTN_BLK * attn_elem_size(T), 2 * ATTN_BLK * attn_elem_size(T));
         __m512 k0 = loadk(T, k, (size_t)d * ks, lm, FULL);
         __m512 k1 = loadk(T, k, (size_t)(d + 1) * ks, lm, FULL);
 #pragma GCC unroll 4
@@ -108,8 +103,8 @@ AI void scores_two(const attn_tile *t, st_type T, const attn_blk *x, const attn_
 #pragma GCC unroll 4
     for (int i = 0; i < RB; i++) a[i][0] = a[i][1] = c[i][0] = c[i][1] = _mm512_setzero_ps();
     for (int d = 0; d < D; d += 2) {
-        if (px) pf_span(px, (size_t)d * ATTN_BLK * attn_elem_size(T), 2 * ATTN_BLK * attn_elem_size(T));
-        if (py) pf_span(py, (size_t)d * ATTN_BLK * attn_elem_size(T), 2 * ATTN_BLK * attn_elem_size(T));
+        if (px) attn_pf_span(px, (size_t)d * ATTN_BLK * attn_elem_size(T), 2 * ATTN_BLK * attn_elem_size(T));
+        if (py) attn_pf_span(py, (size_t)d * ATTN_BLK * attn_elem_size(T), 2 * ATTN_BLK * attn_elem_size(T));
         __m512 x0 = load16(T, x->k, (size_t)d * x->kstride), x1 = load16(T, x->k, (size_t)(d + 1) * x->kstride);
         __m512 y0 = load16(T, y->k, (size_t)d * y->kstride), y1 = load16(T, y->k, (size_t)(d + 1) * y->kstride);
 #pragma GCC unroll 4
@@ -167,7 +162,7 @@ AI void v_accum(const attn_tile *t, const float *p, const float *bm, st_type VT,
     if (u == 0xffff) { /* full block: straight-line, no bit scanning */
 #pragma GCC unroll 16
         for (int j = 0; j < 16; j++) {
-            if (pv) pf_span(pv, (size_t)j * D * attn_elem_size(VT), (size_t)D * attn_elem_size(VT));
+            if (pv) attn_pf_span(pv, (size_t)j * D * attn_elem_size(VT), (size_t)D * attn_elem_size(VT));
             __m512 vv[4];
 #pragma GCC unroll 4
             for (int k = 0; k < ND; k++) vv[k] = load16(VT, v, (size_t)j * D + d0 + 16 * k);
@@ -360,9 +355,9 @@ AI void block_back(const attn_blk *b, int set, uint32_t any, const st_type T, co
     const float *p = t->p + (size_t)set * R * ATTN_BLK, *bm = t->bm + (size_t)set * (R + 16);
     if (T == ST_TYPE_F32 || R <= 4) {
         v_all(t, p, bm, T, b->v, any, any == 0xffff ? pv : NULL);
-        if (any != 0xffff && pv) pf_span(pv, 0, (size_t)D * ATTN_BLK * attn_elem_size(T));
+        if (any != 0xffff && pv) attn_pf_span(pv, 0, (size_t)D * ATTN_BLK * attn_elem_size(T));
     } else {
-        if (pv) pf_span(pv, 0, (size_t)D * ATTN_BLK * attn_elem_size(T));
+        if (pv) attn_pf_span(pv, 0, (size_t)D * ATTN_BLK * attn_elem_size(T));
         for (uint32_t u = any; u; u &= u - 1) {
             int j = __builtin_ctz(u);
             for (int d = 0; d < D; d += 16)
@@ -388,13 +383,12 @@ AI void pair_scores(const attn_blk *x, const attn_blk *y, const st_type T, __m51
     }
 }
 
-
 /* block_back of b[i] when it has slots to add; the V lines pv of a block ahead, which
  * that back half would have requested along the way, are requested either way. */
 AI void back_or_prefetch(const attn_blk *b, int i, uint32_t any, const st_type T, const char *pv,
                          size_t v_bytes) {
     if (any) block_back(&b[i], i & 1, any, T, pv);
-    else if (pv) pf_span(pv, 0, v_bytes);
+    else if (pv) attn_pf_span(pv, 0, v_bytes);
 }
 
 /* Software pipeline: block i's scores and softmax are issued before block i-1's V, so the

@@ -129,16 +129,21 @@ static inline size_t attn_elem_size(st_type t) {
 /* A software prefetch into L1. (Prefetching into L2 only, far ahead, measured slower.) */
 #define ATTN_PF(p) __builtin_prefetch((p), 0, 3)
 
+/* Prefetches bytes [o, o + n) of p, one request per cache line. */
+static inline void attn_pf_span(const char *p, size_t o, size_t n) {
+    for (size_t e = o + n; o < e; o += 64) ATTN_PF(p + o);
+}
+
 /* Prefetches the K and V lines of block b into the cache. */
 static inline void attn_prefetch_blk(const attn_blk *b) {
     const size_t es = attn_elem_size(b->t->type), D = (size_t)b->t->D;
     const char *k = b->k, *v = b->v;
     if (b->kstride == (size_t)b->n) { /* a whole small page-head: one contiguous run */
-        for (size_t o = 0; o < D * (size_t)b->n * es; o += 64) ATTN_PF(k + o);
+        attn_pf_span(k, 0, D * (size_t)b->n * es);
     } else { /* one short run per dimension (a slice of a large page) */
         for (size_t d = 0; d < D; d++) ATTN_PF(k + d * b->kstride * es);
     }
-    for (size_t o = 0; o < D * (size_t)b->n * es; o += 64) ATTN_PF(v + o);
+    attn_pf_span(v, 0, D * (size_t)b->n * es);
 }
 
 #endif

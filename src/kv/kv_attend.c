@@ -596,17 +596,15 @@ static void end(seq_views *sv, int n_seq) {
 }
 
 /* Views with the selection applied, for the in-RAM kernels. */
-static int as_attn_seq(st_ctx *ctx, const seq_views *sv, st_attn_seq *a) {
+static void as_attn_seq(const seq_views *sv, st_attn_seq *a) {
     memset(a, 0, sizeof *a);
     a->pages = sv->v;
     a->n_pages = sv->n;
-    (void)ctx;
     if (sv->sel) {
         a->sel = sv->sel_idx;
         a->n_sel = sv->sel_n;
         a->sel_stride = sv->n;
     }
-    return 0;
 }
 
 int st_kv_attend_decode(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
@@ -624,8 +622,8 @@ int st_kv_attend_decode(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_ge
     if (!rc) rc = prepare(kv, ctx, layer, sv, n_seq, 1, &stream);
     const size_t row = (size_t)g->n_head * (size_t)g->head_dim;
     if (!rc && !stream) {
-        for (int i = 0; i < n_seq && !rc; i++) rc = as_attn_seq(ctx, &sv[i], &as[i]);
-        if (!rc) rc = st_attn_decode_batch(ctx, ws, g, as, n_seq, q, out);
+        for (int i = 0; i < n_seq; i++) as_attn_seq(&sv[i], &as[i]);
+        rc = st_attn_decode_batch(ctx, ws, g, as, n_seq, q, out);
     } else if (!rc) {
         /* One sequence at a time: st_attn_decode_batch's output for a sequence equals
          * st_attn_decode of it alone, so this changes no bit. */
@@ -633,8 +631,8 @@ int st_kv_attend_decode(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_ge
             int any_cold = 0;
             for (int32_t j = 0; j < sv[i].n; j++) any_cold |= sv[i].cold[j];
             if (!any_cold) {
-                rc = as_attn_seq(ctx, &sv[i], &as[i]);
-                if (!rc) rc = st_attn_decode(ctx, ws, g, &as[i], q + i * row, out + i * row);
+                as_attn_seq(&sv[i], &as[i]);
+                rc = st_attn_decode(ctx, ws, g, &as[i], q + i * row, out + i * row);
             } else {
                 rc = stream_one(kv, ctx, ws, g, layer, &sv[i], 0, q + i * row, 1, 0, out + i * row);
             }
@@ -662,8 +660,8 @@ int st_kv_attend_chunk(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geo
     if (!rc) rc = prepare(kv, ctx, layer, sv, 1, 0, &stream);
     if (!rc && !stream) {
         st_attn_seq a;
-        rc = as_attn_seq(ctx, sv, &a);
-        if (!rc) rc = st_attn_chunk(ctx, ws, g, &a, q, n_q, pos0_q, out);
+        as_attn_seq(sv, &a);
+        rc = st_attn_chunk(ctx, ws, g, &a, q, n_q, pos0_q, out);
     } else if (!rc) {
         rc = stream_one(kv, ctx, ws, g, layer, sv, 1, q, n_q, pos0_q, out);
     }

@@ -19,7 +19,6 @@
 #define H2F(h) _cvtsh_ss(h)
 #define F2H(f) ((uint16_t)_cvtss_sh((f), _MM_FROUND_TO_NEAREST_INT))
 
-
 ALWAYS_INLINE float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -43,15 +42,12 @@ ALWAYS_INLINE __m256i high_bits(uint32_t x) {
     return _mm256_and_si256(r, _mm256_set1_epi8(0x10));
 }
 
-
-
 /* ---- tiles: NR weight rows x NC activation rows, vec_dot the 1 x 1 instance -----------
  * Per block each weight row is decoded (and, for the signed kinds, made absolute) once
  * and each activation block loaded once; every (row, activation) pair then runs exactly
  * the operations of the single dot in the same order, so a tile element equals vec_dot
  * bit for bit. Instances are at most 2 x 4 (8 accumulators of 16 ymm registers); the
  * entry point covers up to 4 x 4 with them. */
-
 
 /* One block's quants: signed values (q4_0, q5_0 after their offset, q8_0) or the
  * unsigned q of the _1 kinds. */

@@ -24,7 +24,6 @@ ALWAYS_INLINE int wk_offset(int kind) {
     return kind == W_Q4_0 ? 8 : kind == W_Q5_0 ? 16 : kind == W_Q8_0 ? 128 : 0;
 }
 
-
 /* lanes 0-7 = half h0, lanes 8-15 = half h1 */
 ALWAYS_INLINE __m512 scale2(uint16_t h0, uint16_t h1) {
     const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)h0)),

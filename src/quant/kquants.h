@@ -132,6 +132,14 @@ void st_tile_q5_K_q8_K_avx512(int n, float *s, size_t bs, const void *x, size_t 
 void st_tile_q6_K_q8_K_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
                               size_t by, int nr, int nc);
 
+/* ---- for the SIMD files' row kernels ---- */
+#define KQ_AI static inline __attribute__((always_inline))
+
+/* Block i of activation row c of a tile (rows by bytes apart). */
+static inline const st_block_q8_K *kq_act(const void *y, size_t by, int c, int i) {
+    return (const st_block_q8_K *)((const uint8_t *)y + (size_t)c * by) + i;
+}
+
 /* Defines st_vec_dot_<name>_<isa> and st_tile_<name>_<isa> from an always-inline row kernel
  * row(NC, n_blocks, x, y, by, s, bs) that dots one weight row with NC activation rows (NC a
  * compile-time constant): vec_dot is its 1 x 1 instance and a tile is nr passes of it, so

@@ -45,12 +45,6 @@ static inline __m256i kq_min_pick(void) {
  * same operations in the same order whatever NC is, so a tile element equals vec_dot
  * bit for bit. */
 
-#define KQ_AI static inline __attribute__((always_inline))
-
-static inline const st_block_q8_K *kq_act(const void *y, size_t by, int c, int i) {
-    return (const st_block_q8_K *)((const uint8_t *)y + (size_t)c * by) + i;
-}
-
 /* sum over the 8 sub-blocks of 32 of scale * (w . a), as 8 int32 lanes */
 KQ_AI __m256i kq_sum8(const __m256i *w, const __m256i *sc, const int8_t *a) {
     __m256i sumi = _mm256_setzero_si256();
@@ -62,63 +56,65 @@ KQ_AI __m256i kq_sum8(const __m256i *w, const __m256i *sc, const int8_t *a) {
     return sumi;
 }
 
-/* Q4_K and Q5_K share everything but the 5th bit (HB: x has qh). */
-#define KQ_Q45_ROW_(fname, blk, HB)                                                                    \
-    KQ_AI void fname(const int NC, int nb, const blk *x, const void *y, size_t by, float *s, size_t bs) { \
-        const __m256i m4 = _mm256_set1_epi8(0x0F);                                                     \
-        const __m256i mpick = kq_min_pick();                                                           \
-        __m256 acc[4], accm[4];                                                                        \
-        _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) acc[c] = accm[c] = _mm256_setzero_ps();   \
-        for (int i = 0; i < nb; i++) {                                                                 \
-            uint32_t dbits;                                                                            \
-            memcpy(&dbits, &x[i].d, sizeof dbits);                                                     \
-            const __m128 dmx = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dbits)); /* d, dmin */              \
-            uint64_t scm, mn;                                                                          \
-            st_kq_unpack_scales_mins(x[i].scales, &scm, &mn);                                          \
-            const __m256i S = _mm256_set1_epi64x((long long)scm);                                      \
-            const __m256i M = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)mn), mpick);          \
-            __m256i w[8], sc[8];                                                                       \
-            KQ_UNPACK_##HB(x[i]);                                                                      \
-            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) sc[j] = _mm256_shuffle_epi8(S, KQ_WORD_PICK(j)); \
-            _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) {                                    \
-                const st_block_q8_K *yc = kq_act(y, by, c, i);                                         \
-                const __m128 dm = _mm_mul_ps(dmx, _mm_set1_ps(yc->d));                                 \
-                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(kq_sum8(w, sc, yc->qs)), _mm256_broadcastss_ps(dm), \
-                                         acc[c]);                                                      \
-                accm[c] = _mm256_fmadd_ps(                                                             \
-                    _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)yc->bsums), M)), \
-                    _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dm), _mm256_set1_epi32(1)), accm[c]); \
-            }                                                                                          \
-        }                                                                                              \
-        _Pragma("GCC unroll 4") for (int c = 0; c < NC; c++) s[(size_t)c * bs] =                       \
-            kq_hsum256(acc[c]) - kq_hsum256(accm[c]);                                                  \
+/* Q4_K (Q5 = 0) and Q5_K (Q5 = 1: vx holds st_block_q5_K, whose qh adds the 5th bit);
+ * both blocks start with d, dmin and the packed scales. Byte l of quant group g holds
+ * element 64g + l (low nibble) and 64g + 32 + l (high). */
+KQ_AI void q45k_row(const int Q5, const int NC, int nb, const void *vx, const void *y, size_t by,
+                    float *s, size_t bs) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b16 = _mm256_set1_epi8(0x10);
+    const __m256i mpick = kq_min_pick();
+    __m256 acc[4], accm[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) acc[c] = accm[c] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const st_block_q4_K *x4 = (const st_block_q4_K *)vx + i;
+        const st_block_q5_K *x5 = (const st_block_q5_K *)vx + i;
+        uint32_t dbits;
+        memcpy(&dbits, Q5 ? &x5->d : &x4->d, sizeof dbits);
+        const __m128 dmx = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dbits)); /* d, dmin */
+        uint64_t scm, mn;
+        st_kq_unpack_scales_mins(Q5 ? x5->scales : x4->scales, &scm, &mn);
+        const __m256i S = _mm256_set1_epi64x((long long)scm);
+        const __m256i M = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)mn), mpick);
+        const uint8_t *q = Q5 ? x5->qs : x4->qs;
+        /* Q5: bit 2g / 2g+1 of qh byte l is the 5th bit of element 64g + l / 64g + 32 + l;
+         * qhs is shifted right by 2 per pair so the wanted bits are always 0 and 1 */
+        __m256i qhs = Q5 ? _mm256_loadu_si256((const __m256i *)x5->qh) : _mm256_setzero_si256();
+        __m256i w[8], sc[8];
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)(q + 32 * g));
+            w[2 * g] = _mm256_and_si256(qv, m4);
+            w[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);
+            if (Q5) {
+                w[2 * g] = _mm256_or_si256(w[2 * g], _mm256_and_si256(_mm256_slli_epi16(qhs, 4), b16));
+                w[2 * g + 1] = _mm256_or_si256(w[2 * g + 1], _mm256_and_si256(_mm256_slli_epi16(qhs, 3), b16));
+                qhs = _mm256_srli_epi16(qhs, 2);
+            }
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) sc[j] = _mm256_shuffle_epi8(S, KQ_WORD_PICK(j));
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const st_block_q8_K *yc = kq_act(y, by, c, i);
+            const __m128 dm = _mm_mul_ps(dmx, _mm_set1_ps(yc->d));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(kq_sum8(w, sc, yc->qs)), _mm256_broadcastss_ps(dm), acc[c]);
+            accm[c] = _mm256_fmadd_ps(
+                _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)yc->bsums), M)),
+                _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dm), _mm256_set1_epi32(1)), accm[c]);
+        }
     }
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) s[(size_t)c * bs] = kq_hsum256(acc[c]) - kq_hsum256(accm[c]);
+}
 
-/* Q4_K: byte l of group g holds element 64g + l (low nibble) and 64g + 32 + l (high). */
-#define KQ_UNPACK_0(b)                                                                                 \
-    _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) {                                              \
-        const __m256i qv = _mm256_loadu_si256((const __m256i *)((b).qs + 32 * g));                     \
-        w[2 * g] = _mm256_and_si256(qv, m4);                                                           \
-        w[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);                                 \
-    }
+KQ_AI void q4k_row(const int NC, int nb, const void *x, const void *y, size_t by, float *s, size_t bs) {
+    q45k_row(0, NC, nb, x, y, by, s, bs);
+}
 
-/* Q5_K: bit 2g / 2g+1 of qh byte l is the 5th bit of element 64g + l / 64g + 32 + l; qhs is
- * shifted right by 2 per pair so the wanted bits are always 0 and 1 */
-#define KQ_UNPACK_1(b)                                                                                 \
-    {                                                                                                  \
-        const __m256i b16 = _mm256_set1_epi8(0x10);                                                    \
-        __m256i qhs = _mm256_loadu_si256((const __m256i *)(b).qh);                                     \
-        _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) {                                          \
-            const __m256i qv = _mm256_loadu_si256((const __m256i *)((b).qs + 32 * g));                 \
-            w[2 * g] = _mm256_or_si256(_mm256_and_si256(qv, m4), _mm256_and_si256(_mm256_slli_epi16(qhs, 4), b16)); \
-            w[2 * g + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qv, 4), m4),             \
-                                           _mm256_and_si256(_mm256_slli_epi16(qhs, 3), b16));          \
-            qhs = _mm256_srli_epi16(qhs, 2);                                                           \
-        }                                                                                              \
-    }
-
-KQ_Q45_ROW_(q4k_row, st_block_q4_K, 0)
-KQ_Q45_ROW_(q5k_row, st_block_q5_K, 1)
+KQ_AI void q5k_row(const int NC, int nb, const void *x, const void *y, size_t by, float *s, size_t bs) {
+    q45k_row(1, NC, nb, x, y, by, s, bs);
+}
 
 KQ_AI void q6k_row(const int NC, int nb, const st_block_q6_K *x, const void *y, size_t by, float *s,
                    size_t bs) {

@@ -61,12 +61,6 @@ static inline __m512i kq_nibbles64(const uint8_t *q32, __m512i shr, __m512i m4) 
  * instance, and every (row, activation) pair sees the same operations in the same order
  * whatever NC is, so a tile element equals vec_dot bit for bit. */
 
-#define KQ_AI static inline __attribute__((always_inline))
-
-static inline const st_block_q8_K *kq_act(const void *y, size_t by, int c, int i) {
-    return (const st_block_q8_K *)((const uint8_t *)y + (size_t)c * by) + i;
-}
-
 /* Q4_K (Q5 = 0) and Q5_K (Q5 = 1: vx holds st_block_q5_K, whose qh adds the 5th bit);
  * both blocks start with d, dmin and the packed scales. */
 KQ_AI void q45k_row(const int Q5, const int NC, int nb, const void *vx, const void *y, size_t by,
