@@ -152,42 +152,112 @@ static inline float ld1_f32(const void *p, int64_t i) { return ((const float *)p
 static inline float ld1_f16(const void *p, int64_t i) { return H2F(((const uint16_t *)p)[i]); }
 static inline float ld1_bf16(const void *p, int64_t i) { return st_bf16_to_fp32(((const uint16_t *)p)[i]); }
 
-#define ST_DEF_FDOT_(name, ld, ld1)                                                   \
-    void st_vec_dot_##name##_f32_avx2(int n, float *s, const void *x, const void *vy) {    \
-        const float *y = vy;                                                                \
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                         \
-        int64_t i = 0;                                                                      \
-        for (; i + 32 <= n; i += 32) {                                                      \
-            a0 = _mm256_fmadd_ps(ld(x, i), _mm256_loadu_ps(y + i), a0);                     \
-            a1 = _mm256_fmadd_ps(ld(x, i + 8), _mm256_loadu_ps(y + i + 8), a1);             \
-            a2 = _mm256_fmadd_ps(ld(x, i + 16), _mm256_loadu_ps(y + i + 16), a2);           \
-            a3 = _mm256_fmadd_ps(ld(x, i + 24), _mm256_loadu_ps(y + i + 24), a3);           \
-        }                                                                                   \
-        for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(ld(x, i), _mm256_loadu_ps(y + i), a0); \
-        float sum = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));     \
-        for (; i < n; i++) sum += ld1(x, i) * y[i];                                          \
-        *s = sum;                                                                           \
-    }
-
-ST_DEF_FDOT_(f32, ld_f32, ld1_f32)
-ST_DEF_FDOT_(bf16, ld_bf16, ld1_bf16)
-
-/* f16 . f16: both sides converted with vcvtph2ps, FMA in f32. The activation row is half
- * the bytes of an f32 one, which frees load and cache bandwidth for the weight stream. */
-void st_vec_dot_f16_f16_avx2(int n, float *s, const void *x, const void *y) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_fmadd_ps(ld_f16(x, i), ld_f16(y, i), a0);
-        a1 = _mm256_fmadd_ps(ld_f16(x, i + 8), ld_f16(y, i + 8), a1);
-        a2 = _mm256_fmadd_ps(ld_f16(x, i + 16), ld_f16(y, i + 16), a2);
-        a3 = _mm256_fmadd_ps(ld_f16(x, i + 24), ld_f16(y, i + 24), a3);
-    }
-    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(ld_f16(x, i), ld_f16(y, i), a0);
-    float sum = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++) sum += ld1_f16(x, i) * ld1_f16(y, i);
-    *s = sum;
+/* Float weights: kind 0 f32, 1 f16, 2 bf16; the activations are f16 for f16 weights
+ * (st_vec_dot_f16_f16) and f32 otherwise. A pair's dot keeps 4 accumulators: accumulator
+ * k takes elements [i + 8k, i + 8k + 8) of every 32-element step i, then the 8-element
+ * tail goes into accumulator 0 and the last elements into a scalar sum.
+ *
+ * A tile of NR x NC pairs cannot hold 4 accumulators per pair in 16 ymm registers, but
+ * the accumulators are independent: a tile runs KP of them per pass over the rows (k-major),
+ * so KP x NR x NC accumulators are live and each converted weight or activation chunk of
+ * a pass serves all pairs. Every accumulator sees the FMAs of vec_dot in vec_dot's order,
+ * so a tile element equals vec_dot bit for bit. KP is chosen so at least 8 accumulators
+ * are in flight (the FMA latency times its throughput); 1 x 1 is vec_dot itself. */
+ALWAYS_INLINE __m256 ld_w(int kind, const void *p, int64_t i) {
+    return kind == 0 ? ld_f32(p, i) : kind == 1 ? ld_f16(p, i) : ld_bf16(p, i);
 }
+ALWAYS_INLINE __m256 ld_a(int kind, const void *p, int64_t i) { return kind == 1 ? ld_f16(p, i) : ld_f32(p, i); }
+ALWAYS_INLINE float ld1_w(int kind, const void *p, int64_t i) {
+    return kind == 0 ? ld1_f32(p, i) : kind == 1 ? ld1_f16(p, i) : ld1_bf16(p, i);
+}
+ALWAYS_INLINE float ld1_a(int kind, const void *p, int64_t i) { return kind == 1 ? ld1_f16(p, i) : ld1_f32(p, i); }
+
+ALWAYS_INLINE void ftile_impl(int kind, int NR, int NC, int n, float *s, size_t bs, const void *vx,
+                              size_t bx, const void *vy, size_t by) {
+    const uint8_t *x = vx, *y = vy;
+    const int P = NR * NC, KP = P == 1 ? 4 : P >= 8 ? 1 : P >= 4 ? 2 : 4;
+    const int64_t n32 = (int64_t)n & ~(int64_t)31;
+    __m256 acc[4][2][4]; /* [k][r][c], finished ones parked here between passes */
+    for (int k0 = 0; k0 < 4; k0 += KP) {
+        __m256 a[4][2][4];
+#pragma GCC unroll 4
+        for (int k = 0; k < KP; k++)
+#pragma GCC unroll 2
+            for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; c++) a[k][r][c] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < n32; i += 32) {
+#pragma GCC unroll 4
+            for (int k = 0; k < KP; k++) {
+                const int64_t e = i + 8 * (k0 + k);
+                __m256 w[2];
+#pragma GCC unroll 2
+                for (int r = 0; r < NR; r++) w[r] = ld_w(kind, x + (size_t)r * bx, e);
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; c++) {
+                    const __m256 av = ld_a(kind, y + (size_t)c * by, e);
+#pragma GCC unroll 2
+                    for (int r = 0; r < NR; r++) a[k][r][c] = _mm256_fmadd_ps(w[r], av, a[k][r][c]);
+                }
+            }
+        }
+        if (k0 == 0)
+            for (int64_t i = n32; i + 8 <= n; i += 8) {
+                __m256 w[2];
+#pragma GCC unroll 2
+                for (int r = 0; r < NR; r++) w[r] = ld_w(kind, x + (size_t)r * bx, i);
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; c++) {
+                    const __m256 av = ld_a(kind, y + (size_t)c * by, i);
+#pragma GCC unroll 2
+                    for (int r = 0; r < NR; r++) a[0][r][c] = _mm256_fmadd_ps(w[r], av, a[0][r][c]);
+                }
+            }
+#pragma GCC unroll 4
+        for (int k = 0; k < KP; k++)
+#pragma GCC unroll 2
+            for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; c++) acc[k0 + k][r][c] = a[k][r][c];
+    }
+    const int64_t t0 = n32 + (((int64_t)n - n32) & ~(int64_t)7);
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const uint8_t *xr = x + (size_t)r * bx, *yc = y + (size_t)c * by;
+            float sum = hsum8(_mm256_add_ps(_mm256_add_ps(acc[0][r][c], acc[1][r][c]),
+                                            _mm256_add_ps(acc[2][r][c], acc[3][r][c])));
+            for (int64_t i = t0; i < n; i++) sum += ld1_w(kind, xr, i) * ld1_a(kind, yc, i);
+            s[(size_t)c * bs + r] = sum;
+        }
+}
+
+#define ST_DEF_FKIND_(name, kind)                                                              \
+    void st_vec_dot_##name##_avx2(int n, float *s, const void *x, const void *y) {             \
+        ftile_impl(kind, 1, 1, n, s, 1, x, 0, y, 0);                                            \
+    }                                                                                           \
+    void st_tile_##name##_avx2(int n, float *s, size_t bs, const void *x, size_t bx,           \
+                               const void *y, size_t by, int nr, int nc) {                      \
+        ST_ASSERT(nr >= 1 && nr <= ST_TILE_MAX && nc >= 1 && nc <= ST_TILE_MAX);                \
+        for (int r0 = 0; r0 < nr; r0 += 2) {                                                    \
+            const uint8_t *xr = (const uint8_t *)x + (size_t)r0 * bx;                           \
+            switch ((nr - r0 >= 2) * 4 + nc - 1) {                                              \
+            case 0: ftile_impl(kind, 1, 1, n, s + r0, bs, xr, bx, y, by); break;                \
+            case 1: ftile_impl(kind, 1, 2, n, s + r0, bs, xr, bx, y, by); break;                \
+            case 2: ftile_impl(kind, 1, 3, n, s + r0, bs, xr, bx, y, by); break;                \
+            case 3: ftile_impl(kind, 1, 4, n, s + r0, bs, xr, bx, y, by); break;                \
+            case 4: ftile_impl(kind, 2, 1, n, s + r0, bs, xr, bx, y, by); break;                \
+            case 5: ftile_impl(kind, 2, 2, n, s + r0, bs, xr, bx, y, by); break;                \
+            case 6: ftile_impl(kind, 2, 3, n, s + r0, bs, xr, bx, y, by); break;                \
+            default: ftile_impl(kind, 2, 4, n, s + r0, bs, xr, bx, y, by); break;               \
+            }                                                                                   \
+        }                                                                                       \
+    }
+
+ST_DEF_FKIND_(f32_f32, 0)
+ST_DEF_FKIND_(bf16_f32, 2)
+ST_DEF_FKIND_(f16_f16, 1)
 
 void st_quantize_row_f16_avx2(const float *x, void *vy, int64_t k) {
     uint16_t *y = vy;

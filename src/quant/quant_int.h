@@ -83,6 +83,12 @@ void st_tile_q5_1_q8_1_avx2(int n, float *s, size_t bs, const void *x, size_t bx
                             size_t by, int nr, int nc);
 void st_tile_q8_0_q8_0_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
                             size_t by, int nr, int nc);
+void st_tile_f32_f32_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                          size_t by, int nr, int nc);
+void st_tile_bf16_f32_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                           size_t by, int nr, int nc);
+void st_tile_f16_f16_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                          size_t by, int nr, int nc);
 
 /* ---- AVX-512 VNNI tiles (bit-identical per element to the matching _avx512 dot) ---- */
 void st_tile_q4_0_q8_0_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
