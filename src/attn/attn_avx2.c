@@ -229,25 +229,82 @@ static void blocks_avx2(const attn_blk *b, int n, int n_ahead) {
     }
 }
 
+#define QUEST_MAX_QD 2048 /* floats of q+ / q- kept on the stack */
+
+/* Bound of one page for NG heads (NG a constant after inlining, so the accumulators live
+ * in registers). max(q*mn, q*mx) = q+ * mx + q- * mn with q+ = max(q, 0), q- = min(q, 0):
+ * two FMAs per 8 dims and head instead of two products, a max and an add; each chunk of
+ * the box is converted once for the NG heads. */
+AI float quest_heads(int D, const int NG, const float *qp, const float *qn, const uint16_t *mn,
+                     const uint16_t *mx) {
+    __m256 s0[4], s1[4];
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; g++) s0[g] = s1[g] = _mm256_setzero_ps();
+    for (int d = 0; d < D; d += 8) {
+        const __m256 vn = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mn + d)));
+        const __m256 vx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mx + d)));
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) {
+            s0[g] = _mm256_fmadd_ps(_mm256_load_ps(qp + (size_t)g * D + d), vx, s0[g]);
+            s1[g] = _mm256_fmadd_ps(_mm256_load_ps(qn + (size_t)g * D + d), vn, s1[g]);
+        }
+    }
+    float best = -INFINITY;
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; g++) {
+        const float v = hsum8(_mm256_add_ps(s0[g], s1[g]));
+        if (v > best) best = v;
+    }
+    return best;
+}
+
+/* One page at a time, any D and G (shapes the fast path does not take). */
+static float quest_one(int D, int G, const float *q, const uint16_t *mn, const uint16_t *mx) {
+    float best = -INFINITY;
+    for (int g = 0; g < G; g++) {
+        const float *qg = q + (size_t)g * D;
+        __m256 s = _mm256_setzero_ps();
+        int d = 0;
+        for (; d + 8 <= D; d += 8) {
+            __m256 qv = _mm256_loadu_ps(qg + d);
+            __m256 vn = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mn + d)));
+            __m256 vx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mx + d)));
+            s = _mm256_add_ps(s, _mm256_max_ps(_mm256_mul_ps(qv, vn), _mm256_mul_ps(qv, vx)));
+        }
+        float v = hsum8(s);
+        for (; d < D; d++) {
+            float lo = qg[d] * st_fp16_to_fp32(mn[d]), hi = qg[d] * st_fp16_to_fp32(mx[d]);
+            v += lo > hi ? lo : hi;
+        }
+        if (v > best) best = v;
+    }
+    return best;
+}
+
 static void quest_avx2(int D, int G, const float *q, const uint16_t *box, int64_t stride,
                        int32_t n_pages, float *bound) {
+    if (D % 8 || (size_t)G * D > QUEST_MAX_QD) {
+        for (int32_t p = 0; p < n_pages; p++)
+            bound[p] = quest_one(D, G, q, box + p * stride, box + p * stride + D);
+        return;
+    }
+    float qp[QUEST_MAX_QD] __attribute__((aligned(32))), qn[QUEST_MAX_QD] __attribute__((aligned(32)));
+    for (int i = 0; i < G * D; i += 8) {
+        const __m256 v = _mm256_loadu_ps(q + i);
+        _mm256_store_ps(qp + i, _mm256_max_ps(v, _mm256_setzero_ps()));
+        _mm256_store_ps(qn + i, _mm256_min_ps(v, _mm256_setzero_ps()));
+    }
     for (int32_t p = 0; p < n_pages; p++) {
         const uint16_t *mn = box + p * stride, *mx = mn + D;
         float best = -INFINITY;
-        for (int g = 0; g < G; g++) {
-            const float *qg = q + (size_t)g * D;
-            __m256 s = _mm256_setzero_ps();
-            int d = 0;
-            for (; d + 8 <= D; d += 8) {
-                __m256 qv = _mm256_loadu_ps(qg + d);
-                __m256 vn = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mn + d)));
-                __m256 vx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mx + d)));
-                s = _mm256_add_ps(s, _mm256_max_ps(_mm256_mul_ps(qv, vn), _mm256_mul_ps(qv, vx)));
-            }
-            float v = hsum8(s);
-            for (; d < D; d++) {
-                float a = qg[d] * st_fp16_to_fp32(mn[d]), c = qg[d] * st_fp16_to_fp32(mx[d]);
-                v += a > c ? a : c;
+        for (int g0 = 0; g0 < G; g0 += 4) {
+            const float *gp = qp + (size_t)g0 * D, *gn = qn + (size_t)g0 * D;
+            float v;
+            switch (G - g0 < 4 ? G - g0 : 4) {
+            case 1: v = quest_heads(D, 1, gp, gn, mn, mx); break;
+            case 2: v = quest_heads(D, 2, gp, gn, mn, mx); break;
+            case 3: v = quest_heads(D, 3, gp, gn, mn, mx); break;
+            default: v = quest_heads(D, 4, gp, gn, mn, mx); break;
             }
             if (v > best) best = v;
         }

@@ -496,6 +496,9 @@ AI int32_t quest_groups(int D, const int G, const float *qp, const float *qn, co
     int32_t p = 0;
     for (; p + ppt <= n_pages; p += ppt) {
         __m512 a[16];
+        /* unrolled, so that a[] stays in registers (-O2 does not peel this loop by itself:
+         * 1.4x slower measured) */
+#pragma GCC unroll 16
         for (int j = 0; j < ppt; j++) {
             const uint16_t *mn = box + (p + j) * stride, *mx = mn + D;
             __m512 s0[16], s1[16];
