@@ -322,9 +322,10 @@ typedef struct st_kv_select st_kv_select;
  * resident are used in place; cold pages are fetched in one coalesced batch when they fit
  * in the hot pool, else streamed layer block by layer block through a double buffer (the
  * next window's reads in flight while the current one computes). ctx: errors and threads.
- * Returns 0; ST_E_INVAL (arguments, geometry mismatch, selection size); ST_E_STATE (stale
- * id); a sequence's sticky error; ST_E_CORRUPT / -errno when a read fails (the affected
- * sequences are failed); ST_E_POOL_FULL; ST_E_NOMEM. On error out is unspecified. */
+ * Returns 0; ST_E_INVAL (arguments, geometry mismatch, a selection made for another page
+ * table: entries added or a selected page removed since); ST_E_STATE (stale id); a
+ * sequence's sticky error; ST_E_CORRUPT / -errno when a read fails (the affected sequences
+ * are failed); ST_E_POOL_FULL; ST_E_NOMEM. On error out is unspecified. */
 int st_kv_attend_decode(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
                         int layer, const st_kv_seq_id *seqs, int n_seq,
                         const st_kv_select *const *sel, const float *q, float *out);

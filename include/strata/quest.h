@@ -69,7 +69,9 @@ void st_kv_select_destroy(st_kv_select *s); /* NULL is a no-op */
  * ([n_head][head_dim] f32, after RoPE; query head h belongs to KV head h / (n_head /
  * n_kv_head)). ws supplies the bound kernel's ISA (st_attn_quest_bounds). p NULL = defaults.
  * Dense (budget 0, or layer < dense_layers) makes a selection that lists every page.
- * Read-only for kv; overwrites *s. Returns 0; ST_E_INVAL (NULL pointer, layer, n_head not a
+ * Read-only for kv; overwrites *s. The selection describes the page table as it is now:
+ * st_kv_attend_decode rejects it (ST_E_INVAL) once entries were added or a selected page
+ * removed. Returns 0; ST_E_INVAL (NULL pointer, layer, n_head not a
  * multiple of n_kv_head), ST_E_STATE (stale seq), ST_E_LIMIT (more than INT32_MAX views),
  * ST_E_NOMEM (s could not grow; s then holds an empty, dense selection). */
 int st_kv_quest_select(const st_kv *kv, st_kv_seq_id seq, int layer, const st_attn_ws *ws,

@@ -46,8 +46,9 @@ typedef struct seq_views {
     uint8_t *cold;     /* [n] 1: the page is on disk (its view is a placeholder until read) */
     int32_t n;
     const st_kv_select *sel; /* NULL = dense */
-    int32_t *sel_idx;  /* [H][n] per KV head, the selected views as indices into v */
+    int32_t *sel_idx;  /* [H][sel_stride] per KV head, the selected views as indices into v */
     int32_t *sel_n;    /* [H] */
+    int32_t sel_stride;
 } seq_views;
 
 void kv_attend_free(st_kv *kv) {
@@ -88,83 +89,108 @@ static st_attn_page block_view(const st_kv *kv, const uint8_t *blk, const kv_ent
     return v;
 }
 
-/* With a selection: map[j] = the compact index of full view j, or -1 when no head
- * selected it; sv->n = how many are selected. Checks the selection against the sequence. */
-static int compact_map(st_kv *kv, st_ctx *ctx, seq_views *sv, int32_t n_full, int32_t *map) {
-    if (st_kv_select_n_views(sv->sel) != n_full || st_kv_select_n_kv_head(sv->sel) != kv->p.n_kv_head)
-        return st_seterr(ctx, ST_E_INVAL, "kv: attend: selection made for %d views / %d heads, "
-                         "sequence %d has %d / %d", st_kv_select_n_views(sv->sel),
-                         st_kv_select_n_kv_head(sv->sel), sv->s->id, n_full, kv->p.n_kv_head);
-    for (int32_t j = 0; j < n_full; j++) map[j] = -1;
-    for (int32_t h = 0; h < kv->p.n_kv_head; h++) {
-        const int32_t *idx;
-        int32_t n;
-        if (st_kv_select_head(sv->sel, h, &idx, &n)) return ST_E_INVAL;
-        for (int32_t i = 0; i < n; i++) {
-            if (idx[i] < 0 || idx[i] >= n_full) return st_seterr(ctx, ST_E_INVAL, "kv: attend: bad selection");
-            map[idx[i]] = 0;
-        }
+/* The view of entry i of s (a RAM page in place, a never-touched or cold one as the zero
+ * block); *cold says whether it is on disk (its view is a placeholder until read). */
+static st_attn_page entry_view(const st_kv *kv, const kv_seq *s, int64_t i, int layer,
+                               uint8_t *cold) {
+    const kv_entry *e = &s->ent[i];
+    const kv_page *pg = &kv->pages[e->page];
+    *cold = pg->resident != KV_RES_RAM && pg->resident != KV_RES_ZERO;
+    return block_view(kv, pg->resident == KV_RES_RAM ? kv_layer_data(kv, e->page, layer)
+                                                     : kv->zero_blk, e, i);
+}
+
+/* sv's arrays for n views and, with n_sel > 0, H per-head lists of n_sel / H entries. */
+static int alloc_views(st_ctx *ctx, seq_views *sv, size_t n, size_t n_sel, int32_t H) {
+    if (!n) n = 1;
+    sv->v = malloc(n * sizeof *sv->v);
+    sv->page = malloc(n * sizeof *sv->page);
+    sv->cold = malloc(n);
+    if (n_sel) {
+        sv->sel_idx = malloc(n_sel * sizeof *sv->sel_idx);
+        sv->sel_n = malloc((size_t)H * sizeof *sv->sel_n);
     }
-    int32_t c = 0;
-    for (int32_t j = 0; j < n_full; j++)
-        if (map[j] == 0) map[j] = c++;
-    sv->n = c;
+    if (!sv->v || !sv->page || !sv->cold || (n_sel && (!sv->sel_idx || !sv->sel_n)))
+        return st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory for %zu views", n);
     return 0;
+}
+
+/* With a selection only the selected pages get a view: at long contexts Quest reads a few
+ * percent of the pages, and a pass over the page table per layer and step was serial work
+ * the size of the context. The views are the union of the heads' ascending lists (a
+ * merge), reached through the entries the selection recorded; each recorded entry must
+ * still hold the page it held, and the table its length, else the selection is stale. */
+static int gather_selected(st_kv *kv, st_ctx *ctx, kv_seq *s, int layer, seq_views *sv) {
+    const int32_t H = kv->p.n_kv_head, nv = st_kv_select_n_views(sv->sel);
+    const int32_t *ent, *phys;
+    int64_t n_ent;
+    kv_select_views(sv->sel, &ent, &phys, &n_ent);
+    if (st_kv_select_n_kv_head(sv->sel) != H || n_ent != s->n_ent)
+        return st_seterr(ctx, ST_E_INVAL, "kv: attend: selection made for %lld entries / %d "
+                         "heads, sequence %d has %lld / %d", (long long)n_ent,
+                         st_kv_select_n_kv_head(sv->sel), s->id, (long long)s->n_ent, H);
+    sv->s = s;
+    sv->n = 0;
+    const int32_t **list = malloc((size_t)H * sizeof *list);
+    int32_t *at = calloc((size_t)H, sizeof *at);
+    if (!list || !at) {
+        free(list);
+        free(at);
+        return st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
+    }
+    int32_t stride = 1;
+    int64_t total = 0;
+    int32_t n_h;
+    for (int32_t h = 0; h < H; h++) {
+        st_kv_select_head(sv->sel, h, &list[h], &n_h);
+        if (n_h > stride) stride = n_h;
+        total += n_h;
+    }
+    const int64_t n_uni = total < nv ? total : nv; /* ascending lists: at most nv views */
+    int rc = alloc_views(ctx, sv, (size_t)n_uni, (size_t)H * (size_t)stride, H);
+    sv->sel_stride = stride;
+    for (int32_t h = 0; !rc && h < H; h++) st_kv_select_head(sv->sel, h, &list[h], &sv->sel_n[h]);
+    for (int32_t c = 0; !rc; c++) {
+        int32_t v = INT32_MAX;
+        for (int32_t h = 0; h < H; h++)
+            if (at[h] < sv->sel_n[h] && list[h][at[h]] < v) v = list[h][at[h]];
+        if (v == INT32_MAX) break;
+        if (v < 0 || v >= nv || c >= n_uni || ent[v] < 0 || ent[v] >= s->n_ent ||
+            s->ent[ent[v]].page != phys[v]) {
+            rc = st_seterr(ctx, ST_E_INVAL, "kv: attend: bad or stale selection (view %d of "
+                           "%d) for sequence %d", v, nv, s->id);
+            break;
+        }
+        for (int32_t h = 0; h < H; h++)
+            if (at[h] < sv->sel_n[h] && list[h][at[h]] == v)
+                sv->sel_idx[(size_t)h * stride + at[h]++] = c;
+        sv->page[c] = phys[v];
+        sv->v[c] = entry_view(kv, s, ent[v], layer, &sv->cold[c]);
+        sv->n = c + 1;
+    }
+    free(list);
+    free(at);
+    return rc;
 }
 
 /* The views of s at `layer` (sv->sel already set): RAM pages in place, never-touched ones as
  * the zero block, cold ones marked (their view is the zero block, replaced by a buffer when
- * read). With a selection only the selected pages get a view: at long contexts Quest reads a
- * few percent of the pages, and building, checking and preparing a view for every page of
- * every layer at every step was serial work the size of the context. */
+ * read). */
 static int gather(st_kv *kv, st_ctx *ctx, kv_seq *s, int layer, seq_views *sv) {
+    if (sv->sel) return gather_selected(kv, ctx, s, layer, sv);
     int64_t n = 0;
     for (int64_t i = 0; i < s->n_ent; i++) n += s->ent[i].page >= 0;
     if (n > INT32_MAX) return st_seterr(ctx, ST_E_LIMIT, "kv: attend: %lld pages", (long long)n);
-    const int32_t H = kv->p.n_kv_head;
     sv->s = s;
     sv->n = (int32_t)n;
-    int32_t *map = NULL;
-    if (sv->sel) {
-        map = malloc((size_t)(n ? n : 1) * sizeof *map);
-        if (!map) return st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
-        int rc = compact_map(kv, ctx, sv, (int32_t)n, map);
-        if (rc) {
-            free(map);
-            return rc;
-        }
-    }
-    const size_t nv = (size_t)(sv->n ? sv->n : 1);
-    sv->v = malloc(nv * sizeof *sv->v);
-    sv->page = malloc(nv * sizeof *sv->page);
-    sv->cold = malloc(nv);
-    if (sv->sel) {
-        sv->sel_idx = malloc((size_t)H * nv * sizeof *sv->sel_idx);
-        sv->sel_n = malloc((size_t)H * sizeof *sv->sel_n);
-    }
-    if (!sv->v || !sv->page || !sv->cold || (sv->sel && (!sv->sel_idx || !sv->sel_n))) {
-        free(map);
-        return st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
-    }
-    int32_t j = 0, c = 0;
+    int rc = alloc_views(ctx, sv, (size_t)n, 0, 0);
+    if (rc) return rc;
+    int32_t c = 0;
     for (int64_t i = 0; i < s->n_ent; i++) {
-        const kv_entry *e = &s->ent[i];
-        if (e->page < 0) continue;
-        if (map && map[j++] < 0) continue;
-        const kv_page *pg = &kv->pages[e->page];
-        const uint8_t *blk = pg->resident == KV_RES_RAM ? kv_layer_data(kv, e->page, layer)
-                                                        : kv->zero_blk;
-        sv->page[c] = e->page;
-        sv->cold[c] = pg->resident != KV_RES_RAM && pg->resident != KV_RES_ZERO;
-        sv->v[c++] = block_view(kv, blk, e, i);
-    }
-    if (map) {
-        for (int32_t h = 0; h < H; h++) {
-            const int32_t *idx;
-            st_kv_select_head(sv->sel, h, &idx, &sv->sel_n[h]);
-            for (int32_t i = 0; i < sv->sel_n[h]; i++) sv->sel_idx[(size_t)h * sv->n + i] = map[idx[i]];
-        }
-        free(map);
+        if (s->ent[i].page < 0) continue;
+        sv->page[c] = s->ent[i].page;
+        sv->v[c] = entry_view(kv, s, i, layer, &sv->cold[c]);
+        c++;
     }
     return 0;
 }
@@ -372,7 +398,7 @@ static int streamer_init(streamer *st, st_kv *kv, int layer, seq_views *sv, int 
         st->len = malloc((size_t)H * sizeof *st->len);
         if (!st->list || !st->len) return ST_E_NOMEM;
         for (int32_t h = 0; h < H; h++)
-            st->list[h] = sv->sel_idx + (size_t)h * sv->n, st->len[h] = sv->sel_n[h];
+            st->list[h] = sv->sel_idx + (size_t)h * sv->sel_stride, st->len[h] = sv->sel_n[h];
     }
     return 0;
 }
@@ -603,7 +629,7 @@ static void as_attn_seq(const seq_views *sv, st_attn_seq *a) {
     if (sv->sel) {
         a->sel = sv->sel_idx;
         a->n_sel = sv->sel_n;
-        a->sel_stride = sv->n;
+        a->sel_stride = sv->sel_stride;
     }
 }
 

@@ -157,6 +157,10 @@ void kv_seal_page(st_kv *kv, kv_seq *s, int64_t i);
 
 /* kv_quest.c: the Quest key boxes */
 int kv_quest_alloc(st_kv *kv);  /* at create: ST_E_NOMEM */
+/* A sparse selection's views: the page-table entry and physical page of each view, and
+ * the sequence's entry count when it was made (so a stale selection is caught). */
+void kv_select_views(const st_kv_select *s, const int32_t **ent, const int32_t **phys,
+                     int64_t *n_ent);
 void kv_quest_free(st_kv *kv);
 /* At seal: the boxes of the full page `page` over all its P slots. */
 void kv_quest_seal(st_kv *kv, int32_t page);

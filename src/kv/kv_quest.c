@@ -201,6 +201,8 @@ struct st_kv_select {
     int32_t *idx;     /* [n_kv_head][n_views] chosen view indices, ascending */
     int32_t *n_sel;   /* [n_kv_head] */
     int32_t *phys;    /* [n_views] physical page of each view */
+    int32_t *ent;     /* [n_views] page-table entry of each view (views skip holes) */
+    int64_t n_ent;    /* the sequence's entries when the selection was made */
     int32_t *fidx;    /* [n_views] view indices of the forced pages, ascending */
     int32_t *cand;    /* [n_views] view indices of ranked pages, ascending */
     float *scr, *scr2;/* [n_kv_head][n_views] scratch: each head's bounds, partitioned */
@@ -229,6 +231,7 @@ void st_kv_select_destroy(st_kv_select *s) {
     free(s->idx);
     free(s->n_sel);
     free(s->phys);
+    free(s->ent);
     free(s->fidx);
     free(s->cand);
     free(s->scr);
@@ -250,6 +253,7 @@ static int select_grow(st_kv_select *s, int32_t n_views, int32_t H) {
         int64_t c = s->cap_views ? s->cap_views : 64;
         while (c < n_views) c *= 2;
         GROW(s->phys, c);
+        GROW(s->ent, c);
         GROW(s->fidx, c);
         GROW(s->cand, c);
         s->cap_views = c;
@@ -428,33 +432,40 @@ int st_kv_quest_select(const st_kv *kv, st_kv_seq_id seq, int layer, const st_at
     kv_seq *sq;
     int rc = kv_seq_get(kv, seq, &sq);
     if (rc) return rc;
-    int64_t nv = 0;
-    for (int64_t i = 0; i < sq->n_ent; i++) nv += sq->ent[i].page >= 0;
-    if (nv > INT32_MAX) return st_seterr(kv->ctx, ST_E_LIMIT, "quest: %lld views", (long long)nv);
-    if (select_grow(s, (int32_t)nv, H))
-        return st_seterr(kv->ctx, ST_E_NOMEM, "quest: out of memory for %lld views", (long long)nv);
-    s->n_views = (int32_t)nv;
+    /* one pass over the page table (it is the size of the context, and this runs per
+     * layer): the views, their entries and, for a sparse layer, forced vs ranked */
+    if (sq->n_ent > INT32_MAX)
+        return st_seterr(kv->ctx, ST_E_LIMIT, "quest: %lld pages", (long long)sq->n_ent);
+    if (select_grow(s, (int32_t)sq->n_ent, H))
+        return st_seterr(kv->ctx, ST_E_NOMEM, "quest: out of memory for %lld views",
+                         (long long)sq->n_ent);
     s->n_kv_head = H;
+    s->n_ent = sq->n_ent;
     const int P = kv->p.page_size;
     const int32_t dense_layers = p->dense_layers < 0 ? 2 : p->dense_layers;
-    if (p->budget == 0 || layer < dense_layers) {
+    const int dense = p->budget == 0 || layer < dense_layers;
+    const int64_t sink_pages = p->sinks < 0 ? 1 : (p->sinks + P - 1) / P;
+    const int64_t recent_pages = p->recent < 0 ? 2 : (p->recent + P - 1) / P;
+    int32_t n_forced = 0, n_cand = 0, j = 0;
+    for (int64_t i = 0; i < sq->n_ent; i++) {
+        const kv_entry *e = &sq->ent[i];
+        if (e->page < 0) continue;
+        s->phys[j] = e->page;
+        s->ent[j] = (int32_t)i;
+        if (!dense) {
+            if (i < sink_pages || i >= sq->n_ent - recent_pages || !has_box(kv, e->page))
+                s->fidx[n_forced++] = j;
+            else
+                s->cand[n_cand++] = j;
+        }
+        j++;
+    }
+    s->n_views = j;
+    if (dense) {
         fill_dense(s);
         return 0;
     }
     s->dense = 0;
-    const int64_t sink_pages = p->sinks < 0 ? 1 : (p->sinks + P - 1) / P;
-    const int64_t recent_pages = p->recent < 0 ? 2 : (p->recent + P - 1) / P;
-    int32_t n_forced = 0, n_cand = 0;
-    for (int64_t i = 0, j = 0; i < sq->n_ent; i++) {
-        const kv_entry *e = &sq->ent[i];
-        if (e->page < 0) continue;
-        s->phys[j] = e->page;
-        if (i < sink_pages || i >= sq->n_ent - recent_pages || !has_box(kv, e->page))
-            s->fidx[n_forced++] = (int32_t)j;
-        else
-            s->cand[n_cand++] = (int32_t)j;
-        j++;
-    }
     int64_t k = p->budget / P - n_forced;
     if (k < 0) k = 0;
     if (k > n_cand) k = n_cand;
@@ -513,6 +524,13 @@ int st_kv_select_apply(const st_kv_select *s, st_attn_seq *a) {
 }
 
 void st_kv_select_get_stats(const st_kv_select *s, st_kv_select_stats *out) { *out = s->st; }
+
+void kv_select_views(const st_kv_select *s, const int32_t **ent, const int32_t **phys,
+                     int64_t *n_ent) {
+    *ent = s->ent;
+    *phys = s->phys;
+    *n_ent = s->n_ent;
+}
 
 /* ---- audit ------------------------------------------------------------------------------ */
 

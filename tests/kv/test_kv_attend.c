@@ -216,4 +216,55 @@ TEST(test_attend_corrupt_read_fails_sequence) {
     st_ctx_destroy(ctx);
 }
 
-TEST_MAIN(test_attend_bit_identical, test_attend_corrupt_read_fails_sequence)
+/* A selection is a snapshot of the page table: attend rejects it, naming the problem,
+ * once the table has moved under it (a selected page removed, a page appended), instead
+ * of reading pages the selection did not choose or missing new ones. */
+TEST(test_attend_stale_selection) {
+    st_ctx *ctx;
+    REQUIRE(st_ctx_create(NULL, &ctx) == 0);
+    st_attn_ws *ws;
+    REQUIRE(st_attn_ws_create(st_ctx_isa(ctx), &ws) == 0);
+    rig r;
+    st_kv_seq_id seq;
+    rig_make(ctx, &r, 0, 0, &seq);
+    const st_attn_geom g = geom();
+    st_kv_select *sel;
+    REQUIRE(st_kv_select_create(&sel) == 0);
+    st_kv_quest_params qp = st_kv_quest_default_params();
+    qp.budget = 40 * P;
+    qp.dense_layers = 0;
+    uint64_t s = 5;
+    float q[NH * D], o[NH * D];
+    for (int i = 0; i < NH * D; i++) q[i] = frand(&s);
+    const st_kv_select *sv[1] = {sel};
+    CHECK_OK(st_kv_quest_select(r.kv, seq, 1, ws, q, NH, &qp, sel));
+    CHECK_OK(st_kv_attend_decode(r.kv, ctx, ws, &g, 1, &seq, 1, sv, q, o));
+    /* remove the first selected page past the sink: its entry becomes a hole */
+    const int32_t *idx;
+    int32_t n;
+    CHECK_OK(st_kv_select_head(sel, 0, &idx, &n));
+    REQUIRE(n > 1);
+    st_attn_page views[200];
+    int nv = 0;
+    CHECK_OK(st_kv_seq_views(r.kv, seq, 1, views, 200, &nv));
+    REQUIRE(idx[1] < nv);
+    const int64_t pos = views[idx[1]].pos0;
+    CHECK_OK(st_kv_seq_remove(r.kv, seq, pos, pos + P));
+    CHECK_INT(st_kv_attend_decode(r.kv, ctx, ws, &g, 1, &seq, 1, sv, q, o), ST_E_INVAL);
+    CHECK(strstr(st_ctx_error(ctx), "stale selection") != NULL);
+    /* a fresh selection works; then a page appended after it is caught too */
+    CHECK_OK(st_kv_quest_select(r.kv, seq, 1, ws, q, NH, &qp, sel));
+    CHECK_OK(st_kv_attend_decode(r.kv, ctx, ws, &g, 1, &seq, 1, sv, q, o));
+    float kv1[L * P * H * D];
+    for (int i = 0; i < L * P * H * D; i++) kv1[i] = frand(&s);
+    CHECK_OK(st_kv_seq_append(r.kv, seq, P, NULL, kv1, kv1));
+    CHECK_INT(st_kv_attend_decode(r.kv, ctx, ws, &g, 1, &seq, 1, sv, q, o), ST_E_INVAL);
+    CHECK(strstr(st_ctx_error(ctx), "selection made for") != NULL);
+    st_kv_select_destroy(sel);
+    rig_free(&r);
+    st_attn_ws_destroy(ws);
+    st_ctx_destroy(ctx);
+}
+
+TEST_MAIN(test_attend_bit_identical, test_attend_corrupt_read_fails_sequence,
+          test_attend_stale_selection)
