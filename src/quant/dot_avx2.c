@@ -110,28 +110,30 @@ ALWAYS_INLINE void tile_impl(int kind, int NR, int NC, int n, float *s, size_t b
         for (int c = 0; c < NC; c++) s[(size_t)c * bs + r] = mn ? hsum8(acc[r][c]) + summs[r][c] : hsum8(acc[r][c]);
 }
 
-#define ST_DEF_KIND_(name, kind)                                                               \
+/* vec_dot and the tile entry point of one kind from a tile template `impl` (tile_impl or
+ * ftile_impl below): instances of at most 2 x 4 cover up to ST_TILE_MAX x ST_TILE_MAX. */
+#define ST_DEF_TILES_(name, impl, kind)                                                        \
     void st_vec_dot_##name##_avx2(int n, float *s, const void *x, const void *y) {             \
-        tile_impl(kind, 1, 1, n, s, 1, x, 0, y, 0);                                             \
+        impl(kind, 1, 1, n, s, 1, x, 0, y, 0);                                                  \
     }                                                                                           \
     void st_tile_##name##_avx2(int n, float *s, size_t bs, const void *x, size_t bx,           \
                                const void *y, size_t by, int nr, int nc) {                      \
         ST_ASSERT(nr >= 1 && nr <= ST_TILE_MAX && nc >= 1 && nc <= ST_TILE_MAX);                \
         for (int r0 = 0; r0 < nr; r0 += 2) {                                                    \
             const uint8_t *xr = (const uint8_t *)x + (size_t)r0 * bx;                           \
-            const int two = nr - r0 >= 2;                                                       \
-            switch (two * 4 + nc - 1) {                                                         \
-            case 0: tile_impl(kind, 1, 1, n, s + r0, bs, xr, bx, y, by); break;                 \
-            case 1: tile_impl(kind, 1, 2, n, s + r0, bs, xr, bx, y, by); break;                 \
-            case 2: tile_impl(kind, 1, 3, n, s + r0, bs, xr, bx, y, by); break;                 \
-            case 3: tile_impl(kind, 1, 4, n, s + r0, bs, xr, bx, y, by); break;                 \
-            case 4: tile_impl(kind, 2, 1, n, s + r0, bs, xr, bx, y, by); break;                 \
-            case 5: tile_impl(kind, 2, 2, n, s + r0, bs, xr, bx, y, by); break;                 \
-            case 6: tile_impl(kind, 2, 3, n, s + r0, bs, xr, bx, y, by); break;                 \
-            default: tile_impl(kind, 2, 4, n, s + r0, bs, xr, bx, y, by); break;                \
+            switch ((nr - r0 >= 2) * 4 + nc - 1) {                                              \
+            case 0: impl(kind, 1, 1, n, s + r0, bs, xr, bx, y, by); break;                      \
+            case 1: impl(kind, 1, 2, n, s + r0, bs, xr, bx, y, by); break;                      \
+            case 2: impl(kind, 1, 3, n, s + r0, bs, xr, bx, y, by); break;                      \
+            case 3: impl(kind, 1, 4, n, s + r0, bs, xr, bx, y, by); break;                      \
+            case 4: impl(kind, 2, 1, n, s + r0, bs, xr, bx, y, by); break;                      \
+            case 5: impl(kind, 2, 2, n, s + r0, bs, xr, bx, y, by); break;                      \
+            case 6: impl(kind, 2, 3, n, s + r0, bs, xr, bx, y, by); break;                      \
+            default: impl(kind, 2, 4, n, s + r0, bs, xr, bx, y, by); break;                     \
             }                                                                                   \
         }                                                                                       \
     }
+#define ST_DEF_KIND_(name, kind) ST_DEF_TILES_(name, tile_impl, kind)
 
 ST_DEF_KIND_(q4_0_q8_0, W_Q4_0)
 ST_DEF_KIND_(q4_1_q8_1, W_Q4_1)
@@ -172,6 +174,20 @@ ALWAYS_INLINE float ld1_w(int kind, const void *p, int64_t i) {
 }
 ALWAYS_INLINE float ld1_a(int kind, const void *p, int64_t i) { return kind == 1 ? ld1_f16(p, i) : ld1_f32(p, i); }
 
+/* Elements [e, e + 8) of every pair into its accumulator acc[r][c]. */
+ALWAYS_INLINE void fstep(int kind, int NR, int NC, const uint8_t *x, size_t bx, const uint8_t *y,
+                         size_t by, int64_t e, __m256 acc[2][4]) {
+    __m256 w[2];
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++) w[r] = ld_w(kind, x + (size_t)r * bx, e);
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) {
+        const __m256 av = ld_a(kind, y + (size_t)c * by, e);
+#pragma GCC unroll 2
+        for (int r = 0; r < NR; r++) acc[r][c] = _mm256_fmadd_ps(w[r], av, acc[r][c]);
+    }
+}
+
 ALWAYS_INLINE void ftile_impl(int kind, int NR, int NC, int n, float *s, size_t bs, const void *vx,
                               size_t bx, const void *vy, size_t by) {
     const uint8_t *x = vx, *y = vy;
@@ -188,31 +204,10 @@ ALWAYS_INLINE void ftile_impl(int kind, int NR, int NC, int n, float *s, size_t 
                 for (int c = 0; c < NC; c++) a[k][r][c] = _mm256_setzero_ps();
         for (int64_t i = 0; i < n32; i += 32) {
 #pragma GCC unroll 4
-            for (int k = 0; k < KP; k++) {
-                const int64_t e = i + 8 * (k0 + k);
-                __m256 w[2];
-#pragma GCC unroll 2
-                for (int r = 0; r < NR; r++) w[r] = ld_w(kind, x + (size_t)r * bx, e);
-#pragma GCC unroll 4
-                for (int c = 0; c < NC; c++) {
-                    const __m256 av = ld_a(kind, y + (size_t)c * by, e);
-#pragma GCC unroll 2
-                    for (int r = 0; r < NR; r++) a[k][r][c] = _mm256_fmadd_ps(w[r], av, a[k][r][c]);
-                }
-            }
+            for (int k = 0; k < KP; k++) fstep(kind, NR, NC, x, bx, y, by, i + 8 * (k0 + k), a[k]);
         }
         if (k0 == 0)
-            for (int64_t i = n32; i + 8 <= n; i += 8) {
-                __m256 w[2];
-#pragma GCC unroll 2
-                for (int r = 0; r < NR; r++) w[r] = ld_w(kind, x + (size_t)r * bx, i);
-#pragma GCC unroll 4
-                for (int c = 0; c < NC; c++) {
-                    const __m256 av = ld_a(kind, y + (size_t)c * by, i);
-#pragma GCC unroll 2
-                    for (int r = 0; r < NR; r++) a[0][r][c] = _mm256_fmadd_ps(w[r], av, a[0][r][c]);
-                }
-            }
+            for (int64_t i = n32; i + 8 <= n; i += 8) fstep(kind, NR, NC, x, bx, y, by, i, a[0]);
 #pragma GCC unroll 4
         for (int k = 0; k < KP; k++)
 #pragma GCC unroll 2
@@ -233,27 +228,7 @@ ALWAYS_INLINE void ftile_impl(int kind, int NR, int NC, int n, float *s, size_t 
         }
 }
 
-#define ST_DEF_FKIND_(name, kind)                                                              \
-    void st_vec_dot_##name##_avx2(int n, float *s, const void *x, const void *y) {             \
-        ftile_impl(kind, 1, 1, n, s, 1, x, 0, y, 0);                                            \
-    }                                                                                           \
-    void st_tile_##name##_avx2(int n, float *s, size_t bs, const void *x, size_t bx,           \
-                               const void *y, size_t by, int nr, int nc) {                      \
-        ST_ASSERT(nr >= 1 && nr <= ST_TILE_MAX && nc >= 1 && nc <= ST_TILE_MAX);                \
-        for (int r0 = 0; r0 < nr; r0 += 2) {                                                    \
-            const uint8_t *xr = (const uint8_t *)x + (size_t)r0 * bx;                           \
-            switch ((nr - r0 >= 2) * 4 + nc - 1) {                                              \
-            case 0: ftile_impl(kind, 1, 1, n, s + r0, bs, xr, bx, y, by); break;                \
-            case 1: ftile_impl(kind, 1, 2, n, s + r0, bs, xr, bx, y, by); break;                \
-            case 2: ftile_impl(kind, 1, 3, n, s + r0, bs, xr, bx, y, by); break;                \
-            case 3: ftile_impl(kind, 1, 4, n, s + r0, bs, xr, bx, y, by); break;                \
-            case 4: ftile_impl(kind, 2, 1, n, s + r0, bs, xr, bx, y, by); break;                \
-            case 5: ftile_impl(kind, 2, 2, n, s + r0, bs, xr, bx, y, by); break;                \
-            case 6: ftile_impl(kind, 2, 3, n, s + r0, bs, xr, bx, y, by); break;                \
-            default: ftile_impl(kind, 2, 4, n, s + r0, bs, xr, bx, y, by); break;               \
-            }                                                                                   \
-        }                                                                                       \
-    }
+#define ST_DEF_FKIND_(name, kind) ST_DEF_TILES_(name, ftile_impl, kind)
 
 ST_DEF_FKIND_(f32_f32, 0)
 ST_DEF_FKIND_(bf16_f32, 2)
