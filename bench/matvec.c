@@ -18,9 +18,10 @@
  *
  * --shape replaces the two default shapes, e.g. a row-length sweep at equal bytes:
  *   --shape 8192x2048 --shape 4096x4096 --shape 2048x8192 --shape 1024x16384
- * (measured here at ~50 GB/s: the longer the rows, the lower the ratio, because the
- * activation vector, read once per row, no longer stays in L1 next to the streaming
- * weights; see the notes of issue 2). */
+ * (measured here with the probe at 57-74 GB/s: the longer the rows, the lower the ratio;
+ * probably because the activation vector, read once per row, no longer stays in L1 next
+ * to the streaming weights: a scratch run that reused a 4K-element window of it reached
+ * 94%. See the notes of issue 2). */
 #include "bench_common.h"
 #include "strata/quant.h"
 

@@ -100,17 +100,14 @@ static st_attn_page entry_view(const st_kv *kv, const kv_seq *s, int64_t i, int 
                                                      : kv->zero_blk, e, i);
 }
 
-/* sv's arrays for n views and, with n_sel > 0, H per-head lists of n_sel / H entries. */
-static int alloc_views(st_ctx *ctx, seq_views *sv, size_t n, size_t n_sel, int32_t H) {
+/* sv's arrays for n views and, with n_sel > 0, the n_sel entries of the per-head lists. */
+static int alloc_views(st_ctx *ctx, seq_views *sv, size_t n, size_t n_sel) {
     if (!n) n = 1;
     sv->v = malloc(n * sizeof *sv->v);
     sv->page = malloc(n * sizeof *sv->page);
     sv->cold = malloc(n);
-    if (n_sel) {
-        sv->sel_idx = malloc(n_sel * sizeof *sv->sel_idx);
-        sv->sel_n = malloc((size_t)H * sizeof *sv->sel_n);
-    }
-    if (!sv->v || !sv->page || !sv->cold || (n_sel && (!sv->sel_idx || !sv->sel_n)))
+    if (n_sel) sv->sel_idx = malloc(n_sel * sizeof *sv->sel_idx);
+    if (!sv->v || !sv->page || !sv->cold || (n_sel && !sv->sel_idx))
         return st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory for %zu views", n);
     return 0;
 }
@@ -133,23 +130,22 @@ static int gather_selected(st_kv *kv, st_ctx *ctx, kv_seq *s, int layer, seq_vie
     sv->n = 0;
     const int32_t **list = malloc((size_t)H * sizeof *list);
     int32_t *at = calloc((size_t)H, sizeof *at);
-    if (!list || !at) {
+    sv->sel_n = malloc((size_t)H * sizeof *sv->sel_n);
+    if (!list || !at || !sv->sel_n) {
         free(list);
         free(at);
         return st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
     }
     int32_t stride = 1;
     int64_t total = 0;
-    int32_t n_h;
     for (int32_t h = 0; h < H; h++) {
-        st_kv_select_head(sv->sel, h, &list[h], &n_h);
-        if (n_h > stride) stride = n_h;
-        total += n_h;
+        st_kv_select_head(sv->sel, h, &list[h], &sv->sel_n[h]);
+        if (sv->sel_n[h] > stride) stride = sv->sel_n[h];
+        total += sv->sel_n[h];
     }
     const int64_t n_uni = total < nv ? total : nv; /* ascending lists: at most nv views */
-    int rc = alloc_views(ctx, sv, (size_t)n_uni, (size_t)H * (size_t)stride, H);
+    int rc = alloc_views(ctx, sv, (size_t)n_uni, (size_t)H * (size_t)stride);
     sv->sel_stride = stride;
-    for (int32_t h = 0; !rc && h < H; h++) st_kv_select_head(sv->sel, h, &list[h], &sv->sel_n[h]);
     for (int32_t c = 0; !rc; c++) {
         int32_t v = INT32_MAX;
         for (int32_t h = 0; h < H; h++)
@@ -183,7 +179,7 @@ static int gather(st_kv *kv, st_ctx *ctx, kv_seq *s, int layer, seq_views *sv) {
     if (n > INT32_MAX) return st_seterr(ctx, ST_E_LIMIT, "kv: attend: %lld pages", (long long)n);
     sv->s = s;
     sv->n = (int32_t)n;
-    int rc = alloc_views(ctx, sv, (size_t)n, 0, 0);
+    int rc = alloc_views(ctx, sv, (size_t)n, 0);
     if (rc) return rc;
     int32_t c = 0;
     for (int64_t i = 0; i < s->n_ent; i++) {
@@ -198,12 +194,8 @@ static int gather(st_kv *kv, st_ctx *ctx, kv_seq *s, int layer, seq_views *sv) {
 static void refresh(st_kv *kv, seq_views *sv, int layer) {
     for (int32_t j = 0; j < sv->n; j++) {
         const kv_page *pg = &kv->pages[sv->page[j]];
-        if (pg->resident == KV_RES_RAM && sv->cold[j]) {
-            sv->cold[j] = 0;
-            const uint8_t *blk = kv_layer_data(kv, sv->page[j], layer);
-            st_attn_page *v = &sv->v[j];
-            *v = block_view(kv, blk, &sv->s->ent[v->pos0 / kv->p.page_size], v->pos0 / kv->p.page_size);
-        }
+        if (pg->resident == KV_RES_RAM && sv->cold[j])
+            sv->v[j] = entry_view(kv, sv->s, sv->v[j].pos0 / kv->p.page_size, layer, &sv->cold[j]);
     }
 }
 

@@ -275,12 +275,13 @@ static int select_grow(st_kv_select *s, int32_t n_views, int32_t H) {
     return 0;
 }
 
-/* The k-th largest of v[0, n) (1 <= k <= n); v and w (n floats each) are scratch.
- * Quickselect around a median-of-three pivot whose partition has no data-dependent
- * branch: each value is stored at both ends of the output and only the matching end
- * advances. The bounds are close to random, so a branching (Hoare) partition mispredicted
+/* The k-th largest of v[0, n) (1 <= k <= n), which is only read; w0 and w1 (n floats
+ * each) are scratch the partitions alternate between. Quickselect around a
+ * median-of-three pivot whose partition has no data-dependent branch: each value is
+ * stored at both ends of the output and only the matching end advances. The bounds are close to random, so a branching (Hoare) partition mispredicted
  * about every other comparison, and this function took ~6% of a 32k-token sparse step. */
-static float kth_largest(float *v, float *w, int32_t n, int32_t k) {
+static float kth_largest(const float *v, float *w0, float *w1, int32_t n, int32_t k) {
+    float *w = w0;
     for (;;) {
         float a = v[0], b = v[n / 2], c = v[n - 1];
         if (a < b) { float t = a; a = b; b = t; } /* a >= b */
@@ -294,7 +295,6 @@ static float kth_largest(float *v, float *w, int32_t n, int32_t k) {
             lt -= x < piv;
         }
         const int32_t n_lt = n - 1 - lt, n_eq = n - gt - n_lt;
-        float *src = v;
         if (k <= gt) {
             v = w, n = gt;
         } else if (k <= gt + n_eq) {
@@ -302,7 +302,7 @@ static float kth_largest(float *v, float *w, int32_t n, int32_t k) {
         } else {
             v = w + lt + 1, n = n_lt, k -= gt + n_eq;
         }
-        w = src; /* the other buffer: at least n floats */
+        w = w == w0 ? w1 : w0; /* v now lies in w: partition into the other buffer */
     }
 }
 
@@ -350,9 +350,8 @@ static void finish_head(st_kv_select *s, int32_t h, int32_t n_forced, int32_t n_
         int32_t above = 0, eq_left = 0, n_top = 0;
         int32_t *top = s->top + (size_t)h * nv;
         if (k > 0) {
-            float *scr = s->scr + (size_t)h * nv;
-            memcpy(scr, bnd, (size_t)n_cand * sizeof *scr);
-            thr = kth_largest(scr, s->scr2 + (size_t)h * nv, n_cand, (int32_t)k);
+            thr = kth_largest(bnd, s->scr + (size_t)h * nv, s->scr2 + (size_t)h * nv, n_cand,
+                              (int32_t)k);
             for (int32_t c = 0; c < n_cand; c++) above += bnd[c] > thr;
             eq_left = (int32_t)k - above;
             /* the chosen candidates in view order, without branches on the bounds */

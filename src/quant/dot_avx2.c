@@ -191,7 +191,7 @@ ALWAYS_INLINE void fstep(int kind, int NR, int NC, const uint8_t *x, size_t bx, 
 ALWAYS_INLINE void ftile_impl(int kind, int NR, int NC, int n, float *s, size_t bs, const void *vx,
                               size_t bx, const void *vy, size_t by) {
     const uint8_t *x = vx, *y = vy;
-    const int P = NR * NC, KP = P == 1 ? 4 : P >= 8 ? 1 : P >= 4 ? 2 : 4;
+    const int P = NR * NC, KP = P >= 8 ? 1 : P >= 4 ? 2 : 4;
     const int64_t n32 = (int64_t)n & ~(int64_t)31;
     __m256 acc[4][2][4]; /* [k][r][c], finished ones parked here between passes */
     for (int k0 = 0; k0 < 4; k0 += KP) {
@@ -215,7 +215,7 @@ ALWAYS_INLINE void ftile_impl(int kind, int NR, int NC, int n, float *s, size_t 
 #pragma GCC unroll 4
                 for (int c = 0; c < NC; c++) acc[k0 + k][r][c] = a[k][r][c];
     }
-    const int64_t t0 = n32 + (((int64_t)n - n32) & ~(int64_t)7);
+    const int64_t t0 = (int64_t)n & ~(int64_t)7; /* after the 8-element tail */
 #pragma GCC unroll 2
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4

@@ -144,6 +144,10 @@ static inline const st_block_q8_K *kq_act(const void *y, size_t by, int c, int i
  * row(NC, n_blocks, x, y, by, s, bs) that dots one weight row with NC activation rows (NC a
  * compile-time constant): vec_dot is its 1 x 1 instance and a tile is nr passes of it, so
  * every tile element is vec_dot's arithmetic, bit for bit. For the SIMD files. */
+/* The row kernels of Q4_K and Q5_K: the including file's q45k_row(Q5, NC, ...). */
+#define KQ_Q4K_ROW_(...) q45k_row(0, __VA_ARGS__)
+#define KQ_Q5K_ROW_(...) q45k_row(1, __VA_ARGS__)
+
 #define ST_KQ_DEF_DOT_TILE_(name, isa, blk, row)                                                  \
     void st_vec_dot_##name##_##isa(int n, float *s, const void *x, const void *y) {               \
         ST_ASSERT(n % QK_K == 0);                                                                 \

@@ -108,14 +108,6 @@ KQ_AI void q45k_row(const int Q5, const int NC, int nb, const void *vx, const vo
     for (int c = 0; c < NC; c++) s[(size_t)c * bs] = kq_hsum256(acc[c]) - kq_hsum256(accm[c]);
 }
 
-KQ_AI void q4k_row(const int NC, int nb, const void *x, const void *y, size_t by, float *s, size_t bs) {
-    q45k_row(0, NC, nb, x, y, by, s, bs);
-}
-
-KQ_AI void q5k_row(const int NC, int nb, const void *x, const void *y, size_t by, float *s, size_t bs) {
-    q45k_row(1, NC, nb, x, y, by, s, bs);
-}
-
 KQ_AI void q6k_row(const int NC, int nb, const st_block_q6_K *x, const void *y, size_t by, float *s,
                    size_t bs) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
@@ -161,8 +153,8 @@ KQ_AI void q6k_row(const int NC, int nb, const st_block_q6_K *x, const void *y, 
     for (int c = 0; c < NC; c++) s[(size_t)c * bs] = kq_hsum256(acc[c]);
 }
 
-ST_KQ_DEF_DOT_TILE_(q4_K_q8_K, avx2, st_block_q4_K, q4k_row)
-ST_KQ_DEF_DOT_TILE_(q5_K_q8_K, avx2, st_block_q5_K, q5k_row)
+ST_KQ_DEF_DOT_TILE_(q4_K_q8_K, avx2, st_block_q4_K, KQ_Q4K_ROW_)
+ST_KQ_DEF_DOT_TILE_(q5_K_q8_K, avx2, st_block_q5_K, KQ_Q5K_ROW_)
 ST_KQ_DEF_DOT_TILE_(q6_K_q8_K, avx2, st_block_q6_K, q6k_row)
 
 /* Same arithmetic as st_quantize_row_q8_K_ref, 8 floats at a time: the product
