@@ -132,6 +132,19 @@ int st_threadpool_n_threads(const st_threadpool *tp);
  * Workers spin briefly before sleeping, so back-to-back calls are cheap. */
 void st_threadpool_run(st_threadpool *tp, st_task_fn fn, void *arg);
 
+/* Called for each claimed chunk [i0, i1) of a range, on thread ith. */
+typedef void (*st_range_fn)(void *arg, int64_t i0, int64_t i1, int ith);
+
+/* Runs fn over [0, n) in chunks of `grain` items (>= 1; the last may be shorter) and
+ * returns when all are done. Each thread starts on its static share (st_split_range's, in
+ * whole chunks) and walks it upward, so on an even machine the split is the static one;
+ * a thread that finishes its share takes chunks from the end of the share with most
+ * chunks left (cores of a shared VM run at uneven speeds). Which thread runs a chunk
+ * depends on timing: use it only where an item's result does not depend on the thread
+ * that computes it. Same reentrancy rule as st_threadpool_run. */
+void st_threadpool_run_range(st_threadpool *tp, int64_t n, int64_t grain, st_range_fn fn,
+                             void *arg);
+
 /* Static split of n items over nth threads: thread ith gets [*i0, *i1). */
 static inline void st_split_range(int64_t n, int ith, int nth, int64_t *i0, int64_t *i1) {
     int64_t per = (n + nth - 1) / nth;

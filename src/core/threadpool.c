@@ -28,9 +28,18 @@ struct worker {
     pthread_t thread;
 };
 
+/* A thread's share of a st_threadpool_run_range call, in chunks: next (low 32 bits) and
+ * end (high 32 bits) in one word, so the owner taking from the front and a thief taking
+ * from the back are each one compare-and-swap. One cache line each: the owner's claims
+ * stay in its own cache until someone steals. */
+struct range_slot {
+    _Alignas(64) _Atomic uint64_t r;
+};
+
 struct st_threadpool {
     int n_threads;
     struct worker *workers; /* [n_threads - 1]: ith 1..n-1 */
+    struct range_slot *slots; /* [n_threads] */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     _Atomic uint64_t gen;
@@ -74,11 +83,17 @@ int st_threadpool_create(int n_threads, st_threadpool **out) {
     st_threadpool *tp = calloc(1, sizeof *tp);
     if (!tp) return ST_E_NOMEM;
     tp->n_threads = n_threads;
+    tp->slots = st_alloc_aligned(sizeof *tp->slots * (size_t)n_threads, 64);
+    if (!tp->slots) {
+        free(tp);
+        return ST_E_NOMEM;
+    }
     pthread_mutex_init(&tp->mu, NULL);
     pthread_cond_init(&tp->cv, NULL);
     if (n_threads > 1) {
         tp->workers = calloc((size_t)n_threads - 1, sizeof *tp->workers);
         if (!tp->workers) {
+            st_free_aligned(tp->slots);
             free(tp);
             return ST_E_NOMEM;
         }
@@ -108,6 +123,7 @@ void st_threadpool_destroy(st_threadpool *tp) {
     pthread_cond_destroy(&tp->cv);
     pthread_mutex_destroy(&tp->mu);
     free(tp->workers);
+    st_free_aligned(tp->slots);
     free(tp);
 }
 
@@ -134,4 +150,76 @@ void st_threadpool_run(st_threadpool *tp, st_task_fn fn, void *arg) {
         else
             sched_yield();
     }
+}
+
+/* ---- ranges with stealing --------------------------------------------------------- */
+
+struct range_job {
+    st_threadpool *tp;
+    int64_t n, grain;
+    st_range_fn fn;
+    void *arg;
+};
+
+static uint64_t range_pack(uint32_t next, uint32_t end) { return (uint64_t)end << 32 | next; }
+
+/* Claims one chunk of slot s: the owner from the front, a thief from the back. Returns the
+ * chunk index, or -1 when the slot is empty. */
+static int64_t range_claim(struct range_slot *s, int from_back) {
+    uint64_t v = atomic_load_explicit(&s->r, memory_order_relaxed);
+    for (;;) {
+        const uint32_t next = (uint32_t)v, end = (uint32_t)(v >> 32);
+        if (next >= end) return -1;
+        const uint64_t nv = from_back ? range_pack(next, end - 1) : range_pack(next + 1, end);
+        if (atomic_compare_exchange_weak_explicit(&s->r, &v, nv, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return from_back ? (int64_t)end - 1 : (int64_t)next;
+    }
+}
+
+static void range_run_chunk(const struct range_job *j, int64_t c, int ith) {
+    const int64_t i0 = c * j->grain, i1 = i0 + j->grain < j->n ? i0 + j->grain : j->n;
+    j->fn(j->arg, i0, i1, ith);
+}
+
+static void range_task(void *arg, int ith, int nth) {
+    const struct range_job *j = arg;
+    struct range_slot *slots = j->tp->slots;
+    for (int64_t c; (c = range_claim(&slots[ith], 0)) >= 0;) range_run_chunk(j, c, ith);
+    for (;;) {
+        int victim = -1;
+        uint32_t most = 0;
+        for (int t = 0; t < nth; t++) {
+            const uint64_t v = atomic_load_explicit(&slots[t].r, memory_order_relaxed);
+            const uint32_t next = (uint32_t)v, end = (uint32_t)(v >> 32);
+            if (end > next && end - next > most) most = end - next, victim = t;
+        }
+        if (victim < 0) return;
+        const int64_t c = range_claim(&slots[victim], 1);
+        if (c >= 0) range_run_chunk(j, c, ith);
+    }
+}
+
+void st_threadpool_run_range(st_threadpool *tp, int64_t n, int64_t grain, st_range_fn fn,
+                             void *arg) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    if (!tp || tp->n_threads == 1) {
+        for (int64_t i = 0; i < n; i += grain) fn(arg, i, n - i < grain ? n : i + grain, 0);
+        return;
+    }
+    int64_t n_chunks = (n + grain - 1) / grain;
+    if (n_chunks > UINT32_MAX) { /* the slot packs chunk indices in 32 bits */
+        grain = (n + UINT32_MAX - 1) / UINT32_MAX;
+        n_chunks = (n + grain - 1) / grain;
+    }
+    for (int t = 0; t < tp->n_threads; t++) {
+        int64_t c0, c1;
+        st_split_range(n_chunks, t, tp->n_threads, &c0, &c1);
+        /* made visible to the workers by st_threadpool_run's release of the generation */
+        atomic_store_explicit(&tp->slots[t].r, range_pack((uint32_t)c0, (uint32_t)c1),
+                              memory_order_relaxed);
+    }
+    struct range_job j = {tp, n, grain, fn, arg};
+    st_threadpool_run(tp, range_task, &j);
 }

@@ -1,9 +1,15 @@
 /* Threaded matrix-vector and matrix-matrix products over the kernel tables.
  *
- * Work split: weight rows are divided statically over the pool's threads
- * (st_split_range). Every output element is one call of the table's tile kernel (or
- * vec_dot), whose per-element arithmetic does not depend on the tile shape, so results
- * are bit-identical for any thread count and for st_matvec vs st_matmul.
+ * Work split: matmul divides weight rows statically over the pool's threads
+ * (st_split_range). Matvec starts from the same split in 64 KiB chunks, and a thread done
+ * with its share takes chunks off the end of the other's (st_threadpool_run_range): on
+ * this VM one thread often runs 10-40% slower than the other, and with compute-heavy
+ * weights (Q4_K) the static split left the faster thread waiting for ~16% of decode
+ * (perf, 1B Q4_K_M); 1B Q4_K_M decode went from 72% to 83% of the roofline at the same
+ * probe (bench/e2e, alternating builds). Every output element is one call of the table's
+ * tile kernel (or vec_dot), whose per-element arithmetic depends neither on the tile shape
+ * nor on the thread that runs it, so results are bit-identical for any thread count and
+ * for st_matvec vs st_matmul.
  *
  * Matmul blocking (prefill): a thread walks its rows in quads; for each block of TB
  * tokens (sized so the block's activations stay in L2) it runs 4x4 tiles across the
@@ -14,6 +20,10 @@
 #include <limits.h>
 
 #define MM_ACT_L2_BYTES (256 * 1024) /* activation block budget per token block */
+/* Matvec work-sharing grain, in weight bytes. 16 KiB chunks lost the gain to the claims'
+ * compare-and-swaps; 256 KiB left the small model's 0.3-0.8 MB matrices 1-2 chunks per
+ * thread, i.e. static again (1B Q4_K_M and Q8_0, small Q8_0 decode, alternating builds). */
+#define MV_CHUNK_BYTES (64 * 1024)
 
 static int check_args(const st_kernels *k, st_type wtype, int64_t rows, int64_t cols) {
     if (!k) return ST_E_INVAL;
@@ -44,10 +54,10 @@ struct mv_job {
     float *const *y;
 };
 
-static void mv_task(void *arg, int ith, int nth) {
+/* Rows [a, b) of the matrices' concatenated rows. */
+static void mv_range(void *arg, int64_t a, int64_t b, int ith) {
+    (void)ith;
     const struct mv_job *j = arg;
-    int64_t a, b;
-    st_split_range(j->total, ith, nth, &a, &b);
     int64_t base = 0;
     for (int m = 0; m < j->n_mat && base < b; base += j->rows[m], m++) {
         const int64_t lo = a > base ? a - base : 0;
@@ -68,7 +78,8 @@ int st_matvec_multi(st_threadpool *tp, const st_kernels *k, st_type wtype, int n
         total += rows[m];
     }
     struct mv_job j = {&k->type[wtype], n_mat, W, rows, total, st_row_bytes(wtype, cols), (int)cols, xq, y};
-    if (total) st_threadpool_run(tp, mv_task, &j);
+    const int64_t grain = j.rb >= MV_CHUNK_BYTES ? 1 : (int64_t)(MV_CHUNK_BYTES / j.rb);
+    if (total) st_threadpool_run_range(tp, total, grain, mv_range, &j);
     return 0;
 }
 

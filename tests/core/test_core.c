@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <time.h>
 
 TEST(test_strerror_table) {
     CHECK_STR(st_strerror(0), "success");
@@ -69,6 +70,68 @@ TEST(test_threadpool_runs_each_thread_once) {
     }
 }
 
+/* st_threadpool_run_range: every item exactly once, chunks inside [0, n) and at most
+ * `grain` long; with thread 1 slowed down, thread 0 must take chunks of thread 1's share
+ * (the static split would give it none). */
+#define RANGE_N 1000
+struct range_job {
+    _Atomic int seen[RANGE_N];
+    _Atomic long by_thread[8];
+    _Atomic int bad;
+    int64_t grain, n;
+    int slow_ith;
+};
+
+static void range_fn(void *arg, int64_t i0, int64_t i1, int ith) {
+    struct range_job *j = arg;
+    if (i0 < 0 || i1 > j->n || i1 <= i0 || i1 - i0 > j->grain || ith < 0 || ith >= 8)
+        atomic_fetch_add(&j->bad, 1);
+    for (int64_t i = i0; i < i1 && i >= 0 && i < RANGE_N; i++) atomic_fetch_add(&j->seen[i], 1);
+    if (ith >= 0 && ith < 8) atomic_fetch_add(&j->by_thread[ith], i1 - i0);
+    if (ith == j->slow_ith) { /* 50 chunks of 0.2 ms: thread 0 has 10 ms to steal some */
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+TEST(test_threadpool_range_covers_and_shares) {
+    static const int64_t ns[] = {0, 1, 7, 64, 999, RANGE_N}, grains[] = {1, 3, 16, 5000};
+    for (int nth = 1; nth <= 4; nth++) {
+        st_threadpool *tp = NULL;
+        CHECK_OK(st_threadpool_create(nth, &tp));
+        REQUIRE(tp);
+        for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+            for (size_t b = 0; b < sizeof grains / sizeof *grains; b++) {
+                static struct range_job j;
+                memset(&j, 0, sizeof j);
+                j.n = ns[a], j.grain = grains[b], j.slow_ith = -1;
+                st_threadpool_run_range(tp, j.n, j.grain, range_fn, &j);
+                int wrong = 0;
+                for (int64_t i = 0; i < RANGE_N; i++) wrong += atomic_load(&j.seen[i]) != (i < j.n);
+                CHECK_INT(wrong, 0);
+                CHECK_INT(atomic_load(&j.bad), 0);
+            }
+        if (nth == 2) {
+            static struct range_job j;
+            memset(&j, 0, sizeof j);
+            j.n = RANGE_N, j.grain = 10, j.slow_ith = 1;
+            st_threadpool_run_range(tp, j.n, j.grain, range_fn, &j);
+            int wrong = 0;
+            for (int64_t i = 0; i < RANGE_N; i++) wrong += atomic_load(&j.seen[i]) != 1;
+            CHECK_INT(wrong, 0);
+            CHECK(atomic_load(&j.by_thread[0]) > RANGE_N / 2); /* it stole from thread 1 */
+            CHECK_INT(atomic_load(&j.by_thread[0]) + atomic_load(&j.by_thread[1]), RANGE_N);
+        }
+        st_threadpool_destroy(tp);
+    }
+    static struct range_job j; /* no pool: the caller runs every chunk */
+    memset(&j, 0, sizeof j);
+    j.n = 5, j.grain = 2, j.slow_ith = -1;
+    st_threadpool_run_range(NULL, 5, 2, range_fn, &j);
+    CHECK_INT(atomic_load(&j.by_thread[0]), 5);
+    CHECK_INT(atomic_load(&j.bad), 0);
+}
+
 TEST(test_split_range_covers) {
     for (int n = 0; n < 50; n++)
         for (int nth = 1; nth < 6; nth++) {
@@ -101,4 +164,5 @@ TEST(test_type_geometry) {
 }
 
 TEST_MAIN(test_type_geometry, test_strerror_table, test_ctx_error_detail, test_fp16_roundtrip,
-          test_threadpool_runs_each_thread_once, test_split_range_covers, test_isa_parse)
+          test_threadpool_runs_each_thread_once, test_threadpool_range_covers_and_shares,
+          test_split_range_covers, test_isa_parse)
