@@ -20,9 +20,10 @@
 #include <limits.h>
 
 #define MM_ACT_L2_BYTES (256 * 1024) /* activation block budget per token block */
-/* Matvec work-sharing grain, in weight bytes. 16 KiB chunks lost the gain to the claims'
- * compare-and-swaps; 256 KiB left the small model's 0.3-0.8 MB matrices 1-2 chunks per
- * thread, i.e. static again (1B Q4_K_M and Q8_0, small Q8_0 decode, alternating builds). */
+/* Matvec work-sharing grain, in weight bytes. With 16 KiB chunks 1B Q4_K_M decode was no
+ * faster than the static split (the claim loop itself took 4% of the worker's samples);
+ * 256 KiB left the small model's 0.3-0.8 MB matrices 1-2 chunks per thread and measured
+ * slower on it (alternating builds, decode tok/s). */
 #define MV_CHUNK_BYTES (64 * 1024)
 
 static int check_args(const st_kernels *k, st_type wtype, int64_t rows, int64_t cols) {
