@@ -184,14 +184,17 @@ static void print_table(const point *pts, int np, int tiered) {
         printf("\n");
     }
     const point *lo = &pts[0], *hi = &pts[np - 1];
-    printf("sparse at %lld / sparse at %lld: %.2f (target >= 0.7)\n", hi->ctx, lo->ctx,
-           hi->sparse_tps / lo->sparse_tps);
+    /* three decimals and an explicit verdict: 0.696 printed as "0.70" read as a pass */
+    const double flat = hi->sparse_tps / lo->sparse_tps;
+    printf("sparse at %lld / sparse at %lld: %.3f (target >= 0.7 at 32k over 1k%s)\n", hi->ctx,
+           lo->ctx, flat, hi->ctx != 32768 || lo->ctx != 1024 ? "" : flat >= 0.7 ? ": met" : ": not met");
     if (hi->ctx == 32768)
         printf("sparse at 32k / llama.cpp's %.1f tok/s: %.1fx (target >= 10)\n", LLAMA_CPP_32K,
                hi->sparse_tps / LLAMA_CPP_32K);
     if (tiered)
-        printf("tiered sparse at %lld / all-in-RAM sparse: %.2f (target >= 0.8 at 32k)\n", hi->ctx,
-               hi->tiered_tps / hi->sparse_tps);
+        printf("tiered sparse at %lld / all-in-RAM sparse: %.3f (target >= 0.8 at 32k: %s)\n",
+               hi->ctx, hi->tiered_tps / hi->sparse_tps,
+               hi->ctx != 32768 ? "-" : hi->tiered_tps >= 0.8 * hi->sparse_tps ? "met" : "not met");
 }
 
 static void write_svg(const char *path, const point *p, int np, long long budget, int tiered) {
