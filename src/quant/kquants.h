@@ -140,6 +140,35 @@ static inline const st_block_q8_K *kq_act(const void *y, size_t by, int c, int i
     return (const st_block_q8_K *)((const uint8_t *)y + (size_t)c * by) + i;
 }
 
+#if defined(__AVX2__) /* the AVX2 and AVX-512 files */
+#include <immintrin.h>
+#include <string.h>
+
+static inline float kq_hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* The header every Q4_K and Q5_K block starts with (d, dmin, the packed scales), unpacked
+ * for the row kernels: d and dmin as floats in lanes 0 and 1 of *dm, the 8 sub-block
+ * scales as the bytes of the return value, and the 8 mins as dwords [m_j, m_j] of int16
+ * pairs in *mins, for a madd against the Q8_K bsums. */
+KQ_AI uint64_t kq_q45k_head(const uint16_t *d_dmin, const uint8_t *scales, __m128 *dm, __m256i *mins) {
+    uint32_t dbits;
+    memcpy(&dbits, d_dmin, sizeof dbits);
+    *dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dbits));
+    uint64_t sc, mn;
+    st_kq_unpack_scales_mins(scales, &sc, &mn);
+    const __m256i pick = _mm256_setr_epi8(0, -128, 0, -128, 1, -128, 1, -128, 2, -128, 2, -128, 3, -128, 3,
+                                          -128, 4, -128, 4, -128, 5, -128, 5, -128, 6, -128, 6, -128, 7,
+                                          -128, 7, -128);
+    *mins = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)mn), pick);
+    return sc;
+}
+#endif
+
 /* Defines st_vec_dot_<name>_<isa> and st_tile_<name>_<isa> from an always-inline row kernel
  * row(NC, n_blocks, x, y, by, s, bs) that dots one weight row with NC activation rows (NC a
  * compile-time constant): vec_dot is its 1 x 1 instance and a tile is nr passes of it, so

@@ -14,13 +14,6 @@
 #include <immintrin.h>
 #include <math.h>
 
-static inline float kq_hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 static inline int kq_hsum256_epi32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
@@ -30,11 +23,6 @@ static inline int kq_hsum256_epi32(__m256i v) {
 
 /* vpshufb control: int16 words holding byte j of a broadcast 8-byte scale vector */
 #define KQ_WORD_PICK(j) _mm256_set1_epi16((short)(0x8000 | (j)))
-
-static inline __m256i kq_min_pick(void) {
-    return _mm256_setr_epi8(0, -128, 0, -128, 1, -128, 1, -128, 2, -128, 2, -128, 3, -128, 3, -128, 4, -128,
-                            4, -128, 5, -128, 5, -128, 6, -128, 6, -128, 7, -128, 7, -128);
-}
 
 /* ---- row x NC-token dots ------------------------------------------------------------
  * As in the AVX-512 file: a tile of NR weight rows x NC activation rows is NR passes of
@@ -62,20 +50,16 @@ KQ_AI __m256i kq_sum8(const __m256i *w, const __m256i *sc, const int8_t *a) {
 KQ_AI void q45k_row(const int Q5, const int NC, int nb, const void *vx, const void *y, size_t by,
                     float *s, size_t bs) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), b16 = _mm256_set1_epi8(0x10);
-    const __m256i mpick = kq_min_pick();
     __m256 acc[4], accm[4];
 #pragma GCC unroll 4
     for (int c = 0; c < NC; c++) acc[c] = accm[c] = _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const st_block_q4_K *x4 = (const st_block_q4_K *)vx + i;
         const st_block_q5_K *x5 = (const st_block_q5_K *)vx + i;
-        uint32_t dbits;
-        memcpy(&dbits, Q5 ? &x5->d : &x4->d, sizeof dbits);
-        const __m128 dmx = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dbits)); /* d, dmin */
-        uint64_t scm, mn;
-        st_kq_unpack_scales_mins(Q5 ? x5->scales : x4->scales, &scm, &mn);
+        __m128 dmx; /* d, dmin */
+        __m256i M;
+        const uint64_t scm = kq_q45k_head(Q5 ? &x5->d : &x4->d, Q5 ? x5->scales : x4->scales, &dmx, &M);
         const __m256i S = _mm256_set1_epi64x((long long)scm);
-        const __m256i M = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)mn), mpick);
         const uint8_t *q = Q5 ? x5->qs : x4->qs;
         /* Q5: bit 2g / 2g+1 of qh byte l is the 5th bit of element 64g + l / 64g + 32 + l;
          * qhs is shifted right by 2 per pair so the wanted bits are always 0 and 1 */

@@ -19,13 +19,6 @@
 #include <immintrin.h>
 #include <math.h>
 
-static inline float kq_hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* 16-bit lanes 0-15 (the low 32 bytes) shift by lo, lanes 16-31 by hi. */
 static inline __m512i kq_halves16(uint64_t lo, uint64_t hi) {
     const long long l = (long long)(lo * 0x0001000100010001ull), h = (long long)(hi * 0x0001000100010001ull);
@@ -36,13 +29,6 @@ static inline __m512i kq_halves16(uint64_t lo, uint64_t hi) {
  * that turns a broadcast 8-byte scale vector into int16 words s_b | s_c. */
 static inline __m512i kq_word_pick(int b, int c) {
     return kq_halves16((uint64_t)(0x8000 | b), (uint64_t)(0x8000 | c));
-}
-
-/* Control turning 8 broadcast bytes (m0..m7 in every 64-bit lane) into 8 dwords
- * [m_j, m_j] as int16 pairs, for a madd against the Q8_K bsums. */
-static inline __m256i kq_min_pick(void) {
-    return _mm256_setr_epi8(0, -128, 0, -128, 1, -128, 1, -128, 2, -128, 2, -128, 3, -128, 3, -128, 4, -128,
-                            4, -128, 5, -128, 5, -128, 6, -128, 6, -128, 7, -128, 7, -128);
 }
 
 /* 64 weights from 32 quant bytes: the low nibbles (sub-block 2k) in the low 256 bits,
@@ -70,7 +56,6 @@ KQ_AI void q45k_row(const int Q5, const int NC, int nb, const void *vx, const vo
     /* qh bit 2k is the 5th bit of sub-block 2k (low half), bit 2k+1 of sub-block 2k+1 */
     const __m512i hb[4] = {kq_halves16(0x0101, 0x0202), kq_halves16(0x0404, 0x0808),
                            kq_halves16(0x1010, 0x2020), kq_halves16(0x4040, 0x8080)};
-    const __m256i mpick = kq_min_pick();
     __m512 acc[ST_TILE_MAX];
     __m256 accm[ST_TILE_MAX];
 #pragma GCC unroll 4
@@ -78,13 +63,10 @@ KQ_AI void q45k_row(const int Q5, const int NC, int nb, const void *vx, const vo
     for (int i = 0; i < nb; i++) {
         const st_block_q4_K *x4 = (const st_block_q4_K *)vx + i;
         const st_block_q5_K *x5 = (const st_block_q5_K *)vx + i;
-        uint32_t dbits;
-        memcpy(&dbits, Q5 ? &x5->d : &x4->d, sizeof dbits);
-        const __m128 dmx = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dbits)); /* d, dmin */
-        uint64_t sc, mn;
-        st_kq_unpack_scales_mins(Q5 ? x5->scales : x4->scales, &sc, &mn);
+        __m128 dmx; /* d, dmin */
+        __m256i M;
+        const uint64_t sc = kq_q45k_head(Q5 ? &x5->d : &x4->d, Q5 ? x5->scales : x4->scales, &dmx, &M);
         const __m512i S = _mm512_set1_epi64((long long)sc);
-        const __m256i M = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)mn), mpick);
         const uint8_t *q = Q5 ? x5->qs : x4->qs;
         __m512i w[4], sp[4];
 #pragma GCC unroll 4
