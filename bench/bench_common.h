@@ -136,4 +136,24 @@ static inline bench_paired bench_paired_run(st_threadpool *tp, bench_probe *p, i
     return r;
 }
 
+/* The whole file at path, NUL-terminated (*n bytes before the NUL); NULL if it cannot be
+ * read. Caller frees. */
+static inline char *bench_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *b = NULL;
+    long sz = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (sz >= 0 && fseek(f, 0, SEEK_SET) == 0 && (b = malloc((size_t)sz + 1)) != NULL) {
+        if (fread(b, 1, (size_t)sz, f) == (size_t)sz) {
+            b[sz] = 0;
+            *n = (size_t)sz;
+        } else {
+            free(b);
+            b = NULL;
+        }
+    }
+    fclose(f);
+    return b;
+}
+
 #endif

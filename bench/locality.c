@@ -22,6 +22,7 @@
  *
  * ../shared is $STRATA_SHARED or ../shared beside the source tree; without it the program
  * says SKIPPED and exits 0. */
+#include "bench_common.h"
 #include "strata/kv.h"
 #include "strata/model.h"
 #include "strata/quest.h"
@@ -41,21 +42,6 @@ typedef struct run_result {
 static const char *shared_dir(void) {
     const char *e = getenv("STRATA_SHARED");
     return e && *e ? e : STRATA_SOURCE_DIR "/../shared";
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) != NULL) {
-            *len = fread(buf, 1, (size_t)n, f);
-            buf[*len] = 0;
-        }
-    }
-    fclose(f);
-    return buf;
 }
 
 /* One model, one budget: a fresh pool and runner, prefill, then the decode steps. dir set: a
@@ -170,7 +156,7 @@ int main(int argc, char **argv) {
     size_t img_size = 0, text_len = 0;
     int32_t *toks = NULL;
     int n_toks = 0;
-    char *text = read_file(text_path, &text_len);
+    char *text = bench_read_file(text_path, &text_len);
     int rc = text ? st_ctx_create(&cp, &ctx) : -2;
     if (!rc) rc = st_model_load(ctx, model_path, &trained);
     if (!rc) rc = st_tok_load(ctx, st_model_gguf(trained), NULL, &tok);

@@ -2,6 +2,7 @@
  * with BPE and SPM vocabularies from ../shared/models/vocab; prints seconds and MB/s (best of
  * 3) and the decode speed. Target (issue 5): a BPE vocabulary under 1 s per MB.
  * usage: tokenize [MB] [SHARED_DIR] */
+#include "bench_common.h"
 #include "strata/gguf.h"
 #include "strata/tok.h"
 
@@ -9,29 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)sz + 1);
-    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *n = (size_t)sz;
-    return b;
-}
-
 int main(int argc, char **argv) {
     double mb = argc > 1 ? atof(argv[1]) : 1.0;
     const char *shared = argc > 2 ? argv[2] : STRATA_SOURCE_DIR "/../shared";
     char path[1024];
     snprintf(path, sizeof path, "%s/peers/stories-sampled.txt", shared);
     size_t sn = 0;
-    char *sample = slurp(path, &sn);
+    char *sample = bench_read_file(path, &sn);
     if (!sample || !sn) {
         fprintf(stderr, "tokenize bench: SKIPPED: %s is absent\n", path);
         return 0;
