@@ -145,10 +145,23 @@ typedef struct st_type_kernels {
     st_tile_fn tile;             /* NULL: products loop over vec_dot */
 } st_type_kernels;
 
+/* f32 element-wise steps of a forward pass. In decode they run on one thread between the
+ * threaded products (one token's rows are too short to split), so a scalar libm expf per
+ * element of the FFN cost ~4% of small-model decode; the SIMD versions use a polynomial
+ * exp with a relative error of about 2e-7 (the reference: libm expf). */
+typedef struct st_vec_ops {
+    /* g[i] = silu(g[i]) * u[i], silu(x) = x / (1 + exp(-x)) (SwiGLU); n >= 0 */
+    void (*silu_mul)(int64_t n, float *g, const float *u);
+    /* y[i] = (x[i] * s) * w[i], s = 1 / sqrt(mean(x^2) + eps), the squares taken in f32
+     * and summed in f64 as ggml's rms_norm does; y may equal x; n >= 1 */
+    void (*rms_norm)(int64_t n, float *y, const float *x, const float *w, float eps);
+} st_vec_ops;
+
 typedef struct st_kernels {
     st_isa isa;                 /* the ISA this table really uses */
     bool vnni;                  /* AVX512-VNNI kernels in use */
     st_type_kernels type[ST_TYPE_COUNT_]; /* indexed by st_type; unsupported rows NULL */
+    st_vec_ops ops;
 } st_kernels;
 
 /* The immutable kernel table for isa (pass st_ctx_isa(ctx)). Never NULL. An ISA the CPU

@@ -3,28 +3,13 @@
  * and each row's 16 scores are two 8-slot vectors of broadcast-q FMAs; V is converted once
  * into an f32 tile, then accumulated for 4 rows x 16 dims in 8 registers (AVX2 has 16). */
 #include "attn_int.h"
+#include "core/simd_exp.h"
 
 #include <immintrin.h>
 #include <math.h>
 
-/* exp(x) for x <= 0 (and -inf): relative error about 2e-7; exp(0) == 1 exactly. */
-AI __m256 exp256(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 720);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    /* n in [-126, 0]: 2^n is a normal float built from its exponent field */
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
+/* exp(x) for x <= 0 (and -inf): exp(0) == 1 exactly (simd_exp.h). */
+AI __m256 exp256(__m256 x) { return st_exp256(_mm256_max_ps(x, _mm256_set1_ps(-87.0f))); }
 
 AI __m256 load8(st_type T, const void *base, size_t i) {
     switch (T) {

@@ -13,26 +13,13 @@
  * rest wait, so memory and compute took turns instead of overlapping (measured in
  * bench/attn: +25% at 32k). */
 #include "attn_int.h"
+#include "core/simd_exp.h"
 
 #include <immintrin.h>
 #include <math.h>
 
-/* exp(x) for x <= 0 (and -inf): relative error about 2e-7; exp(0) == 1 exactly. */
-AI __m512 exp512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
+/* exp(x) for x <= 0 (and -inf): exp(0) == 1 exactly (simd_exp.h). */
+AI __m512 exp512(__m512 x) { return st_exp512(_mm512_max_ps(x, _mm512_set1_ps(-87.0f))); }
 
 /* 16 consecutive elements of type T at element index i, as f32 (q8_0 unscaled). */
 AI __m512 load16(st_type T, const void *base, size_t i) {

@@ -1,9 +1,19 @@
 /* Thread pool: a fixed set of workers that all run the same task per dispatch.
  *
- * Decode dispatches dozens of small tasks per token, so wake-up latency matters:
- * workers spin on the generation counter for a while (ST_SPIN_ITERS) before they
- * sleep on the condition variable. The dispatcher bumps the generation under the
- * mutex, so a worker that checked it under the mutex cannot miss a wake-up.
+ * Decode dispatches ~50 small tasks per token (small model: ~20 us each), so the latency
+ * of a dispatch matters:
+ *   - workers spin on the generation counter (pause only, then yielding now and then
+ *     after ST_SPIN_FIRM spins, for machines with more threads than free cores) before
+ *     they sleep on the condition variable;
+ *   - the generation, the task and its argument share one cache line, and the finish
+ *     counter has its own, so a dispatch costs about one line transfer each way;
+ *   - the dispatcher takes the mutex only when a worker sleeps: a worker announces its
+ *     sleep (n_sleeping) under the mutex and then re-reads the generation; the dispatcher
+ *     bumps the generation and then reads n_sleeping (both sequentially consistent), so
+ *     one of them sees the other and no wake-up is lost.
+ * Measured (scratch loop of empty dispatches, 2 threads on this VM): 1.8 us per dispatch
+ * with the mutex and a sched_yield every 1024 spins, 1.2-1.4 us after; the round trip of
+ * one cache line between the two vCPUs is 0.55-0.7 us.
  * Work is split statically by (ith, nth); the pool itself adds no reduction, so
  * results depend only on how callers split, never on timing. */
 #include "strata/core.h"
@@ -13,6 +23,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define ST_CPU_RELAX() _mm_pause()
@@ -21,6 +32,7 @@
 #endif
 
 #define ST_SPIN_ITERS 200000
+#define ST_SPIN_FIRM 8192
 
 struct worker {
     st_threadpool *tp;
@@ -37,16 +49,21 @@ struct range_slot {
 };
 
 struct st_threadpool {
+    /* written by the dispatcher once per dispatch and read by every worker: one line, so a
+     * waking worker gets the generation and the task in one transfer */
+    _Alignas(64) _Atomic uint64_t gen;
+    st_task_fn fn;
+    void *arg;
+    /* written by the workers as they finish: its own line, so the finishing writes do not
+     * steal the command line from the workers still reading it */
+    _Alignas(64) _Atomic int n_done;
+    _Alignas(64) _Atomic int n_sleeping; /* workers blocked (or about to block) on cv */
+    _Atomic int stop;
     int n_threads;
     struct worker *workers; /* [n_threads - 1]: ith 1..n-1 */
     struct range_slot *slots; /* [n_threads] */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    _Atomic uint64_t gen;
-    _Atomic int n_done;
-    _Atomic int stop;
-    st_task_fn fn;
-    void *arg;
 };
 
 static void *worker_main(void *p) {
@@ -57,16 +74,21 @@ static void *worker_main(void *p) {
         uint64_t g;
         int spins = 0;
         while ((g = atomic_load_explicit(&tp->gen, memory_order_acquire)) == seen &&
-               !atomic_load_explicit(&tp->stop, memory_order_acquire) && spins < ST_SPIN_ITERS) {
-            if ((++spins & 1023) == 0)
+               !atomic_load_explicit(&tp->stop, memory_order_relaxed) && spins < ST_SPIN_ITERS) {
+            if (++spins > ST_SPIN_FIRM && (spins & 1023) == 0)
                 sched_yield();
             else
                 ST_CPU_RELAX();
         }
         if (g == seen && !atomic_load(&tp->stop)) {
+            /* Announce the sleep before the last look at gen; the dispatcher bumps gen
+             * before it reads n_sleeping (both seq_cst), so one of the two sees the other
+             * and no wake-up is lost. */
             pthread_mutex_lock(&tp->mu);
+            atomic_fetch_add(&tp->n_sleeping, 1);
             while ((g = atomic_load(&tp->gen)) == seen && !atomic_load(&tp->stop))
                 pthread_cond_wait(&tp->cv, &tp->mu);
+            atomic_fetch_sub(&tp->n_sleeping, 1);
             pthread_mutex_unlock(&tp->mu);
         }
         if (atomic_load(&tp->stop)) return NULL;
@@ -80,12 +102,13 @@ int st_threadpool_create(int n_threads, st_threadpool **out) {
     if (!out) return ST_E_INVAL;
     *out = NULL;
     if (n_threads < 1) return ST_E_INVAL;
-    st_threadpool *tp = calloc(1, sizeof *tp);
+    st_threadpool *tp = st_alloc_aligned(sizeof *tp, 64);
     if (!tp) return ST_E_NOMEM;
+    memset(tp, 0, sizeof *tp);
     tp->n_threads = n_threads;
     tp->slots = st_alloc_aligned(sizeof *tp->slots * (size_t)n_threads, 64);
     if (!tp->slots) {
-        free(tp);
+        st_free_aligned(tp);
         return ST_E_NOMEM;
     }
     pthread_mutex_init(&tp->mu, NULL);
@@ -94,7 +117,7 @@ int st_threadpool_create(int n_threads, st_threadpool **out) {
         tp->workers = calloc((size_t)n_threads - 1, sizeof *tp->workers);
         if (!tp->workers) {
             st_free_aligned(tp->slots);
-            free(tp);
+            st_free_aligned(tp);
             return ST_E_NOMEM;
         }
     }
@@ -124,7 +147,7 @@ void st_threadpool_destroy(st_threadpool *tp) {
     pthread_mutex_destroy(&tp->mu);
     free(tp->workers);
     st_free_aligned(tp->slots);
-    free(tp);
+    st_free_aligned(tp);
 }
 
 int st_threadpool_n_threads(const st_threadpool *tp) { return tp ? tp->n_threads : 1; }
@@ -137,10 +160,12 @@ void st_threadpool_run(st_threadpool *tp, st_task_fn fn, void *arg) {
     tp->fn = fn;
     tp->arg = arg;
     atomic_store_explicit(&tp->n_done, 0, memory_order_relaxed);
-    pthread_mutex_lock(&tp->mu);
-    atomic_fetch_add_explicit(&tp->gen, 1, memory_order_release);
-    pthread_cond_broadcast(&tp->cv);
-    pthread_mutex_unlock(&tp->mu);
+    atomic_fetch_add(&tp->gen, 1); /* seq_cst: ordered before the n_sleeping load */
+    if (atomic_load(&tp->n_sleeping)) {
+        pthread_mutex_lock(&tp->mu);
+        pthread_cond_broadcast(&tp->cv);
+        pthread_mutex_unlock(&tp->mu);
+    }
     fn(arg, 0, tp->n_threads);
     /* Yield after a short spin: with more threads than free cores a descheduled worker
      * would otherwise cost the spinner a whole time slice per dispatch. */

@@ -90,7 +90,8 @@ struct st_kv {
      * invalidates it, and kv_quest_seal (from kv_seal_page) recomputes it. */
     uint16_t *qbox;       /* [n_layer][n_kv_head][n_pages][2][head_dim] f16: kmin then kmax,
                              rounded outward (st_attn_box_to_f16) */
-    uint8_t *qbox_ok;     /* [n_pages] box computed at the page's last seal */
+    uint8_t *qbox_ok;     /* [n_pages] box computed at the page's last seal; implies sealed
+                             (kv_unseal clears both) */
     /* SSD tier (kv_tier.c); spill == NULL: no tier, frame == page id for every page */
     st_spill_dir *spill_dir;
     st_spill *spill;
@@ -112,6 +113,14 @@ struct st_kv {
 
 #define KV_SEQ_SLOT(id) ((int)((id) & 0xffff))
 #define KV_SEQ_GEN(id) ((int)(((id) >> 16) & 0x7fff))
+
+/* Clears a page's sealed flag and with it its Quest box: qbox_ok[page] implies sealed
+ * (kv_check), so selection, which tests a box per page of the context per layer, reads one
+ * byte array instead of a kv_page each (a cache miss apiece at long contexts). */
+static inline void kv_unseal(st_kv *kv, int32_t page) {
+    kv->pages[page].sealed = 0;
+    kv->qbox_ok[page] = 0;
+}
 
 static inline uint8_t *kv_page_data(const st_kv *kv, int32_t page) {
     ST_ASSERT(kv->pages[page].resident == KV_RES_RAM && kv->pages[page].frame >= 0);

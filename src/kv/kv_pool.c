@@ -331,7 +331,8 @@ void kv_cache_drop(st_kv *kv, int32_t id) {
     kv_lru_remove(kv, id);
     kv_index_remove(kv, id);
     kv_tier_forget(kv, id);
-    pg->registered = pg->has_key = pg->sealed = 0;
+    pg->registered = pg->has_key = 0;
+    kv_unseal(kv, id);
     pg->state = KV_PAGE_FREE;
     pg->next = kv->free_head;
     kv->free_head = id;
@@ -351,7 +352,8 @@ int32_t kv_page_alloc(st_kv *kv) {
     pg->next = pg->prev = pg->hnext = -1;
     pg->state = KV_PAGE_USED;
     pg->refs = 1;
-    pg->sealed = pg->has_key = pg->registered = 0;
+    pg->has_key = pg->registered = 0;
+    kv_unseal(kv, id);
     pg->last_use = ++kv->tick;
     kv->n_used++;
     kv_tier_new_page(kv, id);
@@ -406,7 +408,8 @@ static void kv_page_release(st_kv *kv, int32_t id) {
     } else {
         kv_tier_forget(kv, id);
         pg->state = KV_PAGE_FREE;
-        pg->sealed = pg->has_key = 0;
+        pg->has_key = 0;
+        kv_unseal(kv, id);
         pg->next = kv->free_head;
         kv->free_head = id;
         kv->n_free++;
@@ -549,6 +552,7 @@ int kv_check(const st_kv *kv, char *msg, size_t cap) {
                 FAIL("page %d registered but not found in the index", i);
         }
         if (pg->has_key && !pg->sealed) FAIL("page %d keyed but not sealed", i);
+        if (kv->qbox_ok[i] && !pg->sealed) FAIL("page %d has a Quest box but is not sealed", i);
         switch (pg->state) {
         case KV_PAGE_FREE:
             if (pg->refs || pg->pins || pg->sealed || pg->has_key || pg->registered)

@@ -10,10 +10,11 @@
  * physical pages (what a fresh pool hands a growing sequence) are one strided array and one
  * st_attn_quest_bounds call scores the whole run.
  *
- *   Q1. box(page) valid  <=>  pages[page].sealed && qbox_ok[page]. Sealing goes through
- *       kv_seal_page -> kv_quest_seal or through a snapshot restore (kv_quest_set_box);
- *       every path that makes a page writable or free clears `sealed` first (I5), so a
- *       stale box is never read.
+ *   Q1. box(page) valid  <=>  qbox_ok[page], which implies pages[page].sealed. Sealing
+ *       goes through kv_seal_page -> kv_quest_seal or through a snapshot restore
+ *       (kv_quest_set_box); every path that makes a page writable or free unseals it with
+ *       kv_unseal (I5), which clears qbox_ok too, so a stale box is never read (kv_check
+ *       verifies qbox_ok => sealed).
  *   Q2. A valid box contains every key of its page, valid or not: it spans all P slots of
  *       the (full) page, which is immutable while sealed (I5). It cannot span only the
  *       sealing entry's valid slots: a fork shares the page with its own mask, and the
@@ -96,7 +97,7 @@ void kv_quest_seal(st_kv *kv, int32_t page) {
 }
 
 static int has_box(const st_kv *kv, int32_t page) {
-    return kv->pages[page].sealed && kv->qbox_ok[page];
+    return kv->qbox_ok[page]; /* implies sealed (kv_unseal) */
 }
 
 int st_kv_page_box(const st_kv *kv, st_kv_page_id page, int layer, int kv_head, float *kmin,

@@ -141,7 +141,8 @@ static int make_writable(st_kv *kv, kv_seq *s, int64_t i) {
         if ((rc = kv_fetch(kv, e->page)) != 0) return rc;
         kv_page *pg = &kv->pages[e->page];
         if (pg->registered) kv_index_remove(kv, e->page);
-        pg->has_key = pg->sealed = 0;
+        pg->has_key = 0;
+        kv_unseal(kv, e->page);
     }
     if ((rc = kv_fetch(kv, e->page)) != 0) return rc; /* a copy of a never-touched page */
     kv_dirty(kv, e->page);

@@ -176,12 +176,8 @@ void st_runner_get_quest_stats(const st_runner *r, st_runner_quest_stats *out) {
 
 /* ---- elementwise pieces (as ggml computes them) ------------------------------------------- */
 
-static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
-    double sum = 0;
-    for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
-    const float mean = (float)(sum / (double)n);
-    const float scale = 1.0f / sqrtf(mean + eps);
-    for (int64_t i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+static void rmsnorm(const st_runner *r, float *y, const float *x, const float *w, int64_t n) {
+    r->kern->ops.rms_norm(n, y, x, w, r->m->hp.rms_eps);
 }
 
 static void add_bias(float *y, const st_wt *b, int32_t n_tok, int64_t ld) {
@@ -348,8 +344,8 @@ static void qk_row(st_runner *r, const st_layer *ly, int32_t t) {
         add_bias(v, &ly->bv, 1, r->HK);
     }
     if (ly->q_norm.data) {
-        for (int h = 0; h < hp->n_head; h++) rmsnorm(q + h * hd, q + h * hd, ly->q_norm.data, hd, hp->rms_eps);
-        for (int h = 0; h < hp->n_head_kv; h++) rmsnorm(k + h * hd, k + h * hd, ly->k_norm.data, hd, hp->rms_eps);
+        for (int h = 0; h < hp->n_head; h++) rmsnorm(r, q + h * hd, q + h * hd, ly->q_norm.data, hd);
+        for (int h = 0; h < hp->n_head_kv; h++) rmsnorm(r, k + h * hd, k + h * hd, ly->k_norm.data, hd);
     }
     const float *cs = r->rope + (size_t)t * hp->n_rot;
     st_rope_apply(hp, cs, q, hp->n_head);
@@ -372,14 +368,14 @@ static void rows_task(void *arg, int ith, int nth) {
             if (j->op == OP_ADD) break;
             /* fall through */
         case OP_NORM:
-            rmsnorm(xn, x, j->w, E, r->m->hp.rms_eps);
+            rmsnorm(r, xn, x, j->w, E);
             break;
         case OP_QK:
             qk_row(r, j->ly, (int32_t)t);
             break;
         case OP_SWIGLU: {
             float *g = r->g + t * F, *u = r->u + t * F;
-            for (int64_t i = 0; i < F; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+            r->kern->ops.silu_mul(F, g, u);
             break;
         }
         }
@@ -437,8 +433,7 @@ static int output(st_runner *r, int32_t n, const int32_t *out_row, float *logits
         int32_t t1 = t + 1;
         while (t1 < n && out_row[t1] == out_row[t1 - 1] + 1) t1++;
         for (int32_t j = t; j < t1; j++)
-            rmsnorm(r->xn + (size_t)(j - t) * r->E, r->x + (size_t)j * r->E, r->m->output_norm.data, r->E,
-                    hp->rms_eps);
+            rmsnorm(r, r->xn + (size_t)(j - t) * r->E, r->x + (size_t)j * r->E, r->m->output_norm.data, r->E);
         float *y[1] = {logits + (size_t)out_row[t] * hp->n_vocab};
         /* project writes [n][n_vocab] packed: exactly consecutive logits rows */
         int rc = project(r, t1 - t, r->xn, r->E, wout, y, 1);

@@ -23,6 +23,7 @@
 
 static const st_kernels kernels_scalar = {
     .isa = ST_ISA_SCALAR,
+    .ops = ST_VEC_OPS_(scalar),
     .vnni = false,
     .type = {
         [ST_TYPE_F32] = ROW_(ST_TYPE_F32, st_quantize_row_f32_ref, st_dequantize_row_f32, st_vec_dot_f32_f32_scalar, NULL),
@@ -55,6 +56,7 @@ static const st_kernels kernels_scalar = {
 
 static const st_kernels kernels_avx2 = {
     .isa = ST_ISA_AVX2,
+    .ops = ST_VEC_OPS_(avx2),
     .vnni = false,
     .type = {
         [ST_TYPE_F32] = ROW_(ST_TYPE_F32, st_quantize_row_f32_ref, st_dequantize_row_f32, st_vec_dot_f32_f32_avx2, st_tile_f32_f32_avx2),
@@ -72,6 +74,7 @@ static const st_kernels kernels_avx2 = {
 
 static const st_kernels kernels_avx512 = {
     .isa = ST_ISA_AVX512,
+    .ops = ST_VEC_OPS_(avx512),
     .vnni = true,
     .type = {
         [ST_TYPE_F32] = ROW_(ST_TYPE_F32, st_quantize_row_f32_ref, st_dequantize_row_f32, st_vec_dot_f32_f32_avx512, st_tile_f32_f32_avx512),

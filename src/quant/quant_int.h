@@ -55,6 +55,15 @@ void st_dequantize_row_f16_avx2(const void *x, float *y, int64_t k);
  * non-NaN input (a NaN stays a NaN, its payload may differ). */
 void st_quantize_row_f16_avx2(const float *x, void *y, int64_t k);
 
+/* ---- f32 element-wise ops (st_vec_ops), vec_ops*.c ---- */
+#define ST_DECL_VEC_OPS_(isa)                                                            \
+    void st_silu_mul_##isa(int64_t n, float *g, const float *u);                         \
+    void st_rms_norm_##isa(int64_t n, float *y, const float *x, const float *w, float eps);
+ST_DECL_VEC_OPS_(scalar)
+ST_DECL_VEC_OPS_(avx2)
+ST_DECL_VEC_OPS_(avx512)
+#define ST_VEC_OPS_(isa) {.silu_mul = st_silu_mul_##isa, .rms_norm = st_rms_norm_##isa}
+
 /* ---- helpers of the SIMD dot templates for the 32-element block types ---- */
 enum st_wkind { W_Q4_0, W_Q4_1, W_Q5_0, W_Q5_1, W_Q8_0 };
 

@@ -70,6 +70,27 @@ TEST(test_threadpool_runs_each_thread_once) {
     }
 }
 
+/* Dispatches after idle gaps of 30 ms, long past the workers' spinning (they block on the
+ * condition variable): each dispatch must still wake every worker exactly once. A lost
+ * wake-up hangs here, and ctest's timeout fails the test. */
+TEST(test_threadpool_wakes_sleeping_workers) {
+    for (int n = 2; n <= 3; n++) {
+        st_threadpool *tp = NULL;
+        CHECK_OK(st_threadpool_create(n, &tp));
+        REQUIRE(tp);
+        struct sum_job j;
+        memset(&j, 0, sizeof j);
+        const struct timespec gap = {0, 30 * 1000 * 1000};
+        for (int it = 0; it < 6; it++) {
+            nanosleep(&gap, NULL);
+            st_threadpool_run(tp, sum_task, &j);
+            for (int b = 0; b < 200; b++) st_threadpool_run(tp, sum_task, &j); /* then a burst */
+        }
+        for (int i = 0; i < n; i++) CHECK_INT(atomic_load(&j.hits[i]), 6 * 201);
+        st_threadpool_destroy(tp);
+    }
+}
+
 /* st_threadpool_run_range: every item exactly once, chunks inside [0, n) and at most
  * `grain` long; with thread 1 slowed down, thread 0 must take chunks of thread 1's share
  * (the static split would give it none). */
@@ -164,5 +185,6 @@ TEST(test_type_geometry) {
 }
 
 TEST_MAIN(test_type_geometry, test_strerror_table, test_ctx_error_detail, test_fp16_roundtrip,
-          test_threadpool_runs_each_thread_once, test_threadpool_range_covers_and_shares,
+          test_threadpool_runs_each_thread_once, test_threadpool_wakes_sleeping_workers,
+          test_threadpool_range_covers_and_shares,
           test_split_range_covers, test_isa_parse)

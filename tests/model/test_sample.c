@@ -29,6 +29,13 @@ TEST(test_greedy) {
     lg[3] = 100; /* ties go to the lowest id */
     lg[7] = 100;
     CHECK_INT(st_sampler_sample(s, lg), 3);
+    lg[NV - 1] = 101; /* the largest in the tail past the last 16-lane block */
+    CHECK_INT(st_sampler_sample(s, lg), NV - 1);
+    lg[0] = NAN, lg[5] = NAN; /* NaNs never win */
+    CHECK_INT(st_sampler_sample(s, lg), NV - 1);
+    for (int i = 0; i < NV; i++) lg[i] = -INFINITY;
+    lg[2] = NAN;
+    CHECK_INT(st_sampler_sample(s, lg), 0); /* all -inf: the first */
     st_sampler_destroy(s);
     st_sampler_destroy(NULL);
 }

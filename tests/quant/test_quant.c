@@ -311,5 +311,65 @@ TEST(test_dot_vs_exact) {
     free(w), free(x), free(wq), free(xq);
 }
 
+/* st_vec_ops: each SIMD path against the scalar reference (libm expf, f64 sum) at lengths
+ * around the vector widths, over inputs from 1e-3 to 120 in magnitude (exp(-g) then spans
+ * underflow to overflow). silu_mul: relative error <= 1e-6 (the polynomial exp is within
+ * ~2e-7), or an absolute 1e-30 where silu is ~0; rms_norm: <= 1e-6 relative (the f64 sums
+ * differ in order only). The rows lie at an odd offset, so no load is aligned. */
+TEST(test_simd_vec_ops_vs_scalar) {
+    static const int64_t LENS[] = {1, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 1536};
+    st_isa isas[2];
+    const int n_isa = simd_isas(isas);
+    const st_vec_ops *ref = &st_kernels_get(ST_ISA_SCALAR)->ops;
+    float *buf = malloc(6 * 1600 * sizeof(float));
+    REQUIRE(buf);
+    float *x = buf + 1, *w = x + 1600, *u = w + 1600, *g_ref = u + 1600, *g = g_ref + 1600, *y = g + 1600;
+    qt_rng r = {77};
+    int n_cmp = 0, bad = 0;
+    for (int ii = 0; ii < n_isa; ii++) {
+        const st_vec_ops *ops = &st_kernels_get(isas[ii])->ops;
+        for (size_t li = 0; li < sizeof LENS / sizeof LENS[0]; li++) {
+            const int64_t n = LENS[li];
+            for (int64_t i = 0; i < n; i++) {
+                const float mag = powf(10.0f, 3.0f * (qt_uniform(&r) + 1.0f) / 2.0f * 1.36f - 3.0f);
+                x[i] = qt_uniform(&r) < 0 ? -mag : mag;
+                u[i] = qt_uniform(&r) * 2.0f;
+                w[i] = qt_uniform(&r) + 1.0f;
+            }
+            memcpy(g_ref, x, (size_t)n * sizeof(float));
+            memcpy(g, x, (size_t)n * sizeof(float));
+            ref->silu_mul(n, g_ref, u);
+            ops->silu_mul(n, g, u);
+            for (int64_t i = 0; i < n; i++, n_cmp++)
+                if (!(fabsf(g[i] - g_ref[i]) <= 1e-6f * fabsf(g_ref[i]) + 1e-30f)) {
+                    if (bad++ < 5)
+                        fprintf(stderr, "  %s silu_mul n=%lld x=%.9g: %.9g vs scalar %.9g\n",
+                                st_isa_name(isas[ii]), (long long)n, x[i], g[i], g_ref[i]);
+                }
+            ref->rms_norm(n, g_ref, x, w, 1e-5f);
+            ops->rms_norm(n, y, x, w, 1e-5f);
+            for (int64_t i = 0; i < n; i++, n_cmp++)
+                if (!(fabsf(y[i] - g_ref[i]) <= 1e-6f * fabsf(g_ref[i]))) {
+                    if (bad++ < 5)
+                        fprintf(stderr, "  %s rms_norm n=%lld i=%lld: %.9g vs scalar %.9g\n",
+                                st_isa_name(isas[ii]), (long long)n, (long long)i, y[i], g_ref[i]);
+                }
+            memcpy(g, x, (size_t)n * sizeof(float)); /* in place, as the forward pass calls it */
+            ops->rms_norm(n, g, g, w, 1e-5f);
+            CHECK(memcmp(g, y, (size_t)n * sizeof(float)) == 0);
+        }
+    }
+    CHECK_INT(bad, 0);
+    CHECK(n_cmp >= n_isa * 2 * 1800);
+    /* the far ends: silu(-1e30) = -0 (exp(1e30) overflows), silu(1e30) = 1e30,
+     * silu(inf) = inf, silu(0) = 0 */
+    for (int ii = 0; ii < n_isa; ii++) {
+        float gg[4] = {-1e30f, 1e30f, INFINITY, 0.0f}, uu[4] = {1, 1, 1, 1};
+        st_kernels_get(isas[ii])->ops.silu_mul(4, gg, uu);
+        CHECK(gg[0] == 0.0f && gg[1] == 1e30f && gg[2] == INFINITY && gg[3] == 0.0f);
+    }
+    free(buf);
+}
+
 TEST_MAIN(test_block_geometry, test_ggml_known_blocks, test_ggml_known_quantization, test_roundtrip_error,
-          test_simd_dot_vs_scalar, test_simd_act_quantize, test_dot_vs_exact)
+          test_simd_dot_vs_scalar, test_simd_act_quantize, test_dot_vs_exact, test_simd_vec_ops_vs_scalar)
