@@ -453,7 +453,7 @@ AI __m512 hsum16x16(__m512 *a) {
                          _mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* One page at a time, any D and G (the tail, and shapes the fast path does not take). */
+/* One page at a time, any D and G (shapes the fast path does not take). */
 static void quest_one(int D, int G, const float *q, const uint16_t *mn, const uint16_t *mx,
                       float *bound) {
     float best = -INFINITY;
@@ -475,18 +475,27 @@ static void quest_one(int D, int G, const float *q, const uint16_t *mn, const ui
 
 #define QUEST_MAX_QD 2048 /* floats of q+ / q- kept on the stack by the fast path */
 
-/* Bounds of pages [0, n) in groups of 16/G pages (returns how many were done): for each
- * page a dimension chunk of its box is loaded once and feeds all G heads' accumulators. */
-AI int32_t quest_groups(int D, const int G, const float *qp, const float *qn, const uint16_t *box,
-                        int64_t stride, int32_t n_pages, float *bound) {
+/* Bounds of pages [0, n) in groups of 16/G pages: for each page a dimension chunk of its
+ * box is loaded once and feeds all G heads' accumulators. The last, partial group runs the
+ * same arithmetic with its missing pages' vectors zero: every output lane of hsum16x16 sums
+ * only its own vector, in an order that does not depend on the vector's place, so a page's
+ * bound is the same bits whichever group, run or call it falls in (the ranking's chunks and
+ * threads never change a selection). */
+AI void quest_groups(int D, const int G, const float *qp, const float *qn, const uint16_t *box,
+                     int64_t stride, int32_t n_pages, float *bound) {
     const int ppt = 16 / G;
-    int32_t p = 0;
-    for (; p + ppt <= n_pages; p += ppt) {
+    for (int32_t p = 0; p < n_pages; p += ppt) {
+        const int np = n_pages - p < ppt ? (int)(n_pages - p) : ppt;
         __m512 a[16];
         /* unrolled, so that a[] stays in registers (-O2 does not peel this loop by itself:
          * 1.4x slower measured) */
 #pragma GCC unroll 16
         for (int j = 0; j < ppt; j++) {
+            if (j >= np) { /* the partial last group */
+#pragma GCC unroll 16
+                for (int g = 0; g < G; g++) a[j * G + g] = _mm512_setzero_ps();
+                continue;
+            }
             const uint16_t *mn = box + (p + j) * stride, *mx = mn + D;
             __m512 s0[16], s1[16];
 #pragma GCC unroll 16
@@ -505,14 +514,13 @@ AI int32_t quest_groups(int D, const int G, const float *qp, const float *qn, co
         }
         float t[16] __attribute__((aligned(64)));
         _mm512_store_ps(t, hsum16x16(a));
-        for (int j = 0; j < ppt; j++) {
+        for (int j = 0; j < np; j++) {
             float best = t[j * G];
             for (int g = 1; g < G; g++)
                 if (t[j * G + g] > best) best = t[j * G + g];
             bound[p + j] = best;
         }
     }
-    return p;
 }
 
 /* max(q*mn, q*mx) = q+ * mx + q- * mn with q+ = max(q, 0), q- = min(q, 0): two FMAs per 16
@@ -520,7 +528,6 @@ AI int32_t quest_groups(int D, const int G, const float *qp, const float *qn, co
  * transpose-add tree produces together; the bound is then the max over each page's G. */
 static void quest_avx512(int D, int G, const float *q, const uint16_t *box, int64_t stride,
                          int32_t n_pages, float *bound) {
-    int32_t p = 0;
     if (D % 16 == 0 && G <= 16 && 16 % G == 0 && (size_t)G * D <= QUEST_MAX_QD) {
         float qp[QUEST_MAX_QD] __attribute__((aligned(64))), qn[QUEST_MAX_QD] __attribute__((aligned(64)));
         for (int i = 0; i < G * D; i += 16) {
@@ -529,14 +536,16 @@ static void quest_avx512(int D, int G, const float *q, const uint16_t *box, int6
             _mm512_store_ps(qn + i, _mm512_min_ps(v, _mm512_setzero_ps()));
         }
         switch (G) {
-        case 1: p = quest_groups(D, 1, qp, qn, box, stride, n_pages, bound); break;
-        case 2: p = quest_groups(D, 2, qp, qn, box, stride, n_pages, bound); break;
-        case 4: p = quest_groups(D, 4, qp, qn, box, stride, n_pages, bound); break;
-        case 8: p = quest_groups(D, 8, qp, qn, box, stride, n_pages, bound); break;
-        default: p = quest_groups(D, 16, qp, qn, box, stride, n_pages, bound); break;
+        case 1: quest_groups(D, 1, qp, qn, box, stride, n_pages, bound); break;
+        case 2: quest_groups(D, 2, qp, qn, box, stride, n_pages, bound); break;
+        case 4: quest_groups(D, 4, qp, qn, box, stride, n_pages, bound); break;
+        case 8: quest_groups(D, 8, qp, qn, box, stride, n_pages, bound); break;
+        default: quest_groups(D, 16, qp, qn, box, stride, n_pages, bound); break;
         }
+        return;
     }
-    for (; p < n_pages; p++) quest_one(D, G, q, box + p * stride, box + p * stride + D, &bound[p]);
+    for (int32_t p = 0; p < n_pages; p++)
+        quest_one(D, G, q, box + p * stride, box + p * stride + D, &bound[p]);
 }
 
 const st_attn_kernels st_attn_kernels_avx512_ = {

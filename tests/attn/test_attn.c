@@ -610,6 +610,21 @@ TEST(test_quest_bounds) {
                     }
                 }
                 CHECK_OK(st_attn_quest_bounds(ws, D, G, q, box, bstride, NP, bound));
+                /* a page's bound is the same bits whatever call or group it is scored in
+                 * (the ranking cuts runs into chunks and threads): one page per call, and
+                 * the run cut after 3 pages */
+                int same = 1;
+                for (int p = 0; p < NP; p++) {
+                    float one;
+                    CHECK_OK(st_attn_quest_bounds(ws, D, G, q, box + p * bstride, bstride, 1, &one));
+                    same &= memcmp(&one, &bound[p], sizeof one) == 0;
+                }
+                float *cut = malloc(sizeof(float) * NP);
+                CHECK_OK(st_attn_quest_bounds(ws, D, G, q, box, bstride, 3, cut));
+                CHECK_OK(st_attn_quest_bounds(ws, D, G, q, box + 3 * bstride, bstride, NP - 3, cut + 3));
+                same &= memcmp(cut, bound, sizeof(float) * NP) == 0;
+                free(cut);
+                CHECK(same);
                 for (int p = 0; p < NP; p++) {
                     double best = -INFINITY, mag = 0;
                     for (int gi = 0; gi < G; gi++) {
