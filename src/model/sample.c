@@ -135,23 +135,35 @@ static void heap_sift_down(cand *h, int n, int i) {
     }
 }
 
-/* Keeps the best k of s->work in s->cands[0..k), sorted. Returns k. */
-static int32_t select_top_k(st_sampler *s, int32_t k) {
+/* Keeps the best k (1 <= k <= n_vocab) of w in s->cands[0..k), sorted. Returns k.
+ * A min-heap of the k best so far; a later logit displaces the worst kept only when it is
+ * strictly larger, because on a tie the kept one has the smaller id. So the scan is one
+ * compare per logit against the worst kept value, eight at a time (a test the compiler
+ * turns into packed compares), and the heap is touched only for the few that pass: 32000
+ * logits at top-k 40 took 57 us per token through a per-logit candidate compare. */
+static int32_t select_top_k(st_sampler *s, const float *w, int32_t k) {
     cand *h = s->cands;
-    int32_t n = 0;
-    for (int32_t i = 0; i < s->n_vocab; i++) {
-        cand c = {s->work[i], i};
-        if (n < k) {
-            h[n++] = c;
-            if (n == k)
-                for (int j = k / 2 - 1; j >= 0; j--) heap_sift_down(h, k, j);
-        } else if (cand_before(&c, &h[0])) {
-            h[0] = c;
-            heap_sift_down(h, k, 0);
+    const int32_t nv = s->n_vocab;
+    for (int32_t i = 0; i < k; i++) h[i] = (cand){w[i], i};
+    for (int j = k / 2 - 1; j >= 0; j--) heap_sift_down(h, k, j);
+    float thr = h[0].logit;
+    int32_t i = k;
+    for (; i < nv; i++) {
+        if (i % 8 == 0 && i + 8 <= nv) {
+            int any = 0;
+            for (int j = 0; j < 8; j++) any |= w[i + j] > thr;
+            if (!any) {
+                i += 7;
+                continue;
+            }
         }
+        if (!(w[i] > thr)) continue;
+        h[0] = (cand){w[i], i};
+        heap_sift_down(h, k, 0);
+        thr = h[0].logit;
     }
-    qsort(h, (size_t)n, sizeof *h, cand_cmp);
-    return n;
+    qsort(h, (size_t)k, sizeof *h, cand_cmp);
+    return k;
 }
 
 
@@ -195,8 +207,10 @@ int32_t st_sampler_sample(st_sampler *s, const float *logits) {
     const st_sampler_params *p = &s->p;
     const int32_t nv = s->n_vocab;
     if (p->temp <= 0) return greedy(s, logits);
-    memcpy(s->work, logits, (size_t)nv * sizeof *s->work);
+    const float *w = logits; /* the logits, or their penalized copy */
     if (p->repeat_penalty != 1.0f && s->n_hist) {
+        memcpy(s->work, logits, (size_t)nv * sizeof *s->work);
+        w = s->work;
         for (int32_t i = 0; i < s->n_hist; i++) {
             int32_t t = s->hist[i];
             if (s->seen[t] == 0) continue;
@@ -211,9 +225,9 @@ int32_t st_sampler_sample(st_sampler *s, const float *logits) {
 
     int32_t n;
     if (p->top_k > 0 && p->top_k < nv) {
-        n = select_top_k(s, p->top_k);
+        n = select_top_k(s, w, p->top_k);
     } else {
-        for (int32_t i = 0; i < nv; i++) s->cands[i] = (cand){s->work[i], i};
+        for (int32_t i = 0; i < nv; i++) s->cands[i] = (cand){w[i], i};
         n = nv;
         if (p->top_p < 1.0f) qsort(s->cands, (size_t)n, sizeof *s->cands, cand_cmp);
     }
