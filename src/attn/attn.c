@@ -30,6 +30,11 @@
 #define ATTN_CHUNK_ROWS 32 /* rows (queries x group heads) per chunk tile */
 #define ATTN_PF_PAGES 1    /* software prefetch distance, in pages of the list */
 #define ATTN_PF_MAX_BYTES (64 << 10) /* larger "pages" (contiguous caches): leave it to HW */
+/* Row updates (runs x query heads x head_dim) below which the decode merge runs on the
+ * calling thread: ~2-3 us of work, about what a dispatch and its wait cost on this VM.
+ * The small model at a 1k context (8 heads x 8 runs x 64) merges serially, a 1B layer at
+ * 4k and more (32 heads x 32+ runs x 64) on the pool. */
+#define ATTN_MERGE_MIN_PARALLEL (16 * 1024)
 
 typedef struct attn_item {
     int32_t seq; /* decode: sequence; chunk: KV head */
@@ -465,8 +470,12 @@ int st_attn_decode_batch(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
     if (tp && nth > 1) {
         if (ni > 1) st_threadpool_run(tp, decode_task, ws);
         else decode_task(ws, 0, 1);
-        if ((size_t)n_seq * H > 1) st_threadpool_run(tp, merge_task, ws);
-        else merge_task(ws, 0, 1);
+        /* a small merge runs on the caller: a dispatch costs more (each pair's result is
+         * the same whichever thread merges it) */
+        if ((size_t)n_seq * H > 1 && ni * (size_t)g->n_head * (size_t)g->head_dim >= ATTN_MERGE_MIN_PARALLEL)
+            st_threadpool_run(tp, merge_task, ws);
+        else
+            merge_task(ws, 0, 1);
     } else {
         decode_task(ws, 0, 1);
         merge_task(ws, 0, 1);
