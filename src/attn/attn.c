@@ -32,8 +32,8 @@
 #define ATTN_PF_MAX_BYTES (64 << 10) /* larger "pages" (contiguous caches): leave it to HW */
 /* Row updates (runs x query heads x head_dim) below which the decode merge runs on the
  * calling thread: ~2-3 us of work, about what a dispatch and its wait cost on this VM.
- * The small model at a 1k context (8 heads x 8 runs x 64) merges serially, a 1B layer at
- * 4k and more (32 heads x 32+ runs x 64) on the pool. */
+ * With 256-token runs the small model (8 heads, head_dim 64) merges serially below an 8k
+ * context, a 1B layer (32 heads) below 2k. */
 #define ATTN_MERGE_MIN_PARALLEL (16 * 1024)
 
 typedef struct attn_item {
