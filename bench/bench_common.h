@@ -136,6 +136,39 @@ static inline bench_paired bench_paired_run(st_threadpool *tp, bench_probe *p, i
     return r;
 }
 
+/* Where ../shared lives: $STRATA_SHARED, else ../shared beside the source tree (as
+ * tests/test.h finds it). */
+static inline const char *bench_shared_dir(void) {
+    const char *e = getenv("STRATA_SHARED");
+    return e && *e ? e : STRATA_SOURCE_DIR "/../shared";
+}
+
+/* "1k,4k,32768" into out[<= max]: positive numbers, k or K for 1024. Returns the count, or
+ * -1 on a malformed list. */
+static inline int bench_parse_list(const char *s, long long *out, int max) {
+    int n = 0;
+    while (*s && n < max) {
+        char *end;
+        double v = strtod(s, &end);
+        if (end == s || v <= 0) return -1;
+        if (*end == 'k' || *end == 'K') v *= 1024, end++;
+        out[n++] = (long long)v;
+        if (*end == ',') end++;
+        else if (*end) return -1;
+        s = end;
+    }
+    return n;
+}
+
+/* A fresh directory ROOT/strata-bench-NAME-XXXXXX into dir (cap bytes) for a tiered pool's
+ * spill files; the caller removes it. Returns 0, or -1 with a message on stderr. */
+static inline int bench_make_spill_dir(const char *root, const char *name, char *dir, size_t cap) {
+    snprintf(dir, cap, "%s/strata-bench-%s-XXXXXX", root, name);
+    if (mkdtemp(dir)) return 0;
+    fprintf(stderr, "%s: cannot make a spill directory under %s\n", name, root);
+    return -1;
+}
+
 /* The whole file at path, NUL-terminated (*n bytes before the NUL); NULL if it cannot be
  * read. Caller frees. */
 static inline char *bench_read_file(const char *path, size_t *n) {

@@ -15,7 +15,8 @@
  *
  * usage: e2e [--models DIR] [--only 1b-q8_0,1b-q4_k_m,small-q8_0] [-t THREADS] [--tg N]
  * Missing models are made in DIR (default /tmp/strata-bench) with strata's synthetic writer,
- * tokenizer from ../shared/models/vocab/ggml-vocab-llama-spm.gguf when present. */
+ * tokenizer from ../shared/models/vocab/ggml-vocab-llama-spm.gguf when present ($STRATA_SHARED
+ * overrides ../shared). */
 #include "bench_common.h"
 #include "strata/kv.h"
 #include "strata/model.h"
@@ -42,7 +43,7 @@ static int ensure_model(st_ctx *ctx, const struct bmodel *bm, const char *dir, c
     st_synth_preset(bm->preset, &p);
     st_synth_parse_type(bm->type, &p);
     char vocab[1024];
-    snprintf(vocab, sizeof vocab, "%s/../shared/models/vocab/ggml-vocab-llama-spm.gguf", STRATA_SOURCE_DIR);
+    snprintf(vocab, sizeof vocab, "%s/models/vocab/ggml-vocab-llama-spm.gguf", bench_shared_dir());
     if (access(vocab, R_OK) == 0) p.vocab_from = vocab;
     fprintf(stderr, "making %s ...\n", path);
     int rc = st_synth_write(ctx, &p, path);

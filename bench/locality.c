@@ -39,11 +39,6 @@ typedef struct run_result {
     double mib_step, blocks_step, fetches_step, listed, mass_mean, mass_min;
 } run_result;
 
-static const char *shared_dir(void) {
-    const char *e = getenv("STRATA_SHARED");
-    return e && *e ? e : STRATA_SOURCE_DIR "/../shared";
-}
-
 /* One model, one budget: a fresh pool and runner, prefill, then the decode steps. dir set: a
  * tiered pool (fills the tier figures); NULL: all in RAM with the mass audit, which needs
  * every page in RAM (fills mass_mean / mass_min). */
@@ -100,20 +95,6 @@ static int run_model(st_ctx *ctx, const st_model *m, const int32_t *toks, int n_
     return rc;
 }
 
-static int parse_list(const char *s, long long *out, int max) {
-    int n = 0;
-    while (*s && n < max) {
-        char *end;
-        long long v = strtoll(s, &end, 10);
-        if (end == s || v <= 0) return -1;
-        out[n++] = v;
-        if (*end == ',') end++;
-        else if (*end) return -1;
-        s = end;
-    }
-    return n;
-}
-
 int main(int argc, char **argv) {
     long long budgets[MAX_BUDGETS] = {64, 128}, ram_pages = 12, n_prompt = 256, n_steps = 200,
               n_threads = 2;
@@ -122,7 +103,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = v != NULL;
-        if (ok && !strcmp(a, "--budget")) ok = (n_budgets = parse_list(v, budgets, MAX_BUDGETS)) > 0;
+        if (ok && !strcmp(a, "--budget")) ok = (n_budgets = bench_parse_list(v, budgets, MAX_BUDGETS)) > 0;
         else if (ok && !strcmp(a, "--ram-pages")) ok = (ram_pages = atoll(v)) > 0;
         else if (ok && !strcmp(a, "--prompt")) ok = (n_prompt = atoll(v)) > 0;
         else if (ok && !strcmp(a, "--steps")) ok = (n_steps = atoll(v)) > 0;
@@ -136,17 +117,13 @@ int main(int argc, char **argv) {
         }
     }
     char model_path[4096], text_path[4096], dir[4096];
-    snprintf(model_path, sizeof model_path, "%s/models/stories260K.gguf", shared_dir());
-    snprintf(text_path, sizeof text_path, "%s/peers/stories-sampled.txt", shared_dir());
+    snprintf(model_path, sizeof model_path, "%s/models/stories260K.gguf", bench_shared_dir());
+    snprintf(text_path, sizeof text_path, "%s/peers/stories-sampled.txt", bench_shared_dir());
     if (access(model_path, R_OK) || access(text_path, R_OK)) {
         printf("locality: SKIPPED: %s or %s is missing (set STRATA_SHARED)\n", model_path, text_path);
         return 0;
     }
-    snprintf(dir, sizeof dir, "%s/strata-bench-locality-XXXXXX", spill_root);
-    if (!mkdtemp(dir)) {
-        fprintf(stderr, "locality: cannot make a spill directory under %s\n", spill_root);
-        return 1;
-    }
+    if (bench_make_spill_dir(spill_root, "locality", dir, sizeof dir)) return 1;
     st_ctx_params cp = st_ctx_default_params();
     cp.n_threads = (int)n_threads;
     st_ctx *ctx = NULL;

@@ -20,6 +20,7 @@
  * Targets (issue 7): sparse at 32k >= 10x llama.cpp's 26.5 tok/s (shared/peers) and
  * >= 0.7x this run's own sparse speed at the smallest context; tiered sparse at 32k >= 0.8x
  * the all-in-RAM sparse speed. */
+#include "bench_common.h"
 #include "strata/model.h"
 #include "strata/quest.h"
 
@@ -43,21 +44,6 @@ typedef struct point {
 
 static double mode_tps(const point *p, int mode) {
     return mode == 0 ? p->dense_tps : mode == 1 ? p->sparse_tps : p->tiered_tps;
-}
-
-static int parse_list(const char *s, long long *out, int max) {
-    int n = 0;
-    while (*s && n < max) {
-        char *end;
-        double v = strtod(s, &end);
-        if (end == s || v <= 0) return -1;
-        if (*end == 'k' || *end == 'K') v *= 1024, end++;
-        out[n++] = (long long)v;
-        if (*end == ',') end++;
-        else if (*end) return -1;
-        s = end;
-    }
-    return n;
 }
 
 static double loadavg(void) {
@@ -273,7 +259,7 @@ int main(int argc, char **argv) {
             break;
         }
         i++;
-        if (!strcmp(a, "--context")) n_ctx = parse_list(v, ctxs, MAX_POINTS);
+        if (!strcmp(a, "--context")) n_ctx = bench_parse_list(v, ctxs, MAX_POINTS);
         else if (!strcmp(a, "-n")) n_gen = atoll(v);
         else if (!strcmp(a, "--reps")) reps = atoll(v);
         else if (!strcmp(a, "--budget")) budget = atoll(v);
@@ -298,11 +284,7 @@ int main(int argc, char **argv) {
         }
     char dir[4096] = "";
     if (tiered) {
-        snprintf(dir, sizeof dir, "%s/strata-bench-sparse-XXXXXX", spill_root);
-        if (!mkdtemp(dir)) {
-            fprintf(stderr, "sparse: cannot make a spill directory under %s\n", spill_root);
-            return 1;
-        }
+        if (bench_make_spill_dir(spill_root, "sparse", dir, sizeof dir)) return 1;
     }
     st_ctx_params cp = st_ctx_default_params();
     cp.n_threads = (int)n_threads;

@@ -1,7 +1,7 @@
 /* bench/tokenize: tokenize 1 MB of English text (../shared/peers/stories-sampled.txt repeated)
  * with BPE and SPM vocabularies from ../shared/models/vocab; prints seconds and MB/s (best of
  * 3) and the decode speed. Target (issue 5): a BPE vocabulary under 1 s per MB.
- * usage: tokenize [MB] [SHARED_DIR] */
+ * usage: tokenize [MB] [SHARED_DIR]   (SHARED_DIR: default $STRATA_SHARED, else ../shared) */
 #include "bench_common.h"
 #include "strata/gguf.h"
 #include "strata/tok.h"
@@ -12,7 +12,7 @@
 
 int main(int argc, char **argv) {
     double mb = argc > 1 ? atof(argv[1]) : 1.0;
-    const char *shared = argc > 2 ? argv[2] : STRATA_SOURCE_DIR "/../shared";
+    const char *shared = argc > 2 ? argv[2] : bench_shared_dir();
     char path[1024];
     snprintf(path, sizeof path, "%s/peers/stories-sampled.txt", shared);
     size_t sn = 0;

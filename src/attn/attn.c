@@ -275,8 +275,8 @@ static void write_row(float *out, const float *acc, float m, const float *l_lane
 
 /* The merges' row updates, four lanes at a time with GCC vector types. Each element gets the
  * scalar formula's operations (a product and a sum, or a product, each rounded: this file is
- * built without FMA), so the vector form changes no bit; as plain loops they were ~10% of a
- * decode call (a run is ST_ATTN_SPLIT_TOKENS tokens, and every run costs n_head x head_dim
+ * built without FMA), so the vector form changes no bit; as plain loops they were ~9% of a
+ * hot decode call (perf) (a run is ST_ATTN_SPLIT_TOKENS tokens, and every run costs n_head x head_dim
  * updates). */
 typedef float attn_v4 __attribute__((vector_size(16)));
 

@@ -8,7 +8,9 @@
 
 #include <immintrin.h>
 
-#define ST_EXP_POLY_(V, set1, fmadd, fnmadd, mul, round_n)                                  \
+/* n = round(x / ln 2) and p ~ exp(x - n ln 2), so that exp(x) = p * 2^n, in vector type V
+ * with that width's intrinsics. */
+#define ST_EXP_POLY_(V, set1, fmadd, fnmadd, mul, round_n, x, n, p)                         \
     do {                                                                                     \
         n = round_n(mul(x, set1(1.44269504088896341f)));                                     \
         V r_ = fnmadd(n, set1(0.693359375f), x);                                             \
@@ -24,11 +26,12 @@
 
 #if defined(__AVX512F__)
 #define ST_ROUND512_(v) _mm512_roundscale_ps((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-/* x in [-104, 89] (or -inf): the result overflows to inf and underflows to 0 as exp does. */
+/* x in [-104, 89] (not -inf: clamp first): the result overflows to inf and underflows to 0
+ * as exp does. */
 static inline __m512 st_exp512(__m512 x) {
     __m512 n, p;
     ST_EXP_POLY_(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_mul_ps,
-                 ST_ROUND512_);
+                 ST_ROUND512_, x, n, p);
     return _mm512_scalef_ps(p, n);
 }
 #endif
@@ -39,7 +42,7 @@ static inline __m512 st_exp512(__m512 x) {
 static inline __m256 st_exp256(__m256 x) {
     __m256 n, p;
     ST_EXP_POLY_(__m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_fnmadd_ps, _mm256_mul_ps,
-                 ST_ROUND256_);
+                 ST_ROUND256_, x, n, p);
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }

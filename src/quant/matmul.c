@@ -48,7 +48,6 @@ struct mv_job {
     int n_mat;
     const void *const *W;
     const int64_t *rows;
-    int64_t total;
     size_t rb;
     int cols;
     const void *xq;
@@ -78,7 +77,7 @@ int st_matvec_multi(st_threadpool *tp, const st_kernels *k, st_type wtype, int n
         if (rows[m] < 0 || (rows[m] && (!W[m] || !y[m]))) return ST_E_INVAL;
         total += rows[m];
     }
-    struct mv_job j = {&k->type[wtype], n_mat, W, rows, total, st_row_bytes(wtype, cols), (int)cols, xq, y};
+    struct mv_job j = {&k->type[wtype], n_mat, W, rows, st_row_bytes(wtype, cols), (int)cols, xq, y};
     const int64_t grain = j.rb >= MV_CHUNK_BYTES ? 1 : (int64_t)(MV_CHUNK_BYTES / j.rb);
     if (total) st_threadpool_run_range(tp, total, grain, mv_range, &j);
     return 0;
