@@ -1,11 +1,12 @@
-/* AVX-512 block kernel (head_dim a multiple of 16).
+/* AVX-512 attention kernels (head_dim a multiple of 16): run() folds a decode run whole
+ * (see the "decode runs" section), blocks() folds blocks one at a time with the online
+ * softmax (chunk tiles, i.e. prefill).
  *
  * Keys are dim-major in a page (K^T per head), so one vector holds one dimension of 16 slots
- * and a block's scores are broadcast-q FMAs with no horizontal sums; two full blocks of one
- * head are scored together so each broadcast serves both. In decode the online-softmax
- * update of a GQA group's rows runs as one branch-free vector step (rows_update_vec). V is
- * accumulated for 4 rows x 64 dims in 16 registers, converting each V element once when
- * R <= 4 and from an f32 tile otherwise.
+ * and a block's scores are broadcast-q FMAs with no horizontal sums. The online-softmax
+ * update of up to 4 rows that see a block whole runs as one branch-free vector step
+ * (rows_update_vec). V is accumulated for 4 rows x 64 dims in 16 registers, converting each
+ * V element once when R <= 4 and from an f32 tile otherwise.
  *
  * Memory: the blocks ATTN_PF_BLOCKS ahead are prefetched a line or two at a time from
  * inside the K and V loops of the current block (one request per line of work), not in a
@@ -78,38 +79,6 @@ AI void scores(const attn_tile *t, st_type T, const void *k, size_t ks, __mmask1
     for (int i = 0; i < RB; i++) s[i] = _mm512_add_ps(a[i][0], a[i][1]);
 }
 
-/* scores() of two full blocks whose rows are the same (one KV head, consecutive in its
- * list): each broadcast q element serves both blocks, halving the broadcast loads that
- * bound the single-block loop. Per block the arithmetic is exactly scores()'s (same
- * even/odd partial sums, same order), so pairing never changes a bit. */
-AI void scores_two(const attn_tile *t, st_type T, const attn_blk *x, const attn_blk *y,
-                   const int RB, __m512 *sx, __m512 *sy, const char *px, const char *py) {
-    const int D = t->D;
-    const float *q = t->q;
-    __m512 a[4][2], c[4][2];
-#pragma GCC unroll 4
-    for (int i = 0; i < RB; i++) a[i][0] = a[i][1] = c[i][0] = c[i][1] = _mm512_setzero_ps();
-    for (int d = 0; d < D; d += 2) {
-        if (px) attn_pf_span(px, (size_t)d * ATTN_BLK * attn_elem_size(T), 2 * ATTN_BLK * attn_elem_size(T));
-        if (py) attn_pf_span(py, (size_t)d * ATTN_BLK * attn_elem_size(T), 2 * ATTN_BLK * attn_elem_size(T));
-        __m512 x0 = load16(T, x->k, (size_t)d * x->kstride), x1 = load16(T, x->k, (size_t)(d + 1) * x->kstride);
-        __m512 y0 = load16(T, y->k, (size_t)d * y->kstride), y1 = load16(T, y->k, (size_t)(d + 1) * y->kstride);
-#pragma GCC unroll 4
-        for (int i = 0; i < RB; i++) {
-            __m512 q0 = _mm512_set1_ps(q[(size_t)i * D + d]), q1 = _mm512_set1_ps(q[(size_t)i * D + d + 1]);
-            a[i][0] = _mm512_fmadd_ps(q0, x0, a[i][0]);
-            a[i][1] = _mm512_fmadd_ps(q1, x1, a[i][1]);
-            c[i][0] = _mm512_fmadd_ps(q0, y0, c[i][0]);
-            c[i][1] = _mm512_fmadd_ps(q1, y1, c[i][1]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < RB; i++) {
-        sx[i] = _mm512_add_ps(a[i][0], a[i][1]);
-        sy[i] = _mm512_add_ps(c[i][0], c[i][1]);
-    }
-}
-
 /* Row r's online-softmax update from its 16 raw scores s, all in registers: p[r] gets
  * exp(score - m_new) * vs (0 where masked), bm[r] gets alpha = exp(m_old - m_new), m and
  * l are updated. Going through memory between rows would stall on store forwarding
@@ -134,6 +103,21 @@ AI void row_update(const attn_tile *t, __m512 s, float *p, float *bm, int r, uin
     _mm512_store_ps(p + (size_t)r * ATTN_BLK, _mm512_mul_ps(e, _mm512_set1_ps(vs)));
 }
 
+/* One slot j of V into RB rows x 16*ND dims of accumulators:
+ * acc[i][k] += p[i * ATTN_BLK + j] * v[j][d0 + 16 k]. */
+AI void v_slot(__m512 (*acc)[4], const float *p, const st_type T, const void *v, int j, int D,
+               int d0, const int RB, const int ND) {
+    __m512 vv[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < ND; k++) vv[k] = load16(T, v, (size_t)j * D + d0 + 16 * k);
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) {
+        const __m512 pb = _mm512_set1_ps(p[(size_t)i * ATTN_BLK + j]);
+#pragma GCC unroll 4
+        for (int k = 0; k < ND; k++) acc[i][k] = _mm512_fmadd_ps(pb, vv[k], acc[i][k]);
+    }
+}
+
 /* acc[r0..r0+RB) [d0, d0 + 16*ND) = acc * alpha + sum over slots j in u of p[r][j] * v[j]. */
 AI void v_accum(const attn_tile *t, const float *p, const float *bm, st_type VT, const void *v,
                 int r0, int d0, uint32_t u, const int RB, const int ND, const char *pv) {
@@ -150,30 +134,11 @@ AI void v_accum(const attn_tile *t, const float *p, const float *bm, st_type VT,
 #pragma GCC unroll 16
         for (int j = 0; j < 16; j++) {
             if (pv) attn_pf_span(pv, (size_t)j * D * attn_elem_size(VT), (size_t)D * attn_elem_size(VT));
-            __m512 vv[4];
-#pragma GCC unroll 4
-            for (int k = 0; k < ND; k++) vv[k] = load16(VT, v, (size_t)j * D + d0 + 16 * k);
-#pragma GCC unroll 4
-            for (int i = 0; i < RB; i++) {
-                __m512 pb = _mm512_set1_ps(p[(size_t)(r0 + i) * ATTN_BLK + j]);
-#pragma GCC unroll 4
-                for (int k = 0; k < ND; k++) acc[i][k] = _mm512_fmadd_ps(pb, vv[k], acc[i][k]);
-            }
+            v_slot(acc, p + (size_t)r0 * ATTN_BLK, VT, v, j, D, d0, RB, ND);
         }
         u = 0;
     }
-    for (; u; u &= u - 1) {
-        int j = __builtin_ctz(u);
-        __m512 vv[4];
-#pragma GCC unroll 4
-        for (int k = 0; k < ND; k++) vv[k] = load16(VT, v, (size_t)j * D + d0 + 16 * k);
-#pragma GCC unroll 4
-        for (int i = 0; i < RB; i++) {
-            __m512 pb = _mm512_set1_ps(p[(size_t)(r0 + i) * ATTN_BLK + j]);
-#pragma GCC unroll 4
-            for (int k = 0; k < ND; k++) acc[i][k] = _mm512_fmadd_ps(pb, vv[k], acc[i][k]);
-        }
-    }
+    for (; u; u &= u - 1) v_slot(acc, p + (size_t)r0 * ATTN_BLK, VT, v, __builtin_ctz(u), D, d0, RB, ND);
 #pragma GCC unroll 4
     for (int i = 0; i < RB; i++)
 #pragma GCC unroll 4
@@ -354,22 +319,6 @@ AI void block_back(const attn_blk *b, int set, uint32_t any, const st_type T, co
     }
 }
 
-/* Blocks i and i + 1 fold into the same rows and are both full: score them together. */
-static inline int pairable(const attn_blk *x, const attn_blk *y) {
-    return x->n == ATTN_BLK && y->n == ATTN_BLK && x->t->R <= 4 && x->t->q == y->t->q &&
-           x->t->m == y->t->m;
-}
-
-AI void pair_scores(const attn_blk *x, const attn_blk *y, const st_type T, __m512 *sx, __m512 *sy,
-                    const char *px, const char *py) {
-    switch (x->t->R) {
-    case 1: scores_two(x->t, T, x, y, 1, sx, sy, px, py); break;
-    case 2: scores_two(x->t, T, x, y, 2, sx, sy, px, py); break;
-    case 3: scores_two(x->t, T, x, y, 3, sx, sy, px, py); break;
-    default: scores_two(x->t, T, x, y, 4, sx, sy, px, py); break;
-    }
-}
-
 /* block_back of b[i] when it has slots to add; the V lines pv of a block ahead, which
  * that back half would have requested along the way, are requested either way. */
 AI void back_or_prefetch(const attn_blk *b, int i, uint32_t any, const st_type T, const char *pv,
@@ -384,37 +333,21 @@ AI void back_or_prefetch(const attn_blk *b, int i, uint32_t any, const st_type T
 AI void blocks_impl(const attn_blk *b, int n, int n_ahead, const st_type T) {
     const size_t v_bytes = (size_t)b->t->D * ATTN_BLK * attn_elem_size(T);
     uint32_t prev = 0;
-    /* pk[i], pv[i]: where block i + ATTN_PF_BLOCKS's K and V are prefetched a line or two
-     * at a time inside block i's loops (NULL: none, or burst-prefetched here) */
-    const char *pk[2] = {NULL, NULL}, *pv[3] = {NULL, NULL, NULL};
+    /* pk, pv[1]: where block i + ATTN_PF_BLOCKS's K and V are prefetched a line or two at a
+     * time inside block i's loops (NULL: none, or burst-prefetched here); pv[0] is the
+     * previous block's, consumed by its back half below */
+    const char *pk = NULL, *pv[2] = {NULL, NULL};
     for (int i = 0; i < n; i++) {
-        const int pair = i + 1 < n && pairable(&b[i], &b[i + 1]);
-        for (int j = 0; j <= pair; j++) {
-            pk[j] = NULL, pv[j + 1] = NULL;
-            if (i + j + ATTN_PF_BLOCKS >= n + n_ahead) continue;
-            const attn_blk *a = &b[i + j + ATTN_PF_BLOCKS];
+        pk = NULL, pv[1] = NULL;
+        if (i + ATTN_PF_BLOCKS < n + n_ahead) {
+            const attn_blk *a = &b[i + ATTN_PF_BLOCKS];
             if (a->n == ATTN_BLK && a->kstride == ATTN_BLK && a->t->R <= 4)
-                pk[j] = a->k, pv[j + 1] = a->v;
+                pk = a->k, pv[1] = a->v;
             else
                 attn_prefetch_blk(a);
         }
-        /* pv[0] is the previous block's, consumed by its back half below */
-        if (pair) {
-            __m512 sx[4], sy[4];
-            for (int k = 0; k < 4; k++) sx[k] = sy[k] = _mm512_setzero_ps(); /* rows >= R unused */
-            pair_scores(&b[i], &b[i + 1], T, sx, sy, pk[0], pk[1]);
-            /* the same order as unpaired: front i, back i-1, front i+1, back i */
-            uint32_t cur = front_from(&b[i], i & 1, sx);
-            back_or_prefetch(b, i - 1, prev, T, pv[0], v_bytes);
-            uint32_t nxt = front_from(&b[i + 1], (i + 1) & 1, sy);
-            back_or_prefetch(b, i, cur, T, pv[1], v_bytes);
-            prev = nxt;
-            pv[0] = pv[2];
-            i++;
-            continue;
-        }
-        uint32_t cur = b[i].n == ATTN_BLK ? block_front(&b[i], i & 1, T, 1, pk[0])
-                                           : block_front(&b[i], i & 1, T, 0, pk[0]);
+        uint32_t cur = b[i].n == ATTN_BLK ? block_front(&b[i], i & 1, T, 1, pk)
+                                           : block_front(&b[i], i & 1, T, 0, pk);
         back_or_prefetch(b, i - 1, prev, T, pv[0], v_bytes);
         prev = cur;
         pv[0] = pv[1];
@@ -429,6 +362,222 @@ static void blocks_avx512(const attn_blk *b, int n, int n_ahead) {
     case ST_TYPE_BF16: blocks_impl(b, n, n_ahead, ST_TYPE_BF16); break;
     case ST_TYPE_Q8_0: blocks_impl(b, n, n_ahead, ST_TYPE_Q8_0); break;
     default: blocks_impl(b, n, n_ahead, ST_TYPE_F32); break;
+    }
+}
+
+/* ---- decode runs ------------------------------------------------------------------------
+ * A run is folded in three passes (see st_attn_kernels.run): scores of every block into
+ * t->s, one max and the exponentials per row, then V. The passes are throughput-bound
+ * loops; the online update's chain per block (max, exp of alpha, rescale, store, reload)
+ * is gone. Memory is read in the order K of the run's blocks, their V, then the next run's
+ * K; RUN_PF blocks ahead along that order are prefetched a line or two at a time from the
+ * inner loops, as blocks_impl does. */
+
+#define RUN_PF 8 /* blocks of K or V ahead: 16 KiB in f16 with head_dim 64, as blocks_impl */
+
+/* Prefetch target of the element e of the read order "K of b[0..n), V of b[0..n), K of
+ * nx[0..nn)": a span of one full block that the loops prefetch piecewise (returned), or
+ * NULL after requesting a block of another shape at once (or past the end). */
+AI const char *run_pf(const attn_blk *b, int n, const attn_blk *nx, int nn, int e, st_type T) {
+    const attn_blk *a;
+    int is_k;
+    if (e < n) a = &b[e], is_k = 1;
+    else if (e < 2 * n) a = &b[e - n], is_k = 0;
+    else if (e - 2 * n < nn) a = &nx[e - 2 * n], is_k = 1;
+    else return NULL;
+    const size_t es = attn_elem_size(T), D = (size_t)a->t->D;
+    if (a->n == ATTN_BLK && (!is_k || a->kstride == ATTN_BLK)) return is_k ? a->k : a->v;
+    if (is_k) {
+        if (a->kstride == (size_t)a->n) attn_pf_span(a->k, 0, D * (size_t)a->n * es);
+        else
+            for (size_t d = 0; d < D; d++) ATTN_PF((const char *)a->k + d * a->kstride * es);
+    } else {
+        attn_pf_span(a->v, 0, D * (size_t)a->n * es);
+    }
+    return NULL;
+}
+
+/* The scores of rows [r0, r0 + RB) over block b, scaled and masked (-inf), stored at S. */
+AI void run_store_scores(const attn_blk *b, const __m512 *sc, float *S, int r0, const int RB) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) {
+        __m512 x = b->ks == 1.0f ? sc[i] : _mm512_mul_ps(sc[i], _mm512_set1_ps(b->ks));
+        _mm512_store_ps(S + (size_t)(r0 + i) * ATTN_BLK, _mm512_mask_mov_ps(ninf, (__mmask16)b->mask, x));
+    }
+}
+
+/* scores_two for a run: the rows' queries transposed (q4[d * 4 + i]: row i, dimension d)
+ * so that the broadcasts come from one pointer at fixed offsets, and the K rows reached by
+ * stepping pointers: with D a constant too, the loop is FMAs, loads and prefetches only
+ * (the generic form spent a third of its instructions on addresses and spills). */
+AI void run_scores_two(const float *q4, const int RB, const st_type T, const int D, const char *x,
+                       const char *y, size_t ksb, __m512 *sx, __m512 *sy, const char *px,
+                       const char *py) {
+    const size_t es = attn_elem_size(T);
+    __m512 a[4][2], c[4][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) a[i][0] = a[i][1] = c[i][0] = c[i][1] = _mm512_setzero_ps();
+    for (int d = 0; d < D; d += 2) {
+        if (px) attn_pf_span(px, (size_t)d * ATTN_BLK * es, 2 * ATTN_BLK * es);
+        if (py) attn_pf_span(py, (size_t)d * ATTN_BLK * es, 2 * ATTN_BLK * es);
+        const __m512 x0 = load16(T, x, 0), x1 = load16(T, x + ksb, 0);
+        const __m512 y0 = load16(T, y, 0), y1 = load16(T, y + ksb, 0);
+        x += 2 * ksb, y += 2 * ksb;
+#pragma GCC unroll 4
+        for (int i = 0; i < RB; i++) {
+            const __m512 q0 = _mm512_set1_ps(q4[(size_t)d * 4 + i]);
+            const __m512 q1 = _mm512_set1_ps(q4[(size_t)d * 4 + 4 + i]);
+            a[i][0] = _mm512_fmadd_ps(q0, x0, a[i][0]);
+            a[i][1] = _mm512_fmadd_ps(q1, x1, a[i][1]);
+            c[i][0] = _mm512_fmadd_ps(q0, y0, c[i][0]);
+            c[i][1] = _mm512_fmadd_ps(q1, y1, c[i][1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) {
+        sx[i] = _mm512_add_ps(a[i][0], a[i][1]);
+        sy[i] = _mm512_add_ps(c[i][0], c[i][1]);
+    }
+}
+
+/* Pass 1 for rows [r0, r0 + RB): full blocks two at a time, others alone (scores()). */
+AI void run_scores(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn,
+                   const st_type T, const int D, int r0, const int RB, int pf) {
+    const int R = t->R;
+    const float *q4 = t->q4 + (size_t)(r0 / 4) * D * 4;
+    for (int i = 0; i < n; i++) {
+        float *S = t->s + (size_t)i * R * ATTN_BLK;
+        const char *p0 = pf ? run_pf(b, n, nx, nn, i + RUN_PF, T) : NULL;
+        __m512 sx[4], sy[4];
+        if (i + 1 < n && b[i].n == ATTN_BLK && b[i + 1].n == ATTN_BLK) {
+            const char *p1 = pf ? run_pf(b, n, nx, nn, i + 1 + RUN_PF, T) : NULL;
+            run_scores_two(q4, RB, T, D, b[i].k, b[i + 1].k, b[i].kstride * attn_elem_size(T), sx, sy, p0, p1);
+            run_store_scores(&b[i], sx, S, r0, RB);
+            run_store_scores(&b[i + 1], sy, S + (size_t)R * ATTN_BLK, r0, RB);
+            i++;
+            continue;
+        }
+        const __mmask16 lm = (__mmask16)((1u << b[i].n) - 1);
+        if (b[i].n == ATTN_BLK) scores(t, T, b[i].k, b[i].kstride, lm, r0, RB, 1, sx, p0);
+        else scores(t, T, b[i].k, b[i].kstride, lm, r0, RB, 0, sx, p0);
+        run_store_scores(&b[i], sx, S, r0, RB);
+    }
+}
+
+/* Pass 2 for row r: m = the run's max, p = exp(s - m) * vs (0 where masked), l = sum p/vs
+ * spread over the 16 lanes. A row with no valid slot keeps m = -inf, l = 0 and gets p = 0. */
+AI void run_softmax(const attn_tile *t, const attn_blk *b, int n, int r, const st_type T) {
+    const int R = t->R;
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    float *S = t->s + (size_t)r * ATTN_BLK;
+    const size_t st = (size_t)R * ATTN_BLK;
+    __m512 mx = ninf;
+    for (int i = 0; i < n; i++) mx = _mm512_max_ps(mx, _mm512_load_ps(S + i * st));
+    const float M = _mm512_reduce_max_ps(mx);
+    __m512 l = _mm512_setzero_ps();
+    if (M == -INFINITY) {
+        for (int i = 0; i < n; i++) _mm512_store_ps(S + i * st, l);
+    } else {
+        const __m512 mv = _mm512_set1_ps(M);
+        for (int i = 0; i < n; i++) {
+            const __m512 x = _mm512_load_ps(S + i * st);
+            const __mmask16 live = _mm512_cmp_ps_mask(x, ninf, _CMP_NEQ_OQ);
+            const __m512 e = _mm512_maskz_mov_ps(live, exp512(_mm512_sub_ps(x, mv)));
+            l = _mm512_add_ps(l, e);
+            _mm512_store_ps(S + i * st, T == ST_TYPE_Q8_0 ? _mm512_mul_ps(e, _mm512_set1_ps(b[i].vs)) : e);
+        }
+    }
+    t->m[r] = M;
+    _mm512_store_ps(t->l + (size_t)r * ATTN_BLK, l);
+}
+
+/* Pass 3: acc[r0 .. r0 + RB)[d0, d0 + 16 * ND) = sum over the run's valid slots of p * v,
+ * in registers across the whole run. */
+AI void run_v(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn,
+              const st_type T, const int D, int r0, int d0, const int RB, const int ND, int pf) {
+    const int R = t->R;
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++)
+#pragma GCC unroll 4
+        for (int k = 0; k < ND; k++) acc[i][k] = _mm512_setzero_ps();
+    for (int x = 0; x < n; x++) {
+        const float *p = t->s + ((size_t)x * R + r0) * ATTN_BLK;
+        const void *v = b[x].v;
+        const char *pv = pf ? run_pf(b, n, nx, nn, n + x + RUN_PF, T) : NULL;
+        uint32_t u = b[x].mask;
+        if (u == 0xffff) {
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++) {
+                if (pv) attn_pf_span(pv, (size_t)j * D * attn_elem_size(T), (size_t)D * attn_elem_size(T));
+                v_slot(acc, p, T, v, j, D, d0, RB, ND);
+            }
+            continue;
+        }
+        for (; u; u &= u - 1) v_slot(acc, p, T, v, __builtin_ctz(u), D, d0, RB, ND);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++)
+#pragma GCC unroll 4
+        for (int k = 0; k < ND; k++) _mm512_store_ps(t->acc + (size_t)(r0 + i) * D + d0 + 16 * k, acc[i][k]);
+}
+
+AI void run_impl(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn,
+                 const st_type T, const int D) {
+    const int R = t->R;
+    for (int r0 = 0; r0 < R; r0 += 4) {
+        const int pf = r0 == 0;
+        switch (R - r0) {
+        case 1: run_scores(t, b, n, nx, nn, T, D, r0, 1, pf); break;
+        case 2: run_scores(t, b, n, nx, nn, T, D, r0, 2, pf); break;
+        case 3: run_scores(t, b, n, nx, nn, T, D, r0, 3, pf); break;
+        default: run_scores(t, b, n, nx, nn, T, D, r0, 4, pf); break;
+        }
+    }
+    for (int r = 0; r < R; r++) run_softmax(t, b, n, r, T);
+    for (int r0 = 0; r0 < R; r0 += 4) {
+        const int RB = R - r0 < 4 ? R - r0 : 4;
+        for (int d0 = 0; d0 < D;) {
+            const int pf = r0 == 0 && d0 == 0;
+            if (D - d0 >= 64) {
+                switch (RB) {
+                case 1: run_v(t, b, n, nx, nn, T, D, r0, d0, 1, 4, pf); break;
+                case 2: run_v(t, b, n, nx, nn, T, D, r0, d0, 2, 4, pf); break;
+                case 3: run_v(t, b, n, nx, nn, T, D, r0, d0, 3, 4, pf); break;
+                default: run_v(t, b, n, nx, nn, T, D, r0, d0, 4, 4, pf); break;
+                }
+                d0 += 64;
+            } else {
+                switch (RB) {
+                case 1: run_v(t, b, n, nx, nn, T, D, r0, d0, 1, 1, pf); break;
+                case 2: run_v(t, b, n, nx, nn, T, D, r0, d0, 2, 1, pf); break;
+                case 3: run_v(t, b, n, nx, nn, T, D, r0, d0, 3, 1, pf); break;
+                default: run_v(t, b, n, nx, nn, T, D, r0, d0, 4, 1, pf); break;
+                }
+                d0 += 16;
+            }
+        }
+    }
+}
+
+/* head_dim 64 and 128 (most llama-family models) as constants: every offset an immediate */
+AI void run_type(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn,
+                 const st_type T) {
+    switch (t->D) {
+    case 64: run_impl(t, b, n, nx, nn, T, 64); break;
+    case 128: run_impl(t, b, n, nx, nn, T, 128); break;
+    default: run_impl(t, b, n, nx, nn, T, t->D); break;
+    }
+}
+
+static void run_avx512(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn) {
+    if (n <= 0) return;
+    switch (t->type) {
+    case ST_TYPE_F16: run_type(t, b, n, nx, nn, ST_TYPE_F16); break;
+    case ST_TYPE_BF16: run_type(t, b, n, nx, nn, ST_TYPE_BF16); break;
+    case ST_TYPE_Q8_0: run_type(t, b, n, nx, nn, ST_TYPE_Q8_0); break;
+    default: run_type(t, b, n, nx, nn, ST_TYPE_F32); break;
     }
 }
 
@@ -552,5 +701,6 @@ const st_attn_kernels st_attn_kernels_avx512_ = {
     .isa = ST_ISA_AVX512,
     .d_mult = 16,
     .blocks = blocks_avx512,
+    .run = run_avx512,
     .quest = quest_avx512,
 };

@@ -51,6 +51,9 @@ typedef struct attn_tile {
     uint32_t *rm;   /* [R] row masks */
     float *kf;      /* [2][D][ATTN_BLK] K block converted to f32 (when the kernel wants it) */
     float *vf;      /* [ATTN_BLK][D] V block converted to f32 */
+    float *s;       /* decode runs: [n_blk][R][ATTN_BLK] a run's scores, then probabilities */
+    const float *q4; /* decode runs: [ceil(R / 4)][D][4] q in groups of 4 rows, transposed
+                        (row r0 + i, dimension d at q4[(r0 / 4 * D + d) * 4 + i]; 0 past R) */
 } attn_tile;
 
 /* One block of <= ATTN_BLK consecutive slots of one KV head of one page, and the tile
@@ -75,6 +78,13 @@ typedef struct st_attn_kernels {
      * b[n .. n + n_ahead) are the blocks that come next (not folded now): the kernel may
      * prefetch them, so memory streams in step with compute rather than in bursts. */
     void (*blocks)(const attn_blk *b, int n, int n_ahead);
+    /* Decode: one KV head's run, blocks b[0..n) of tile t in list order, into t's state,
+     * which it overwrites (m, l, acc: no earlier state). Every score of the run first, then
+     * one max per row, the exponentials, and V last: within a run the softmax is exact (one
+     * max, no rescaling), so no latency chain runs from block to block as in the online
+     * update. nx[0..nn) are the next run's blocks, prefetched, not folded. t->s holds
+     * n * R * ATTN_BLK floats. NULL: the driver folds runs with blocks(). */
+    void (*run)(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn);
     /* st_attn_quest_bounds with validated arguments; d_mult does not apply. */
     void (*quest)(int D, int G, const float *q, const uint16_t *box, int64_t stride,
                   int32_t n_pages, float *bound);

@@ -36,7 +36,7 @@ typedef struct tseq {
     int *page_log;        /* [n_pages] logical index of each listed page */
     int n_pages;
     void **mem;           /* [n_log] page memory (K, V, scales), NULL for holes */
-    uint64_t *masks;      /* [n_log][4] */
+    uint64_t *masks;      /* [n_log][ceil(P / 64)] */
     int n_ref;
     int64_t *ref_pos;     /* [n_ref] */
     int *ref_page;        /* [n_ref] logical page */
@@ -120,7 +120,8 @@ static void tseq_make(tseq *s, const tparams *tp, rng *r) {
     s->mem = calloc((size_t)s->n_log + 1, sizeof(void *));
     s->pages = calloc((size_t)s->n_log + 1, sizeof(st_attn_page));
     s->page_log = calloc((size_t)s->n_log + 1, sizeof(int));
-    s->masks = calloc((size_t)s->n_log * 4 + 4, sizeof(uint64_t));
+    const size_t mw = ((size_t)P + 63) / 64; /* mask words per page */
+    s->masks = calloc(((size_t)s->n_log + 1) * mw, sizeof(uint64_t));
     size_t maxref = (size_t)s->n_log * P + 1;
     s->ref_pos = malloc(maxref * sizeof(int64_t));
     s->ref_page = malloc(maxref * sizeof(int));
@@ -130,7 +131,7 @@ static void tseq_make(tseq *s, const tparams *tp, rng *r) {
     for (int i = 0; i < s->n_log; i++) {
         if (i != s->n_log - 1 && rint_(r, 100) < tp->hole_pct) continue; /* hole */
         int n_tok = (int)(tp->len - (int64_t)i * P < P ? tp->len - (int64_t)i * P : P);
-        uint64_t *mask = s->masks + (size_t)i * 4;
+        uint64_t *mask = s->masks + (size_t)i * mw;
         int masked = rint_(r, 100) < tp->mask_pct;
         for (int sl = 0; sl < P; sl++)
             if (!masked || rint_(r, 3)) mask[sl / 64] |= 1ull << (sl % 64);
@@ -290,6 +291,52 @@ TEST(test_decode_vs_reference) {
         st_attn_ws_destroy(ws);
     }
     st_ctx_destroy(ctx);
+}
+
+/* Decode shapes off the common path: group sizes that leave 1-3 rows after the groups of
+ * four (the AVX-512 run kernel's remainders), head dims whose last chunk is 16 dims, pages
+ * smaller than a block (partial blocks only), an odd page size and a page larger than
+ * ST_ATTN_MAX_PAGE_SIZE (runs are slices of it); against the reference, every ISA, and the
+ * same bits for 1 and 2 threads. */
+TEST(test_decode_odd_shapes) {
+    rng r = {11};
+    st_ctx *ctx1 = ctx_threads(1), *ctx2 = ctx_threads(2);
+    REQUIRE(ctx1 && ctx2);
+    const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16, ST_TYPE_Q8_0};
+    static const int groups[] = {3, 5, 6, 7}, dims[] = {16, 48, 80, 96}, pages[] = {1, 4, 24, 300};
+    for (int isa = 0; isa <= max_isa(); isa++) {
+        st_attn_ws *ws = NULL;
+        CHECK_OK(st_attn_ws_create((st_isa)isa, &ws));
+        REQUIRE(ws);
+        for (int it = 0; it < 16; it++) {
+            tparams tp = {.n_kv_head = 1 + rint_(&r, 2), .G = groups[it % 4], .D = dims[(it / 4) % 4],
+                          .P = pages[(it + it / 4) % 4], .type = types[(it + it / 8) % 4],
+                          .len = 1 + rint_(&r, 900), .hole_pct = 20, .mask_pct = 30};
+            if (tp.P > ST_ATTN_MAX_PAGE_SIZE) tp.hole_pct = 0; /* a contiguous cache */
+            tseq s;
+            tseq_make(&s, &tp, &r);
+            const int NH = s.g.n_head, D = tp.D;
+            float *q = rand_q(&r, (size_t)NH * D), *o = malloc(sizeof(float) * NH * D);
+            float *o1 = malloc(sizeof(float) * NH * D);
+            double *ref = malloc(sizeof(double) * NH * D), *den = malloc(sizeof(double) * NH * D);
+            st_attn_seq sq = seq_of(&s);
+            CHECK_OK(st_attn_decode(ctx2, ws, &s.g, &sq, q, o));
+            CHECK_OK(st_attn_decode(ctx1, ws, &s.g, &sq, q, o1));
+            CHECK(memcmp(o, o1, sizeof(float) * NH * D) == 0);
+            ref_attn(&s, q, INT64_MAX, NULL, ref, den);
+            double e = rel_err(o, ref, den, NH, D);
+            if (!(e <= tol_for(tp.type)))
+                fprintf(stderr, "  isa %s type %s H %d G %d D %d P %d len %lld: err %.3g\n",
+                        st_isa_name((st_isa)isa), st_type_name(tp.type), tp.n_kv_head, tp.G, D,
+                        tp.P, (long long)tp.len, e);
+            CHECK(e <= tol_for(tp.type));
+            free(q), free(o), free(o1), free(ref), free(den);
+            tseq_free(&s);
+        }
+        st_attn_ws_destroy(ws);
+    }
+    st_ctx_destroy(ctx1);
+    st_ctx_destroy(ctx2);
 }
 
 /* Chunk queries with the causal mask: the chunk is the sequence's last n_q positions. */
@@ -660,6 +707,6 @@ TEST(test_quest_bounds) {
     }
 }
 
-TEST_MAIN(test_decode_vs_reference, test_chunk_vs_reference, test_simd_vs_scalar,
+TEST_MAIN(test_decode_vs_reference, test_decode_odd_shapes, test_chunk_vs_reference, test_simd_vs_scalar,
           test_threads_bit_identical, test_batch_equals_single, test_selection,
           test_empty_and_masked, test_bad_input, test_quest_bounds)
