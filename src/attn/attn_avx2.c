@@ -1,7 +1,9 @@
-/* AVX2 + FMA + F16C block kernel (head_dim a multiple of 8). Same structure as the AVX-512
- * kernel with 8-lane vectors: the dim-major K block is converted into an f32 tile [D][16]
- * and each row's 16 scores are two 8-slot vectors of broadcast-q FMAs; V is converted once
- * into an f32 tile, then accumulated for 4 rows x 16 dims in 8 registers (AVX2 has 16). */
+/* AVX2 + FMA + F16C attention kernels (head_dim a multiple of 8): run() folds a decode run
+ * whole (the "decode runs" section), blocks() folds blocks one at a time with the online
+ * softmax (prefill). Same structure as the AVX-512 kernels with 8-lane vectors: each row's
+ * 16 scores of a block are two 8-slot vectors of broadcast-q FMAs. In blocks() the
+ * dim-major K block is converted into an f32 tile [D][16] and V once into an f32 tile, then
+ * accumulated for 4 rows x 16 dims in 8 registers (AVX2 has 16). */
 #include "attn_int.h"
 #include "core/simd_exp.h"
 
@@ -214,6 +216,186 @@ static void blocks_avx2(const attn_blk *b, int n, int n_ahead) {
     }
 }
 
+/* ---- decode runs (see st_attn_kernels.run and attn_avx512.c) ------------------------------
+ * Scores of the whole run into t->s, one max and the exponentials per row, then V with the
+ * accumulators of 4 rows x 16 dims in 8 registers across the run. A block's 16 scores are
+ * two 8-slot vectors per row: 4 rows x 2 halves are the 8 FMA chains the latency needs. */
+
+/* Scores of rows [r0, r0 + RB) over a full block whose K^T dimension rows are ksb bytes
+ * apart, queries transposed (q4[d * 4 + i]); K prefetched from pk (NULL: none). */
+AI void run_scores_blk(const float *q4, const int RB, const st_type T, const int D, const char *k,
+                       size_t ksb, __m256 (*s)[2], const char *pk) {
+    const size_t es = attn_elem_size(T);
+    __m256 a[4][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) a[i][0] = a[i][1] = _mm256_setzero_ps();
+    for (int d = 0; d < D; d++) {
+        if (pk && ((size_t)d * ATTN_BLK * es) % 64 == 0) ATTN_PF(pk + (size_t)d * ATTN_BLK * es);
+        const __m256 k0 = load8(T, k, 0), k1 = load8(T, k, 8);
+        k += ksb;
+#pragma GCC unroll 4
+        for (int i = 0; i < RB; i++) {
+            const __m256 q = _mm256_broadcast_ss(q4 + (size_t)d * 4 + i);
+            a[i][0] = _mm256_fmadd_ps(q, k0, a[i][0]);
+            a[i][1] = _mm256_fmadd_ps(q, k1, a[i][1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) s[i][0] = a[i][0], s[i][1] = a[i][1];
+}
+
+/* Pass 1 for rows [r0, r0 + RB): scaled and masked (-inf) scores into t->s. A short block
+ * (small pages, a slice's tail) is first copied into the zero-padded f32 tile t->kf. */
+AI void run_scores(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn,
+                   const st_type T, const int D, int r0, const int RB, int pf) {
+    const int R = t->R;
+    const float *q4 = t->q4 + (size_t)(r0 / 4) * D * 4;
+    for (int x = 0; x < n; x++) {
+        const char *pk = pf ? attn_run_pf(b, n, nx, nn, x + ATTN_RUN_PF, T) : NULL;
+        __m256 s[4][2];
+        if (b[x].n == ATTN_BLK) {
+            run_scores_blk(q4, RB, T, D, b[x].k, b[x].kstride * attn_elem_size(T), s, pk);
+        } else {
+            float *kf = t->kf;
+            for (int d = 0; d < D; d++)
+                for (int j = 0; j < ATTN_BLK; j++)
+                    kf[(size_t)d * 16 + j] = j < b[x].n ? attn_elem(T, b[x].k, (size_t)d * b[x].kstride + j) : 0.0f;
+            run_scores_blk(q4, RB, ST_TYPE_F32, D, (const char *)kf, 16 * sizeof(float), s, NULL);
+        }
+        float *S = t->s + ((size_t)x * R + r0) * ATTN_BLK;
+        const __m256 ks = _mm256_set1_ps(b[x].ks), ninf = _mm256_set1_ps(-INFINITY);
+        const __m256 lo = lane_mask(b[x].mask), hi = lane_mask(b[x].mask >> 8);
+#pragma GCC unroll 4
+        for (int i = 0; i < RB; i++) {
+            _mm256_store_ps(S + (size_t)i * ATTN_BLK, _mm256_blendv_ps(ninf, _mm256_mul_ps(s[i][0], ks), lo));
+            _mm256_store_ps(S + (size_t)i * ATTN_BLK + 8, _mm256_blendv_ps(ninf, _mm256_mul_ps(s[i][1], ks), hi));
+        }
+    }
+}
+
+/* Pass 2 for row r (as attn_avx512.c's run_softmax): m = the run's max, p = exp(s - m) * vs
+ * (0 where masked), l = the sum of exp(s - m) spread over lanes. */
+AI void run_softmax(const attn_tile *t, const attn_blk *b, int n, int r, const st_type T) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    float *S = t->s + (size_t)r * ATTN_BLK;
+    const size_t st = (size_t)t->R * ATTN_BLK;
+    __m256 mx = ninf;
+    for (int i = 0; i < n; i++)
+        mx = _mm256_max_ps(mx, _mm256_max_ps(_mm256_load_ps(S + i * st), _mm256_load_ps(S + i * st + 8)));
+    const float M = hmax8(mx);
+    __m256 l0 = _mm256_setzero_ps(), l1 = l0;
+    if (M == -INFINITY) {
+        for (int i = 0; i < n; i++) _mm256_store_ps(S + i * st, l0), _mm256_store_ps(S + i * st + 8, l0);
+    } else {
+        const __m256 mv = _mm256_set1_ps(M);
+        for (int i = 0; i < n; i++) {
+            const __m256 x0 = _mm256_load_ps(S + i * st), x1 = _mm256_load_ps(S + i * st + 8);
+            const __m256 e0 = _mm256_and_ps(_mm256_cmp_ps(x0, ninf, _CMP_NEQ_OQ), exp256(_mm256_sub_ps(x0, mv)));
+            const __m256 e1 = _mm256_and_ps(_mm256_cmp_ps(x1, ninf, _CMP_NEQ_OQ), exp256(_mm256_sub_ps(x1, mv)));
+            l0 = _mm256_add_ps(l0, e0), l1 = _mm256_add_ps(l1, e1);
+            const __m256 vs = _mm256_set1_ps(T == ST_TYPE_Q8_0 ? b[i].vs : 1.0f);
+            _mm256_store_ps(S + i * st, _mm256_mul_ps(e0, vs));
+            _mm256_store_ps(S + i * st + 8, _mm256_mul_ps(e1, vs));
+        }
+    }
+    t->m[r] = M;
+    _mm256_store_ps(t->l + (size_t)r * ATTN_BLK, l0);
+    _mm256_store_ps(t->l + (size_t)r * ATTN_BLK + 8, l1);
+}
+
+/* One slot j of V into RB rows x 8*ND dims: acc[i][k] += p[i * ATTN_BLK + j] * v[j][d0 + 8k]. */
+AI void run_v_slot(__m256 (*acc)[2], const float *p, const st_type T, const void *v, int j, int D,
+                   int d0, const int RB, const int ND) {
+    __m256 vv[2];
+#pragma GCC unroll 2
+    for (int k = 0; k < ND; k++) vv[k] = load8(T, v, (size_t)j * D + d0 + 8 * k);
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) {
+        const __m256 pb = _mm256_broadcast_ss(p + (size_t)i * ATTN_BLK + j);
+#pragma GCC unroll 2
+        for (int k = 0; k < ND; k++) acc[i][k] = _mm256_fmadd_ps(pb, vv[k], acc[i][k]);
+    }
+}
+
+/* Pass 3: acc[r0 .. r0 + RB)[d0, d0 + 8 * ND) = sum over the run's valid slots of p * v. */
+AI void run_v(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn,
+              const st_type T, const int D, int r0, int d0, const int RB, const int ND, int pf) {
+    const size_t vrow = (size_t)D * attn_elem_size(T);
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int x = 0; x < n; x++) {
+        const float *p = t->s + ((size_t)x * t->R + r0) * ATTN_BLK;
+        const char *pv = pf ? attn_run_pf(b, n, nx, nn, n + x + ATTN_RUN_PF, T) : NULL;
+        uint32_t u = b[x].mask;
+        if (u == 0xffff) {
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++) {
+                if (pv) attn_pf_span(pv, (size_t)j * vrow, vrow);
+                run_v_slot(acc, p, T, b[x].v, j, D, d0, RB, ND);
+            }
+            continue;
+        }
+        if (pv) attn_pf_span(pv, 0, vrow * ATTN_BLK);
+        for (; u; u &= u - 1) run_v_slot(acc, p, T, b[x].v, __builtin_ctz(u), D, d0, RB, ND);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++)
+#pragma GCC unroll 2
+        for (int k = 0; k < ND; k++) _mm256_store_ps(t->acc + (size_t)(r0 + i) * D + d0 + 8 * k, acc[i][k]);
+}
+
+AI void run_rows(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn,
+                 const st_type T, const int D, int r0, const int RB) {
+    for (int d0 = 0; d0 < D;) {
+        const int pf = r0 == 0 && d0 == 0;
+        if (D - d0 >= 16) run_v(t, b, n, nx, nn, T, D, r0, d0, RB, 2, pf), d0 += 16;
+        else run_v(t, b, n, nx, nn, T, D, r0, d0, RB, 1, pf), d0 += 8;
+    }
+}
+
+AI void run_impl(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn,
+                 const st_type T, const int D) {
+    const int R = t->R;
+    for (int r0 = 0; r0 < R; r0 += 4) {
+        const int pf = r0 == 0;
+        switch (R - r0) {
+        case 1: run_scores(t, b, n, nx, nn, T, D, r0, 1, pf); break;
+        case 2: run_scores(t, b, n, nx, nn, T, D, r0, 2, pf); break;
+        case 3: run_scores(t, b, n, nx, nn, T, D, r0, 3, pf); break;
+        default: run_scores(t, b, n, nx, nn, T, D, r0, 4, pf); break;
+        }
+    }
+    for (int r = 0; r < R; r++) run_softmax(t, b, n, r, T);
+    for (int r0 = 0; r0 < R; r0 += 4) {
+        switch (R - r0) {
+        case 1: run_rows(t, b, n, nx, nn, T, D, r0, 1); break;
+        case 2: run_rows(t, b, n, nx, nn, T, D, r0, 2); break;
+        case 3: run_rows(t, b, n, nx, nn, T, D, r0, 3); break;
+        default: run_rows(t, b, n, nx, nn, T, D, r0, 4); break;
+        }
+    }
+}
+
+AI void run_type(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn,
+                 const st_type T) {
+    switch (t->D) {
+    case 64: run_impl(t, b, n, nx, nn, T, 64); break;
+    case 128: run_impl(t, b, n, nx, nn, T, 128); break;
+    default: run_impl(t, b, n, nx, nn, T, t->D); break;
+    }
+}
+
+static void run_avx2(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn) {
+    if (n <= 0) return;
+    switch (t->type) {
+    case ST_TYPE_F16: run_type(t, b, n, nx, nn, ST_TYPE_F16); break;
+    case ST_TYPE_BF16: run_type(t, b, n, nx, nn, ST_TYPE_BF16); break;
+    case ST_TYPE_Q8_0: run_type(t, b, n, nx, nn, ST_TYPE_Q8_0); break;
+    default: run_type(t, b, n, nx, nn, ST_TYPE_F32); break;
+    }
+}
+
 #define QUEST_MAX_QD 2048 /* floats of q+ / q- kept on the stack */
 
 /* Bound of one page for NG heads (NG a constant after inlining, so the accumulators live
@@ -301,5 +483,6 @@ const st_attn_kernels st_attn_kernels_avx2_ = {
     .isa = ST_ISA_AVX2,
     .d_mult = 8,
     .blocks = blocks_avx2,
+    .run = run_avx2,
     .quest = quest_avx2,
 };

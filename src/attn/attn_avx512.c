@@ -370,32 +370,9 @@ static void blocks_avx512(const attn_blk *b, int n, int n_ahead) {
  * t->s, one max and the exponentials per row, then V. The passes are throughput-bound
  * loops; the online update's chain per block (max, exp of alpha, rescale, store, reload)
  * is gone. Memory is read in the order K of the run's blocks, their V, then the next run's
- * K; RUN_PF blocks ahead along that order are prefetched a line or two at a time from the
+ * K; ATTN_RUN_PF blocks ahead along that order are prefetched a line or two at a time from the
  * inner loops, as blocks_impl does. */
 
-#define RUN_PF 8 /* blocks of K or V ahead: 16 KiB in f16 with head_dim 64, as blocks_impl */
-
-/* Prefetch target of the element e of the read order "K of b[0..n), V of b[0..n), K of
- * nx[0..nn)": a span of one full block that the loops prefetch piecewise (returned), or
- * NULL after requesting a block of another shape at once (or past the end). */
-AI const char *run_pf(const attn_blk *b, int n, const attn_blk *nx, int nn, int e, st_type T) {
-    const attn_blk *a;
-    int is_k;
-    if (e < n) a = &b[e], is_k = 1;
-    else if (e < 2 * n) a = &b[e - n], is_k = 0;
-    else if (e - 2 * n < nn) a = &nx[e - 2 * n], is_k = 1;
-    else return NULL;
-    const size_t es = attn_elem_size(T), D = (size_t)a->t->D;
-    if (a->n == ATTN_BLK && (!is_k || a->kstride == ATTN_BLK)) return is_k ? a->k : a->v;
-    if (is_k) {
-        if (a->kstride == (size_t)a->n) attn_pf_span(a->k, 0, D * (size_t)a->n * es);
-        else
-            for (size_t d = 0; d < D; d++) ATTN_PF((const char *)a->k + d * a->kstride * es);
-    } else {
-        attn_pf_span(a->v, 0, D * (size_t)a->n * es);
-    }
-    return NULL;
-}
 
 /* The scores of rows [r0, r0 + RB) over block b, scaled and masked (-inf), stored at S. */
 AI void run_store_scores(const attn_blk *b, const __m512 *sc, float *S, int r0, const int RB) {
@@ -448,10 +425,10 @@ AI void run_scores(const attn_tile *t, const attn_blk *b, int n, const attn_blk 
     const float *q4 = t->q4 + (size_t)(r0 / 4) * D * 4;
     for (int i = 0; i < n; i++) {
         float *S = t->s + (size_t)i * R * ATTN_BLK;
-        const char *p0 = pf ? run_pf(b, n, nx, nn, i + RUN_PF, T) : NULL;
+        const char *p0 = pf ? attn_run_pf(b, n, nx, nn, i + ATTN_RUN_PF, T) : NULL;
         __m512 sx[4], sy[4];
         if (i + 1 < n && b[i].n == ATTN_BLK && b[i + 1].n == ATTN_BLK) {
-            const char *p1 = pf ? run_pf(b, n, nx, nn, i + 1 + RUN_PF, T) : NULL;
+            const char *p1 = pf ? attn_run_pf(b, n, nx, nn, i + 1 + ATTN_RUN_PF, T) : NULL;
             run_scores_two(q4, RB, T, D, b[i].k, b[i + 1].k, b[i].kstride * attn_elem_size(T), sx, sy, p0, p1);
             run_store_scores(&b[i], sx, S, r0, RB);
             run_store_scores(&b[i + 1], sy, S + (size_t)R * ATTN_BLK, r0, RB);
@@ -505,7 +482,7 @@ AI void run_v(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, 
     for (int x = 0; x < n; x++) {
         const float *p = t->s + ((size_t)x * R + r0) * ATTN_BLK;
         const void *v = b[x].v;
-        const char *pv = pf ? run_pf(b, n, nx, nn, n + x + RUN_PF, T) : NULL;
+        const char *pv = pf ? attn_run_pf(b, n, nx, nn, n + x + ATTN_RUN_PF, T) : NULL;
         uint32_t u = b[x].mask;
         if (u == 0xffff) {
 #pragma GCC unroll 16

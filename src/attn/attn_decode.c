@@ -6,7 +6,7 @@
  * One item is one run of one sequence for ALL its KV heads, walked head after head: the KV
  * library stores a page's heads next to each other (K^T [n_kv_head][D][P], then V), so an
  * item reads the same page slabs throughout, and the kernel prefetches the next head's
- * blocks while it computes. A kernel with run() (AVX-512) folds each head's run whole:
+ * blocks while it computes. A kernel with run() (AVX-512, AVX2) folds each head's run whole:
  * scores, one max, exponentials, then V (no online rescaling inside a run); the others get
  * the run's blocks in order through blocks(). With a per-head selection (Quest) head h
  * walks its own list; run c of head h is positions [c*pps, (c+1)*pps) of that list, so a

@@ -156,4 +156,30 @@ static inline void attn_prefetch_blk(const attn_blk *b) {
     attn_pf_span(v, 0, D * (size_t)b->n * es);
 }
 
+/* Decode runs: blocks of K or V prefetched ahead along the order "K of the run's blocks,
+ * their V, K of the next run's blocks": 16 KiB in f16 with head_dim 64, as ATTN_PF_BLOCKS. */
+#define ATTN_RUN_PF 8
+
+/* Prefetch target of the element e of the read order "K of b[0..n), V of b[0..n), K of
+ * nx[0..nn)": a span of one full block that the loops prefetch piecewise (returned), or
+ * NULL after requesting a block of another shape at once (or past the end). */
+static inline const char *attn_run_pf(const attn_blk *b, int n, const attn_blk *nx, int nn, int e, st_type T) {
+    const attn_blk *a;
+    int is_k;
+    if (e < n) a = &b[e], is_k = 1;
+    else if (e < 2 * n) a = &b[e - n], is_k = 0;
+    else if (e - 2 * n < nn) a = &nx[e - 2 * n], is_k = 1;
+    else return NULL;
+    const size_t es = attn_elem_size(T), D = (size_t)a->t->D;
+    if (a->n == ATTN_BLK && (!is_k || a->kstride == ATTN_BLK)) return is_k ? a->k : a->v;
+    if (is_k) {
+        if (a->kstride == (size_t)a->n) attn_pf_span(a->k, 0, D * (size_t)a->n * es);
+        else
+            for (size_t d = 0; d < D; d++) ATTN_PF((const char *)a->k + d * a->kstride * es);
+    } else {
+        attn_pf_span(a->v, 0, D * (size_t)a->n * es);
+    }
+    return NULL;
+}
+
 #endif

@@ -294,7 +294,7 @@ TEST(test_decode_vs_reference) {
 }
 
 /* Decode shapes off the common path: group sizes that leave 1-3 rows after the groups of
- * four (the AVX-512 run kernel's remainders), head dims whose last chunk is 16 dims, pages
+ * four (the run kernels' remainders), head dims whose last chunk is 16 or 8 dims, pages
  * smaller than a block (partial blocks only), an odd page size and a page larger than
  * ST_ATTN_MAX_PAGE_SIZE (runs are slices of it); against the reference, every ISA, and the
  * same bits for 1 and 2 threads. */
@@ -303,7 +303,7 @@ TEST(test_decode_odd_shapes) {
     st_ctx *ctx1 = ctx_threads(1), *ctx2 = ctx_threads(2);
     REQUIRE(ctx1 && ctx2);
     const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16, ST_TYPE_Q8_0};
-    static const int groups[] = {3, 5, 6, 7}, dims[] = {16, 48, 80, 96}, pages[] = {1, 4, 24, 300};
+    static const int groups[] = {3, 5, 6, 7}, dims[] = {16, 40, 80, 96}, pages[] = {1, 4, 24, 300};
     for (int isa = 0; isa <= max_isa(); isa++) {
         st_attn_ws *ws = NULL;
         CHECK_OK(st_attn_ws_create((st_isa)isa, &ws));
