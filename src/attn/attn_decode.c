@@ -88,14 +88,14 @@ static int scale_queries(st_attn_ws *ws, const float *q, size_t q_need) {
                 for (; d + 4 <= D; d += 4, dst += 16) {
                     const attn_v4 x0 = v4_load(src + d), x1 = v4_load(src + D + d);
                     const attn_v4 x2 = v4_load(src + 2 * D + d), x3 = v4_load(src + 3 * D + d);
-                    const attn_v4 t0 = __builtin_shuffle(x0, x1, (attn_i4){0, 4, 1, 5});
-                    const attn_v4 t1 = __builtin_shuffle(x0, x1, (attn_i4){2, 6, 3, 7});
-                    const attn_v4 t2 = __builtin_shuffle(x2, x3, (attn_i4){0, 4, 1, 5});
-                    const attn_v4 t3 = __builtin_shuffle(x2, x3, (attn_i4){2, 6, 3, 7});
-                    v4_store(dst, __builtin_shuffle(t0, t2, (attn_i4){0, 1, 4, 5}));
-                    v4_store(dst + 4, __builtin_shuffle(t0, t2, (attn_i4){2, 3, 6, 7}));
-                    v4_store(dst + 8, __builtin_shuffle(t1, t3, (attn_i4){0, 1, 4, 5}));
-                    v4_store(dst + 12, __builtin_shuffle(t1, t3, (attn_i4){2, 3, 6, 7}));
+                    const attn_v4 t0 = __builtin_shufflevector(x0, x1, 0, 4, 1, 5);
+                    const attn_v4 t1 = __builtin_shufflevector(x0, x1, 2, 6, 3, 7);
+                    const attn_v4 t2 = __builtin_shufflevector(x2, x3, 0, 4, 1, 5);
+                    const attn_v4 t3 = __builtin_shufflevector(x2, x3, 2, 6, 3, 7);
+                    v4_store(dst, __builtin_shufflevector(t0, t2, 0, 1, 4, 5));
+                    v4_store(dst + 4, __builtin_shufflevector(t0, t2, 2, 3, 6, 7));
+                    v4_store(dst + 8, __builtin_shufflevector(t1, t3, 0, 1, 4, 5));
+                    v4_store(dst + 12, __builtin_shufflevector(t1, t3, 2, 3, 6, 7));
                 }
             for (; d < D; d++, dst += 4)
                 for (size_t r = 0; r < 4; r++) dst[r] = r < nr ? src[r * D + d] : 0.0f;

@@ -70,7 +70,6 @@ static inline size_t r16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 /* GCC vector types: SIMD in the portable driver files (built for the baseline ISA). */
 typedef float attn_v4 __attribute__((vector_size(16)));
-typedef int attn_i4 __attribute__((vector_size(16)));
 
 static inline attn_v4 v4_load(const float *p) {
     attn_v4 x;
