@@ -102,46 +102,8 @@ attn_tile attn_tile_at(st_attn_ws *ws, int ith, int R) {
 
 /* ---- the page walk ---------------------------------------------------------------------- */
 
-void attn_prefetch_page(const st_attn_geom *g, const st_attn_page *p, int32_t h) {
-    size_t es = attn_elem_size(g->type);
-    size_t bytes = (size_t)p->n_tokens * (size_t)g->head_dim * es;
-    if (bytes > ATTN_PF_MAX_BYTES || !p->n_tokens) return;
-    size_t off = (size_t)h * (size_t)g->page_size * (size_t)g->head_dim * es;
-    const char *k = (const char *)p->k + off, *v = (const char *)p->v + off;
-    for (size_t o = 0; o < bytes; o += 64) {
-        __builtin_prefetch(k + o, 0, 3);
-        __builtin_prefetch(v + o, 0, 3);
-    }
-}
 
-void attn_batch_flush(attn_batch *bt, int final) {
-    if (!bt->n) return;
-    const int keep = final || bt->n <= ATTN_PF_BLOCKS ? 0 : ATTN_PF_BLOCKS;
-    const int run = bt->n - keep;
-    bt->k->blocks(bt->b, run, keep);
-    for (int i = 0; i < keep; i++) {
-        bt->t[i] = bt->t[run + i];
-        bt->b[i] = bt->b[run + i];
-        bt->b[i].t = &bt->t[i];
-    }
-    bt->n = keep;
-}
 
-void attn_walk_page(attn_batch *bt, const attn_tile *t, const st_attn_geom *g,
-                      const st_attn_page *p, int32_t h, int32_t s0, int32_t s1, int64_t max_pos) {
-    if (s1 > p->n_tokens) s1 = p->n_tokens;
-    if (s0 >= s1 || p->pos0 + s0 > max_pos) return;
-    for (int32_t s = s0; s < s1; s += ATTN_BLK) {
-        if (p->pos0 + s > max_pos) break;
-        attn_blk b = page_blk(t, g, p, h, s, s1);
-        if (!b.mask) continue;
-        if (bt->n == ATTN_BATCH) attn_batch_flush(bt, 0);
-        int i = bt->n++;
-        bt->t[i] = *t;
-        bt->b[i] = b;
-        bt->b[i].t = &bt->t[i];
-    }
-}
 
 void attn_tile_reset(const attn_tile *t) {
     for (int r = 0; r < t->R; r++) t->m[r] = -INFINITY;

@@ -482,6 +482,7 @@ static void quest_avx2(int D, int G, const float *q, const uint16_t *box, int64_
 const st_attn_kernels st_attn_kernels_avx2_ = {
     .isa = ST_ISA_AVX2,
     .d_mult = 8,
+    .chunk_rows = 32,
     .blocks = blocks_avx2,
     .run = run_avx2,
     .quest = quest_avx2,

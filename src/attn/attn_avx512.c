@@ -677,6 +677,7 @@ static void quest_avx512(int D, int G, const float *q, const uint16_t *box, int6
 const st_attn_kernels st_attn_kernels_avx512_ = {
     .isa = ST_ISA_AVX512,
     .d_mult = 16,
+    .chunk_rows = 128,
     .blocks = blocks_avx512,
     .run = run_avx512,
     .quest = quest_avx512,

@@ -70,7 +70,8 @@ int st_attn_chunk(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, const st_a
     if (!rc) rc = attn_check_seq(ctx, g, seq, 0);
     if (rc || n_q == 0) return rc;
     const int32_t H = g->n_kv_head, G = g->n_head / H;
-    int32_t T = ATTN_CHUNK_ROWS / G > 1 ? ATTN_CHUNK_ROWS / G : 1;
+    const int rows = attn_ws_kernels(ws)->chunk_rows;
+    int32_t T = rows / G > 1 ? rows / G : 1;
     if (T > n_q) T = n_q;
     const int32_t n_tiles = (n_q + T - 1) / T;
     const size_t n_items = (size_t)H * (size_t)n_tiles;

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ATTN_CHUNK_ROWS 32 /* rows (queries x group heads) per chunk tile */
+#define ATTN_CHUNK_ROWS 32 /* rows (queries x group heads) per streaming chunk tile */
 #define ATTN_PF_PAGES 1    /* software prefetch distance, in pages of the list */
 #define ATTN_PF_MAX_BYTES (64 << 10) /* larger "pages" (contiguous caches): leave it to HW */
 /* Row updates (runs x query heads x head_dim) below which the decode merge runs on the
@@ -127,7 +127,57 @@ static inline const attn_item *attn_next_item(st_attn_ws *ws) {
     return i < ws->n_items ? &ws->items[i] : NULL;
 }
 
-/* attn.c */
+/* ---- the page walk: inline, the chunk tiles call it for every page of the list (out of
+ * line, prefill at a 7.5k context lost 3%) ---- */
+
+/* Prefetches KV head h of page p (when small enough to be worth it). */
+static inline void attn_prefetch_page(const st_attn_geom *g, const st_attn_page *p, int32_t h) {
+    size_t es = attn_elem_size(g->type);
+    size_t bytes = (size_t)p->n_tokens * (size_t)g->head_dim * es;
+    if (bytes > ATTN_PF_MAX_BYTES || !p->n_tokens) return;
+    size_t off = (size_t)h * (size_t)g->page_size * (size_t)g->head_dim * es;
+    const char *k = (const char *)p->k + off, *v = (const char *)p->v + off;
+    for (size_t o = 0; o < bytes; o += 64) {
+        __builtin_prefetch(k + o, 0, 3);
+        __builtin_prefetch(v + o, 0, 3);
+    }
+}
+
+/* Folds the queued blocks. Unless final, the last ATTN_PF_BLOCKS stay queued (moved to
+ * the front) so the kernel can prefetch them while it folds the others. */
+static inline void attn_batch_flush(attn_batch *bt, int final) {
+    if (!bt->n) return;
+    const int keep = final || bt->n <= ATTN_PF_BLOCKS ? 0 : ATTN_PF_BLOCKS;
+    const int run = bt->n - keep;
+    bt->k->blocks(bt->b, run, keep);
+    for (int i = 0; i < keep; i++) {
+        bt->t[i] = bt->t[run + i];
+        bt->b[i] = bt->b[run + i];
+        bt->b[i].t = &bt->t[i];
+    }
+    bt->n = keep;
+}
+
+/* Queues slots [s0, s1) of KV head h of page p for tile t; slots after max_pos are not
+ * visited. s0 is a multiple of ATTN_BLK. */
+static inline void attn_walk_page(attn_batch *bt, const attn_tile *t, const st_attn_geom *g,
+                                  const st_attn_page *p, int32_t h, int32_t s0, int32_t s1, int64_t max_pos) {
+    if (s1 > p->n_tokens) s1 = p->n_tokens;
+    if (s0 >= s1 || p->pos0 + s0 > max_pos) return;
+    for (int32_t s = s0; s < s1; s += ATTN_BLK) {
+        if (p->pos0 + s > max_pos) break;
+        attn_blk b = page_blk(t, g, p, h, s, s1);
+        if (!b.mask) continue;
+        if (bt->n == ATTN_BATCH) attn_batch_flush(bt, 0);
+        int i = bt->n++;
+        bt->t[i] = *t;
+        bt->b[i] = b;
+        bt->b[i].t = &bt->t[i];
+    }
+}
+
+/* ---- attn.c ---- */
+
 /* Grows an aligned float buffer to n floats (zeroed, so scratch never holds uninitialized
  * bytes). Old contents are not kept. 0 or ST_E_NOMEM. */
 int attn_grow_floats(float **buf, size_t *cap, size_t n);
@@ -137,15 +187,6 @@ int attn_grow_items(st_attn_ws *ws, size_t n_items, size_t n_runs);
 tile_layout attn_layout_for(size_t R, size_t D, size_t n_blk);
 /* Thread ith's tile of R rows in the call in flight (pointers into its scratch). */
 attn_tile attn_tile_at(st_attn_ws *ws, int ith, int R);
-/* Prefetches KV head h of page p (when small enough to be worth it). */
-void attn_prefetch_page(const st_attn_geom *g, const st_attn_page *p, int32_t h);
-/* Folds the queued blocks. Unless final, the last ATTN_PF_BLOCKS stay queued (moved to
- * the front) so the kernel can prefetch them while it folds the others. */
-void attn_batch_flush(attn_batch *bt, int final);
-/* Queues slots [s0, s1) of KV head h of page p for tile t; slots after max_pos are not
- * visited. s0 is a multiple of ATTN_BLK. */
-void attn_walk_page(attn_batch *bt, const attn_tile *t, const st_attn_geom *g,
-                    const st_attn_page *p, int32_t h, int32_t s0, int32_t s1, int64_t max_pos);
 /* m = -inf, l = 0, acc = 0 */
 void attn_tile_reset(const attn_tile *t);
 /* out = acc / l, or zeros for a row that saw no token. */

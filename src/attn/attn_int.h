@@ -73,6 +73,10 @@ typedef struct attn_blk {
 typedef struct st_attn_kernels {
     st_isa isa;
     int d_mult; /* head_dim must be a multiple of this, else the scalar table is used */
+    /* Rows (queries x group heads) per st_attn_chunk tile: more rows reuse each converted
+     * K/V block more, as long as the tile's state stays near L1. (The streaming chunk API
+     * sizes its caller's state without a workspace, so it keeps ATTN_CHUNK_ROWS.) */
+    int chunk_rows;
     /* Folds blocks b[0..n) in order into their tiles' online-softmax states. Tiles may
      * differ from block to block (several KV heads of a page) and share scratch.
      * b[n .. n + n_ahead) are the blocks that come next (not folded now): the kernel may

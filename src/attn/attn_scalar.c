@@ -75,6 +75,7 @@ static void quest_scalar(int D, int G, const float *q, const uint16_t *box, int6
 const st_attn_kernels st_attn_kernels_scalar_ = {
     .isa = ST_ISA_SCALAR,
     .d_mult = 1,
+    .chunk_rows = 32,
     .blocks = blocks_scalar,
     .quest = quest_scalar,
 };

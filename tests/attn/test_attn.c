@@ -293,6 +293,46 @@ TEST(test_decode_vs_reference) {
     st_ctx_destroy(ctx);
 }
 
+/* A prefill chunk longer than one tile of every ISA (AVX-512 tiles hold 128 rows, the
+ * others 32): the tiles' edges fall inside pages and across the causal diagonal. */
+TEST(test_chunk_many_tiles) {
+    rng r = {12};
+    st_ctx *ctx = ctx_threads(2);
+    REQUIRE(ctx);
+    for (int isa = 0; isa <= max_isa(); isa++) {
+        st_attn_ws *ws = NULL;
+        CHECK_OK(st_attn_ws_create((st_isa)isa, &ws));
+        REQUIRE(ws);
+        for (int it = 0; it < 2; it++) {
+            tparams tp = {.n_kv_head = 1 + it, .G = 2 + it, .D = 32, .P = 16,
+                          .type = it ? ST_TYPE_F16 : ST_TYPE_F32, .len = 380 + rint_(&r, 40),
+                          .hole_pct = 10, .mask_pct = 20};
+            tseq s;
+            tseq_make(&s, &tp, &r);
+            const int NH = s.g.n_head, D = tp.D, n_q = 150 + rint_(&r, 100);
+            const int64_t pos0 = tp.len - n_q;
+            float *q = rand_q(&r, (size_t)n_q * NH * D), *o = malloc(sizeof(float) * n_q * NH * D);
+            double *ref = malloc(sizeof(double) * NH * D), *den = malloc(sizeof(double) * NH * D);
+            st_attn_seq sq = seq_of(&s);
+            CHECK_OK(st_attn_chunk(ctx, ws, &s.g, &sq, q, n_q, pos0, o));
+            double worst = 0;
+            for (int i = 0; i < n_q; i++) {
+                ref_attn(&s, q + (size_t)i * NH * D, pos0 + i, NULL, ref, den);
+                double e = rel_err(o + (size_t)i * NH * D, ref, den, NH, D);
+                if (!(e <= worst)) worst = e;
+            }
+            if (!(worst <= tol_for(tp.type)))
+                fprintf(stderr, "  isa %s type %s G %d n_q %d: err %.3g\n", st_isa_name((st_isa)isa),
+                        st_type_name(tp.type), tp.G, n_q, worst);
+            CHECK(worst <= tol_for(tp.type));
+            free(q), free(o), free(ref), free(den);
+            tseq_free(&s);
+        }
+        st_attn_ws_destroy(ws);
+    }
+    st_ctx_destroy(ctx);
+}
+
 /* Decode shapes off the common path: group sizes that leave 1-3 rows after the groups of
  * four (the run kernels' remainders), head dims whose last chunk is 16 or 8 dims, pages
  * smaller than a block (partial blocks only), an odd page size and a page larger than
@@ -707,6 +747,6 @@ TEST(test_quest_bounds) {
     }
 }
 
-TEST_MAIN(test_decode_vs_reference, test_decode_odd_shapes, test_chunk_vs_reference, test_simd_vs_scalar,
+TEST_MAIN(test_decode_vs_reference, test_decode_odd_shapes, test_chunk_many_tiles, test_chunk_vs_reference, test_simd_vs_scalar,
           test_threads_bit_identical, test_batch_equals_single, test_selection,
           test_empty_and_masked, test_bad_input, test_quest_bounds)
