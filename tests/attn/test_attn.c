@@ -256,6 +256,31 @@ static const int k_dims[] = {32, 64, 128};
 static const int k_groups[] = {1, 2, 4, 8};
 static const int k_pages[] = {8, 16, 64};
 
+/* Decode of the sequence against the double reference; with ctx1 (NULL: no), also the same
+ * bits from ctx1's thread count. */
+static void check_decode(st_ctx *ctx, st_ctx *ctx1, st_attn_ws *ws, st_isa isa, const tparams *tp, rng *r) {
+    tseq s;
+    tseq_make(&s, tp, r);
+    const int NH = s.g.n_head, D = tp->D;
+    float *q = rand_q(r, (size_t)NH * D), *o = malloc(sizeof(float) * NH * D);
+    float *o1 = malloc(sizeof(float) * NH * D);
+    double *ref = malloc(sizeof(double) * NH * D), *den = malloc(sizeof(double) * NH * D);
+    st_attn_seq sq = seq_of(&s);
+    CHECK_OK(st_attn_decode(ctx, ws, &s.g, &sq, q, o));
+    if (ctx1) {
+        CHECK_OK(st_attn_decode(ctx1, ws, &s.g, &sq, q, o1));
+        CHECK(memcmp(o, o1, sizeof(float) * NH * D) == 0);
+    }
+    ref_attn(&s, q, INT64_MAX, NULL, ref, den);
+    double e = rel_err(o, ref, den, NH, D);
+    if (!(e <= tol_for(tp->type)))
+        fprintf(stderr, "  isa %s type %s H %d G %d D %d P %d len %lld: err %.3g\n", st_isa_name(isa),
+                st_type_name(tp->type), tp->n_kv_head, tp->G, D, tp->P, (long long)tp->len, e);
+    CHECK(e <= tol_for(tp->type));
+    free(q), free(o), free(o1), free(ref), free(den);
+    tseq_free(&s);
+}
+
 /* Decode over random geometry for every type and ISA, against the double reference. */
 TEST(test_decode_vs_reference) {
     rng r = {1};
@@ -271,26 +296,37 @@ TEST(test_decode_vs_reference) {
                           .D = k_dims[(it / 4) % 3], .P = k_pages[rint_(&r, 3)],
                           .type = types[(it + it / 12) % 4], .len = 1 + rint_(&r, 700),
                           .hole_pct = 20, .mask_pct = 30};
-            tseq s;
-            tseq_make(&s, &tp, &r);
-            const int NH = s.g.n_head, D = tp.D;
-            float *q = rand_q(&r, (size_t)NH * D), *o = malloc(sizeof(float) * NH * D);
-            double *ref = malloc(sizeof(double) * NH * D), *den = malloc(sizeof(double) * NH * D);
-            st_attn_seq sq = seq_of(&s);
-            CHECK_OK(st_attn_decode(ctx, ws, &s.g, &sq, q, o));
-            ref_attn(&s, q, INT64_MAX, NULL, ref, den);
-            double e = rel_err(o, ref, den, NH, D);
-            if (!(e <= tol_for(tp.type)))
-                fprintf(stderr, "  isa %s type %s H %d G %d D %d P %d len %lld: err %.3g\n",
-                        st_isa_name((st_isa)isa), st_type_name(tp.type), tp.n_kv_head, tp.G, D,
-                        tp.P, (long long)tp.len, e);
-            CHECK(e <= tol_for(tp.type));
-            free(q), free(o), free(ref), free(den);
-            tseq_free(&s);
+            check_decode(ctx, NULL, ws, (st_isa)isa, &tp, &r);
         }
         st_attn_ws_destroy(ws);
     }
     st_ctx_destroy(ctx);
+}
+
+/* Chunk of the sequence's last n_q positions (tp->len >= n_q) against the double
+ * reference, every query row within the type's tolerance. */
+static void check_chunk(st_ctx *ctx, st_attn_ws *ws, st_isa isa, const tparams *tp, int n_q, rng *r) {
+    tseq s;
+    tseq_make(&s, tp, r);
+    const int NH = s.g.n_head, D = tp->D;
+    const int64_t pos0 = tp->len - n_q;
+    float *q = rand_q(r, (size_t)n_q * NH * D), *o = malloc(sizeof(float) * n_q * NH * D);
+    double *ref = malloc(sizeof(double) * NH * D), *den = malloc(sizeof(double) * NH * D);
+    st_attn_seq sq = seq_of(&s);
+    CHECK_OK(st_attn_chunk(ctx, ws, &s.g, &sq, q, n_q, pos0, o));
+    double worst = 0;
+    for (int i = 0; i < n_q; i++) {
+        ref_attn(&s, q + (size_t)i * NH * D, pos0 + i, NULL, ref, den);
+        double e = rel_err(o + (size_t)i * NH * D, ref, den, NH, D);
+        if (!(e <= worst)) worst = e;
+    }
+    if (!(worst <= tol_for(tp->type)))
+        fprintf(stderr, "  isa %s type %s G %d D %d P %d len %lld n_q %d: err %.3g\n",
+                st_isa_name(isa), st_type_name(tp->type), tp->G, D, tp->P, (long long)tp->len, n_q,
+                worst);
+    CHECK(worst <= tol_for(tp->type));
+    free(q), free(o), free(ref), free(den);
+    tseq_free(&s);
 }
 
 /* A prefill chunk longer than one tile of every ISA (AVX-512 tiles hold 128 rows, the
@@ -307,26 +343,7 @@ TEST(test_chunk_many_tiles) {
             tparams tp = {.n_kv_head = 1 + it, .G = 2 + it, .D = 32, .P = 16,
                           .type = it ? ST_TYPE_F16 : ST_TYPE_F32, .len = 380 + rint_(&r, 40),
                           .hole_pct = 10, .mask_pct = 20};
-            tseq s;
-            tseq_make(&s, &tp, &r);
-            const int NH = s.g.n_head, D = tp.D, n_q = 150 + rint_(&r, 100);
-            const int64_t pos0 = tp.len - n_q;
-            float *q = rand_q(&r, (size_t)n_q * NH * D), *o = malloc(sizeof(float) * n_q * NH * D);
-            double *ref = malloc(sizeof(double) * NH * D), *den = malloc(sizeof(double) * NH * D);
-            st_attn_seq sq = seq_of(&s);
-            CHECK_OK(st_attn_chunk(ctx, ws, &s.g, &sq, q, n_q, pos0, o));
-            double worst = 0;
-            for (int i = 0; i < n_q; i++) {
-                ref_attn(&s, q + (size_t)i * NH * D, pos0 + i, NULL, ref, den);
-                double e = rel_err(o + (size_t)i * NH * D, ref, den, NH, D);
-                if (!(e <= worst)) worst = e;
-            }
-            if (!(worst <= tol_for(tp.type)))
-                fprintf(stderr, "  isa %s type %s G %d n_q %d: err %.3g\n", st_isa_name((st_isa)isa),
-                        st_type_name(tp.type), tp.G, n_q, worst);
-            CHECK(worst <= tol_for(tp.type));
-            free(q), free(o), free(ref), free(den);
-            tseq_free(&s);
+            check_chunk(ctx, ws, (st_isa)isa, &tp, 150 + rint_(&r, 100), &r);
         }
         st_attn_ws_destroy(ws);
     }
@@ -353,25 +370,7 @@ TEST(test_decode_odd_shapes) {
                           .P = pages[(it + it / 4) % 4], .type = types[(it + it / 8) % 4],
                           .len = 1 + rint_(&r, 900), .hole_pct = 20, .mask_pct = 30};
             if (tp.P > ST_ATTN_MAX_PAGE_SIZE) tp.hole_pct = 0; /* a contiguous cache */
-            tseq s;
-            tseq_make(&s, &tp, &r);
-            const int NH = s.g.n_head, D = tp.D;
-            float *q = rand_q(&r, (size_t)NH * D), *o = malloc(sizeof(float) * NH * D);
-            float *o1 = malloc(sizeof(float) * NH * D);
-            double *ref = malloc(sizeof(double) * NH * D), *den = malloc(sizeof(double) * NH * D);
-            st_attn_seq sq = seq_of(&s);
-            CHECK_OK(st_attn_decode(ctx2, ws, &s.g, &sq, q, o));
-            CHECK_OK(st_attn_decode(ctx1, ws, &s.g, &sq, q, o1));
-            CHECK(memcmp(o, o1, sizeof(float) * NH * D) == 0);
-            ref_attn(&s, q, INT64_MAX, NULL, ref, den);
-            double e = rel_err(o, ref, den, NH, D);
-            if (!(e <= tol_for(tp.type)))
-                fprintf(stderr, "  isa %s type %s H %d G %d D %d P %d len %lld: err %.3g\n",
-                        st_isa_name((st_isa)isa), st_type_name(tp.type), tp.n_kv_head, tp.G, D,
-                        tp.P, (long long)tp.len, e);
-            CHECK(e <= tol_for(tp.type));
-            free(q), free(o), free(o1), free(ref), free(den);
-            tseq_free(&s);
+            check_decode(ctx2, ctx1, ws, (st_isa)isa, &tp, &r);
         }
         st_attn_ws_destroy(ws);
     }
@@ -393,28 +392,7 @@ TEST(test_chunk_vs_reference) {
             tparams tp = {.n_kv_head = 1 + rint_(&r, 2), .G = k_groups[it % 4],
                           .D = k_dims[rint_(&r, 3)], .P = k_pages[it % 3], .type = types[it % 4],
                           .len = 40 + rint_(&r, 300), .hole_pct = 15, .mask_pct = 30};
-            tseq s;
-            tseq_make(&s, &tp, &r);
-            const int NH = s.g.n_head, D = tp.D;
-            int n_q = 1 + rint_(&r, 40);
-            int64_t pos0 = tp.len - n_q;
-            float *q = rand_q(&r, (size_t)n_q * NH * D), *o = malloc(sizeof(float) * n_q * NH * D);
-            double *ref = malloc(sizeof(double) * NH * D), *den = malloc(sizeof(double) * NH * D);
-            st_attn_seq sq = seq_of(&s);
-            CHECK_OK(st_attn_chunk(ctx, ws, &s.g, &sq, q, n_q, pos0, o));
-            double worst = 0;
-            for (int i = 0; i < n_q; i++) {
-                ref_attn(&s, q + (size_t)i * NH * D, pos0 + i, NULL, ref, den);
-                double e = rel_err(o + (size_t)i * NH * D, ref, den, NH, D);
-                if (!(e <= worst)) worst = e;
-            }
-            if (!(worst <= tol_for(tp.type)))
-                fprintf(stderr, "  isa %s type %s G %d D %d P %d len %lld n_q %d: err %.3g\n",
-                        st_isa_name((st_isa)isa), st_type_name(tp.type), tp.G, D, tp.P,
-                        (long long)tp.len, n_q, worst);
-            CHECK(worst <= tol_for(tp.type));
-            free(q), free(o), free(ref), free(den);
-            tseq_free(&s);
+            check_chunk(ctx, ws, (st_isa)isa, &tp, 1 + rint_(&r, 40), &r);
         }
         st_attn_ws_destroy(ws);
     }
