@@ -251,7 +251,7 @@ AI void run_scores(const attn_tile *t, const attn_blk *b, int n, const attn_blk 
     const int R = t->R;
     const float *q4 = t->q4 + (size_t)(r0 / 4) * D * 4;
     for (int x = 0; x < n; x++) {
-        const char *pk = pf ? attn_run_pf(b, n, nx, nn, x + ATTN_RUN_PF, T) : NULL;
+        const char *pk = pf ? attn_run_pf(b, n, nx, nn, x + ATTN_RUN_PF) : NULL;
         __m256 s[4][2];
         if (b[x].n == ATTN_BLK) {
             run_scores_blk(q4, RB, T, D, b[x].k, b[x].kstride * attn_elem_size(T), s, pk);
@@ -326,7 +326,7 @@ AI void run_v(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, 
     for (int i = 0; i < RB; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     for (int x = 0; x < n; x++) {
         const float *p = t->s + ((size_t)x * t->R + r0) * ATTN_BLK;
-        const char *pv = pf ? attn_run_pf(b, n, nx, nn, n + x + ATTN_RUN_PF, T) : NULL;
+        const char *pv = pf ? attn_run_pf(b, n, nx, nn, n + x + ATTN_RUN_PF) : NULL;
         uint32_t u = b[x].mask;
         if (u == 0xffff) {
 #pragma GCC unroll 16
@@ -345,56 +345,9 @@ AI void run_v(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, 
         for (int k = 0; k < ND; k++) _mm256_store_ps(t->acc + (size_t)(r0 + i) * D + d0 + 8 * k, acc[i][k]);
 }
 
-AI void run_rows(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn,
-                 const st_type T, const int D, int r0, const int RB) {
-    for (int d0 = 0; d0 < D;) {
-        const int pf = r0 == 0 && d0 == 0;
-        if (D - d0 >= 16) run_v(t, b, n, nx, nn, T, D, r0, d0, RB, 2, pf), d0 += 16;
-        else run_v(t, b, n, nx, nn, T, D, r0, d0, RB, 1, pf), d0 += 8;
-    }
-}
-
-AI void run_impl(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn,
-                 const st_type T, const int D) {
-    const int R = t->R;
-    for (int r0 = 0; r0 < R; r0 += 4) {
-        const int pf = r0 == 0;
-        switch (R - r0) {
-        case 1: run_scores(t, b, n, nx, nn, T, D, r0, 1, pf); break;
-        case 2: run_scores(t, b, n, nx, nn, T, D, r0, 2, pf); break;
-        case 3: run_scores(t, b, n, nx, nn, T, D, r0, 3, pf); break;
-        default: run_scores(t, b, n, nx, nn, T, D, r0, 4, pf); break;
-        }
-    }
-    for (int r = 0; r < R; r++) run_softmax(t, b, n, r, T);
-    for (int r0 = 0; r0 < R; r0 += 4) {
-        switch (R - r0) {
-        case 1: run_rows(t, b, n, nx, nn, T, D, r0, 1); break;
-        case 2: run_rows(t, b, n, nx, nn, T, D, r0, 2); break;
-        case 3: run_rows(t, b, n, nx, nn, T, D, r0, 3); break;
-        default: run_rows(t, b, n, nx, nn, T, D, r0, 4); break;
-        }
-    }
-}
-
-AI void run_type(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn,
-                 const st_type T) {
-    switch (t->D) {
-    case 64: run_impl(t, b, n, nx, nn, T, 64); break;
-    case 128: run_impl(t, b, n, nx, nn, T, 128); break;
-    default: run_impl(t, b, n, nx, nn, T, t->D); break;
-    }
-}
-
-static void run_avx2(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn) {
-    if (n <= 0) return;
-    switch (t->type) {
-    case ST_TYPE_F16: run_type(t, b, n, nx, nn, ST_TYPE_F16); break;
-    case ST_TYPE_BF16: run_type(t, b, n, nx, nn, ST_TYPE_BF16); break;
-    case ST_TYPE_Q8_0: run_type(t, b, n, nx, nn, ST_TYPE_Q8_0); break;
-    default: run_type(t, b, n, nx, nn, ST_TYPE_F32); break;
-    }
-}
+#define RUN_LANES 8
+#define RUN_ND 2
+#include "attn_run.h"
 
 #define QUEST_MAX_QD 2048 /* floats of q+ / q- kept on the stack */
 
@@ -484,6 +437,6 @@ const st_attn_kernels st_attn_kernels_avx2_ = {
     .d_mult = 8,
     .chunk_rows = 32,
     .blocks = blocks_avx2,
-    .run = run_avx2,
+    .run = run_kernel,
     .quest = quest_avx2,
 };

@@ -425,10 +425,10 @@ AI void run_scores(const attn_tile *t, const attn_blk *b, int n, const attn_blk 
     const float *q4 = t->q4 + (size_t)(r0 / 4) * D * 4;
     for (int i = 0; i < n; i++) {
         float *S = t->s + (size_t)i * R * ATTN_BLK;
-        const char *p0 = pf ? attn_run_pf(b, n, nx, nn, i + ATTN_RUN_PF, T) : NULL;
+        const char *p0 = pf ? attn_run_pf(b, n, nx, nn, i + ATTN_RUN_PF) : NULL;
         __m512 sx[4], sy[4];
         if (i + 1 < n && b[i].n == ATTN_BLK && b[i + 1].n == ATTN_BLK) {
-            const char *p1 = pf ? attn_run_pf(b, n, nx, nn, i + 1 + ATTN_RUN_PF, T) : NULL;
+            const char *p1 = pf ? attn_run_pf(b, n, nx, nn, i + 1 + ATTN_RUN_PF) : NULL;
             run_scores_two(q4, RB, T, D, b[i].k, b[i + 1].k, b[i].kstride * attn_elem_size(T), sx, sy, p0, p1);
             run_store_scores(&b[i], sx, S, r0, RB);
             run_store_scores(&b[i + 1], sy, S + (size_t)R * ATTN_BLK, r0, RB);
@@ -482,7 +482,7 @@ AI void run_v(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, 
     for (int x = 0; x < n; x++) {
         const float *p = t->s + ((size_t)x * R + r0) * ATTN_BLK;
         const void *v = b[x].v;
-        const char *pv = pf ? attn_run_pf(b, n, nx, nn, n + x + ATTN_RUN_PF, T) : NULL;
+        const char *pv = pf ? attn_run_pf(b, n, nx, nn, n + x + ATTN_RUN_PF) : NULL;
         uint32_t u = b[x].mask;
         if (u == 0xffff) {
 #pragma GCC unroll 16
@@ -500,63 +500,9 @@ AI void run_v(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, 
         for (int k = 0; k < ND; k++) _mm512_store_ps(t->acc + (size_t)(r0 + i) * D + d0 + 16 * k, acc[i][k]);
 }
 
-AI void run_impl(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn,
-                 const st_type T, const int D) {
-    const int R = t->R;
-    for (int r0 = 0; r0 < R; r0 += 4) {
-        const int pf = r0 == 0;
-        switch (R - r0) {
-        case 1: run_scores(t, b, n, nx, nn, T, D, r0, 1, pf); break;
-        case 2: run_scores(t, b, n, nx, nn, T, D, r0, 2, pf); break;
-        case 3: run_scores(t, b, n, nx, nn, T, D, r0, 3, pf); break;
-        default: run_scores(t, b, n, nx, nn, T, D, r0, 4, pf); break;
-        }
-    }
-    for (int r = 0; r < R; r++) run_softmax(t, b, n, r, T);
-    for (int r0 = 0; r0 < R; r0 += 4) {
-        const int RB = R - r0 < 4 ? R - r0 : 4;
-        for (int d0 = 0; d0 < D;) {
-            const int pf = r0 == 0 && d0 == 0;
-            if (D - d0 >= 64) {
-                switch (RB) {
-                case 1: run_v(t, b, n, nx, nn, T, D, r0, d0, 1, 4, pf); break;
-                case 2: run_v(t, b, n, nx, nn, T, D, r0, d0, 2, 4, pf); break;
-                case 3: run_v(t, b, n, nx, nn, T, D, r0, d0, 3, 4, pf); break;
-                default: run_v(t, b, n, nx, nn, T, D, r0, d0, 4, 4, pf); break;
-                }
-                d0 += 64;
-            } else {
-                switch (RB) {
-                case 1: run_v(t, b, n, nx, nn, T, D, r0, d0, 1, 1, pf); break;
-                case 2: run_v(t, b, n, nx, nn, T, D, r0, d0, 2, 1, pf); break;
-                case 3: run_v(t, b, n, nx, nn, T, D, r0, d0, 3, 1, pf); break;
-                default: run_v(t, b, n, nx, nn, T, D, r0, d0, 4, 1, pf); break;
-                }
-                d0 += 16;
-            }
-        }
-    }
-}
-
-/* head_dim 64 and 128 (most llama-family models) as constants: every offset an immediate */
-AI void run_type(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn,
-                 const st_type T) {
-    switch (t->D) {
-    case 64: run_impl(t, b, n, nx, nn, T, 64); break;
-    case 128: run_impl(t, b, n, nx, nn, T, 128); break;
-    default: run_impl(t, b, n, nx, nn, T, t->D); break;
-    }
-}
-
-static void run_avx512(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn) {
-    if (n <= 0) return;
-    switch (t->type) {
-    case ST_TYPE_F16: run_type(t, b, n, nx, nn, ST_TYPE_F16); break;
-    case ST_TYPE_BF16: run_type(t, b, n, nx, nn, ST_TYPE_BF16); break;
-    case ST_TYPE_Q8_0: run_type(t, b, n, nx, nn, ST_TYPE_Q8_0); break;
-    default: run_type(t, b, n, nx, nn, ST_TYPE_F32); break;
-    }
-}
+#define RUN_LANES 16
+#define RUN_ND 4
+#include "attn_run.h"
 
 /* a[j] holds 16 partial sums of value j; returns the 16 values in order (45 ops). */
 AI __m512 hsum16x16(__m512 *a) {
@@ -679,6 +625,6 @@ const st_attn_kernels st_attn_kernels_avx512_ = {
     .d_mult = 16,
     .chunk_rows = 128,
     .blocks = blocks_avx512,
-    .run = run_avx512,
+    .run = run_kernel,
     .quest = quest_avx512,
 };

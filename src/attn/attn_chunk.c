@@ -85,8 +85,7 @@ int st_attn_chunk(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, const st_a
         for (int32_t c = 0; c < n_tiles; c++) {
             ws->items[ni++] = (attn_item){h, c};
         }
-    ws->n_items = (int64_t)ni;
-    atomic_store_explicit(&ws->next, 0, memory_order_relaxed);
+    attn_items_begin(ws, ni);
     ws->seqs = seq;
     ws->q = q;
     ws->out = out;
@@ -203,8 +202,7 @@ int st_attn_chunk_fold(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
     size_t ni = 0;
     for (int32_t h = 0; h < H; h++)
         for (int32_t c = 0; c < job.plan.n_tiles; c++) ws->items[ni++] = (attn_item){h, c};
-    ws->n_items = (int64_t)ni;
-    atomic_store_explicit(&ws->next, 0, memory_order_relaxed);
+    attn_items_begin(ws, ni);
     ws->seqs = seq;
     ws->q = q;
     ws->out = NULL;

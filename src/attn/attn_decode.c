@@ -137,10 +137,11 @@ static void decode_item_runs(st_attn_ws *ws, int ith, const attn_item *it, const
         const int c = h & 1;
         float *slot = slots + (size_t)h * ws->slot_stride;
         t[c].q = qs + (size_t)h * G * D;
-        t[c].q4 = ws->q4 + ((size_t)(qs - ws->qs) / ((size_t)G * D) + (size_t)h) * (((size_t)G + 3) / 4) * D * 4;
+        t[c].q4 = ws->q4 + ((size_t)it->seq * H + (size_t)h) * (((size_t)G + 3) / 4) * D * 4;
         t[c].acc = slot, t[c].m = slot + moff, t[c].l = t[c].m + r16((size_t)G);
         n[c ^ 1] = h + 1 < H ? run_blocks(buf[c ^ 1], &t[c ^ 1], g, s, h + 1, i0, i1, s0, s1) : 0;
-        if (n[c]) ws->k->run(&t[c], buf[c], n[c], buf[c ^ 1], n[c ^ 1]);
+        if (n[c]) ws->k->run(&t[c], buf[c], n[c], buf[c ^ 1], n[c ^ 1]); /* writes m, l, acc */
+        else attn_tile_reset(&t[c]);
     }
 }
 
@@ -163,17 +164,17 @@ static void decode_item(st_attn_ws *ws, int ith, const attn_item *it) {
     const size_t moff = r16((size_t)G * D);
     float *slots = ws->part + (size_t)(ru->slot0 + (int64_t)it->c * H) * ws->slot_stride;
     const float *qs = ws->qs + (size_t)it->seq * g->n_head * D;
+    if (ws->n_blk) {
+        decode_item_runs(ws, ith, it, &t, slots, qs, i0, i1, s0, s1);
+        return;
+    }
     for (int32_t h = 0; h < H; h++) {
         float *slot = slots + (size_t)h * ws->slot_stride;
         t.acc = slot, t.m = slot + moff, t.l = t.m + r16((size_t)G);
         attn_tile_reset(&t);
     }
-    if (ws->n_blk) {
-        decode_item_runs(ws, ith, it, &t, slots, qs, i0, i1, s0, s1);
-        return;
-    }
-    /* head by head within the run, so consecutive blocks share their rows and the kernel
-     * can score them in pairs (the order within a head, all that matters, is the list's) */
+    /* head by head within the run (the order within a head, all that matters, is the
+     * list's) */
     for (int32_t h = 0; h < H; h++) {
         const int32_t n = list_len(s, h);
         float *slot = slots + (size_t)h * ws->slot_stride;
@@ -255,8 +256,7 @@ int st_attn_decode_batch(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
     size_t ni = 0;
     for (int32_t i = 0; i < n_seq; i++)
         for (int32_t c = 0; c < ws->runs[i].n_runs; c++) ws->items[ni++] = (attn_item){i, c};
-    ws->n_items = (int64_t)ni;
-    atomic_store_explicit(&ws->next, 0, memory_order_relaxed);
+    attn_items_begin(ws, ni);
     ws->seqs = seqs;
     ws->n_seq = n_seq;
     ws->q = q;
@@ -321,8 +321,7 @@ int st_attn_decode_runs(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
         scale_queries(ws, q, q_need))
         return st_seterr(ctx, ST_E_NOMEM, "attn: decode_runs workspace for %zu runs", n_items);
     for (size_t c = 0; c < n_items; c++) ws->items[c] = (attn_item){0, (int32_t)c};
-    ws->n_items = (int64_t)n_items;
-    atomic_store_explicit(&ws->next, 0, memory_order_relaxed);
+    attn_items_begin(ws, n_items);
     ws->seqs = seq;
     ws->n_seq = 1;
     ws->q = q;

@@ -120,6 +120,12 @@ static inline attn_blk page_blk(const attn_tile *t, const st_attn_geom *g, const
     };
 }
 
+/* The call's items are ws->items[0..n): hand them out from the first. */
+static inline void attn_items_begin(st_attn_ws *ws, size_t n) {
+    ws->n_items = (int64_t)n;
+    atomic_store_explicit(&ws->next, 0, memory_order_relaxed);
+}
+
 /* The next work item of the call in flight, or NULL when all are taken. Threads take items
  * from an atomic counter; what an item computes never depends on who takes it. */
 static inline const attn_item *attn_next_item(st_attn_ws *ws) {

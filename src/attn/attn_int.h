@@ -148,16 +148,25 @@ static inline void attn_pf_span(const char *p, size_t o, size_t n) {
     for (size_t e = o + n; o < e; o += 64) ATTN_PF(p + o);
 }
 
-/* Prefetches the K and V lines of block b into the cache. */
-static inline void attn_prefetch_blk(const attn_blk *b) {
+/* Prefetches the K lines of block b into the cache. */
+static inline void attn_prefetch_k(const attn_blk *b) {
     const size_t es = attn_elem_size(b->t->type), D = (size_t)b->t->D;
-    const char *k = b->k, *v = b->v;
+    const char *k = b->k;
     if (b->kstride == (size_t)b->n) { /* a whole small page-head: one contiguous run */
         attn_pf_span(k, 0, D * (size_t)b->n * es);
     } else { /* one short run per dimension (a slice of a large page) */
         for (size_t d = 0; d < D; d++) ATTN_PF(k + d * b->kstride * es);
     }
-    attn_pf_span(v, 0, D * (size_t)b->n * es);
+}
+
+/* Prefetches the V lines of block b into the cache. */
+static inline void attn_prefetch_v(const attn_blk *b) {
+    attn_pf_span(b->v, 0, (size_t)b->t->D * (size_t)b->n * attn_elem_size(b->t->type));
+}
+
+static inline void attn_prefetch_blk(const attn_blk *b) {
+    attn_prefetch_k(b);
+    attn_prefetch_v(b);
 }
 
 /* Decode runs: blocks of K or V prefetched ahead along the order "K of the run's blocks,
@@ -167,22 +176,16 @@ static inline void attn_prefetch_blk(const attn_blk *b) {
 /* Prefetch target of the element e of the read order "K of b[0..n), V of b[0..n), K of
  * nx[0..nn)": a span of one full block that the loops prefetch piecewise (returned), or
  * NULL after requesting a block of another shape at once (or past the end). */
-static inline const char *attn_run_pf(const attn_blk *b, int n, const attn_blk *nx, int nn, int e, st_type T) {
+static inline const char *attn_run_pf(const attn_blk *b, int n, const attn_blk *nx, int nn, int e) {
     const attn_blk *a;
     int is_k;
     if (e < n) a = &b[e], is_k = 1;
     else if (e < 2 * n) a = &b[e - n], is_k = 0;
     else if (e - 2 * n < nn) a = &nx[e - 2 * n], is_k = 1;
     else return NULL;
-    const size_t es = attn_elem_size(T), D = (size_t)a->t->D;
     if (a->n == ATTN_BLK && (!is_k || a->kstride == ATTN_BLK)) return is_k ? a->k : a->v;
-    if (is_k) {
-        if (a->kstride == (size_t)a->n) attn_pf_span(a->k, 0, D * (size_t)a->n * es);
-        else
-            for (size_t d = 0; d < D; d++) ATTN_PF((const char *)a->k + d * a->kstride * es);
-    } else {
-        attn_pf_span(a->v, 0, D * (size_t)a->n * es);
-    }
+    if (is_k) attn_prefetch_k(a);
+    else attn_prefetch_v(a);
     return NULL;
 }
 
