@@ -59,30 +59,45 @@ static void fill_f16(uint16_t *p, size_t n, uint64_t *seed) {
 }
 
 /* The paged layout's access pattern without the attention math: every page slab of every
- * layer read in the order decode visits them (plain 256-bit loads, the next slab prefetched),
- * split over the threads as decode splits runs. It tells how much of the streaming probe
- * the scattered 32 KiB slabs themselves allow, i.e. where the kernel stands against its
- * own access pattern rather than against one long sequential stream. */
+ * layer read in the order decode reads it (plain 256-bit loads). Decode cuts a layer's
+ * pages into runs of ST_ATTN_SPLIT_TOKENS tokens that the threads take in turn, and walks
+ * a run head after head: the head's K^T chunk of each page of the run, then its V chunks
+ * (2 KiB each here), prefetching ahead as it goes; here each chunk's lines are loaded while
+ * the next chunk's are prefetched. It tells how much of the streaming probe this pattern
+ * itself allows, i.e. where the kernel stands against its own access pattern rather than
+ * against one long sequential stream. */
 struct slab_job {
-    const st_attn_page *pages;
-    int64_t n;
-    size_t slab;
+    const st_attn_page *pages; /* [n_layers][n_pages] */
+    int64_t n_layers, n_pages;
     double sink[64];
 };
 
+/* XORs the 64-byte lines of chunk c into a0/a1 while prefetching chunk nx's. */
+__attribute__((target("avx2"))) static inline void read_chunk(const uint8_t *c, const uint8_t *nx,
+                                                               size_t bytes, __m256i *a0, __m256i *a1) {
+    for (size_t o = 0; o < bytes; o += 64) {
+        __builtin_prefetch(nx + o, 0, 3);
+        *a0 = _mm256_xor_si256(*a0, _mm256_load_si256((const __m256i *)(c + o)));
+        *a1 = _mm256_xor_si256(*a1, _mm256_load_si256((const __m256i *)(c + o + 32)));
+    }
+}
+
 __attribute__((target("avx2"))) static void slab_task(void *arg, int ith, int nth) {
     struct slab_job *j = arg;
-    int64_t i0, i1;
-    st_split_range(j->n, ith, nth, &i0, &i1);
+    const size_t chunk = (size_t)PAGE * HEAD_DIM * 2; /* one head of one page, K or V */
+    const int64_t pps = st_attn_pages_per_run(PAGE), runs = (j->n_pages + pps - 1) / pps;
     __m256i a0 = _mm256_setzero_si256(), a1 = a0;
-    for (int64_t i = i0; i < i1; i++) {
-        const uint8_t *s = j->pages[i].k;
-        const uint8_t *nx = i + 1 < i1 ? (const uint8_t *)j->pages[i + 1].k : s;
-        for (size_t o = 0; o < j->slab; o += 64) {
-            __builtin_prefetch(nx + o, 0, 3);
-            a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *)(s + o)));
-            a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *)(s + o + 32)));
-        }
+    for (int64_t ri = ith; ri < j->n_layers * runs; ri += nth) {
+        const st_attn_page *pg = j->pages + (ri / runs) * j->n_pages + (ri % runs) * pps;
+        const int64_t np = j->n_pages - (ri % runs) * pps < pps ? j->n_pages - (ri % runs) * pps : pps;
+        for (int h = 0; h < N_KV; h++)
+            for (int kv = 0; kv < 2; kv++)
+                for (int64_t i = 0; i < np; i++) {
+                    const uint8_t *c = (const uint8_t *)(kv ? pg[i].v : pg[i].k) + h * chunk;
+                    const int64_t ni = i + 1 < np ? i + 1 : i;
+                    const uint8_t *nx = (const uint8_t *)(kv ? pg[ni].v : pg[ni].k) + h * chunk;
+                    read_chunk(c, nx, chunk, &a0, &a1);
+                }
     }
     j->sink[ith] = (double)_mm256_extract_epi32(_mm256_xor_si256(a0, a1), 0);
 }
@@ -176,7 +191,7 @@ static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int hot, int no_t
     time_decode(ctx, ws, &gp, &paged, q, out, n_layers);
     time_decode(ctx, ws, &gc, &contig, q, out2, n_layers);
     double tp = 1e30, tc = 1e30, ts = 1e30;
-    struct slab_job sj = {.pages = paged.pages, .n = (int64_t)total, .slab = slab};
+    struct slab_job sj = {.pages = paged.pages, .n_layers = n_layers, .n_pages = n_pages};
     for (int t = 0; t < trials; t++) {
         double a = time_decode(ctx, ws, &gp, &paged, q, out, iters);
         double b = time_decode(ctx, ws, &gc, &contig, q, out2, iters);
