@@ -20,11 +20,19 @@
 #include <limits.h>
 
 #define MM_ACT_L2_BYTES (256 * 1024) /* activation block budget per token block */
-/* Matvec work-sharing grain, in weight bytes. With 16 KiB chunks 1B Q4_K_M decode was no
- * faster than the static split (the claim loop itself took 4% of the worker's samples);
- * 256 KiB left the small model's 0.3-0.8 MB matrices 1-2 chunks per thread and measured
- * slower on it (alternating builds, decode tok/s). */
+/* Matvec work-sharing grain, in weight bytes: MV_CHUNK_BYTES, or less for a product under
+ * MV_CHUNKS_PER_THREAD such chunks per thread (never under MV_CHUNK_MIN_BYTES). With 16 KiB
+ * chunks everywhere 1B Q4_K_M decode was no faster than the static split (the claim loop
+ * itself took 4% of the worker's samples); 256 KiB left the small model's 0.3-0.8 MB
+ * matrices 1-2 chunks per thread and measured slower on it. A product ends when its last
+ * chunk does, so the chunk is the imbalance left at the end of every dispatch: with 64 KiB
+ * the small model's 0.07-0.28 MB attention matrices had 1-4 chunks in all and the main
+ * thread waited ~60 us per token on the worker; with at least 8 chunks per thread the wait
+ * halved and decode went 926-989 -> 970-1042 tok/s (alternating builds, 1000 tokens, wait
+ * timed inside the pool). Matrices of 1 MiB and more keep 64 KiB chunks. */
 #define MV_CHUNK_BYTES (64 * 1024)
+#define MV_CHUNKS_PER_THREAD 8
+#define MV_CHUNK_MIN_BYTES (8 * 1024)
 
 static int check_args(const st_kernels *k, st_type wtype, int64_t rows, int64_t cols) {
     if (!k) return ST_E_INVAL;
@@ -78,7 +86,10 @@ int st_matvec_multi(st_threadpool *tp, const st_kernels *k, st_type wtype, int n
         total += rows[m];
     }
     struct mv_job j = {&k->type[wtype], n_mat, W, rows, st_row_bytes(wtype, cols), (int)cols, xq, y};
-    const int64_t grain = j.rb >= MV_CHUNK_BYTES ? 1 : (int64_t)(MV_CHUNK_BYTES / j.rb);
+    size_t chunk = (size_t)total * j.rb / ((size_t)MV_CHUNKS_PER_THREAD * (size_t)st_threadpool_n_threads(tp));
+    if (chunk > MV_CHUNK_BYTES) chunk = MV_CHUNK_BYTES;
+    if (chunk < MV_CHUNK_MIN_BYTES) chunk = MV_CHUNK_MIN_BYTES;
+    const int64_t grain = j.rb >= chunk ? 1 : (int64_t)(chunk / j.rb);
     if (total) st_threadpool_run_range(tp, total, grain, mv_range, &j);
     return 0;
 }
