@@ -16,8 +16,14 @@
  * attention math (plain loads, next slab prefetched): the bandwidth the paged access pattern
  * itself allows, so "%slabs" separates the kernel's cost from the layout's.
  *
+ * --patterns (a diagnostic) adds what the memory gives the same slabs read without math in
+ * two orders over two placements: decode's order (per run of pages, head after head, each
+ * head's 2 KiB K chunk of every page, then its V chunks) or each slab whole (K half, V half,
+ * page after page); slabs shuffled (as "paged" above) or one layer's slabs adjacent in page
+ * order (what a pool with a region per layer would give a sequence allocated in order).
+ *
  * usage: attn [--threads N] [--ctx 4096,32768,131072] [--isa scalar|avx2|avx512] [--hot]
- *             [--trials N] [--no-thp]
+ *             [--trials N] [--no-thp] [--patterns]
  * (--hot: one layer only, so small contexts measure the kernel from cache: a diagnostic)
  */
 #include "strata/attn.h"
@@ -69,6 +75,7 @@ static void fill_f16(uint16_t *p, size_t n, uint64_t *seed) {
 struct slab_job {
     const st_attn_page *pages; /* [n_layers][n_pages] */
     int64_t n_layers, n_pages;
+    int whole; /* read each slab whole, page after page, instead of in decode order */
     double sink[64];
 };
 
@@ -90,6 +97,14 @@ __attribute__((target("avx2"))) static void slab_task(void *arg, int ith, int nt
     for (int64_t ri = ith; ri < j->n_layers * runs; ri += nth) {
         const st_attn_page *pg = j->pages + (ri / runs) * j->n_pages + (ri % runs) * pps;
         const int64_t np = j->n_pages - (ri % runs) * pps < pps ? j->n_pages - (ri % runs) * pps : pps;
+        if (j->whole) {
+            for (int64_t i = 0; i < np; i++) {
+                const st_attn_page *nx = &pg[i + 1 < np ? i + 1 : i];
+                read_chunk(pg[i].k, pg[i].v, N_KV * chunk, &a0, &a1);
+                read_chunk(pg[i].v, nx->k, N_KV * chunk, &a0, &a1);
+            }
+            continue;
+        }
         for (int h = 0; h < N_KV; h++)
             for (int kv = 0; kv < 2; kv++)
                 for (int64_t i = 0; i < np; i++) {
@@ -127,10 +142,23 @@ typedef struct result {
     int64_t n_ctx;
     int n_layers;
     double mib, gbp, gbc, us, gbs; /* gbs: the slab-pattern probe */
+    double pat[2][2]; /* --patterns: [in order][whole slabs] GB/s */
 } result;
 
+/* GB/s of the best of `trials` reads of every slab of the job's layers. */
+static double time_slabs(st_ctx *ctx, struct slab_job *sj, size_t layer_bytes, int trials) {
+    double best = 1e30;
+    for (int t = 0; t < trials; t++) {
+        double t0 = st_time_now();
+        st_threadpool_run(st_ctx_threadpool(ctx), slab_task, sj);
+        double dt = st_time_now() - t0;
+        if (dt < best) best = dt;
+    }
+    return (double)layer_bytes * (double)sj->n_layers / best / 1e9;
+}
+
 static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int hot, int no_thp, int trials,
-                   result *res) {
+                   int patterns, result *res) {
     const size_t head_page = (size_t)PAGE * HEAD_DIM * 2;   /* bytes, one head of one page */
     const size_t slab = 2 * N_KV * head_page;               /* K + V of one page: 32 KiB */
     const int64_t n_pages = n_ctx / PAGE;
@@ -209,6 +237,23 @@ static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int hot, int no_t
     res->gbc = (double)layer_bytes / tc / 1e9;
     res->us = tp * 1e6;
     res->gbs = (double)layer_bytes / ts / 1e9;
+    if (patterns) {
+        /* the same memory with slab i of the pool at (layer i / n_pages, page i % n_pages) */
+        st_attn_page *ordered = malloc(total * sizeof *ordered);
+        if (!ordered) return ST_E_NOMEM;
+        for (size_t i = 0; i < total; i++) {
+            char *sl = (char *)paged.mem + i * slab;
+            ordered[i] = (st_attn_page){.k = sl, .v = sl + N_KV * head_page, .n_tokens = PAGE,
+                                        .pos0 = (int64_t)(i % (size_t)n_pages) * PAGE};
+        }
+        for (int o = 0; o < 2; o++)
+            for (int w = 0; w < 2; w++) {
+                struct slab_job pj = {.pages = o ? ordered : paged.pages, .n_layers = n_layers,
+                                      .n_pages = n_pages, .whole = w};
+                res->pat[o][w] = time_slabs(ctx, &pj, layer_bytes, trials);
+            }
+        free(ordered);
+    }
     fprintf(stderr, "  %lldk: paged %.2f GB/s, contiguous %.2f GB/s\n", (long long)(n_ctx / 1024),
             res->gbp, res->gbc);
 
@@ -222,7 +267,7 @@ static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int hot, int no_t
 }
 
 int main(int argc, char **argv) {
-    int n_threads = 2, isa = -1, hot = 0, trials = 5, no_thp = 0;
+    int n_threads = 2, isa = -1, hot = 0, trials = 5, no_thp = 0, patterns = 0;
     const char *ctx_list = "4096,32768,131072";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) n_threads = atoi(argv[++i]);
@@ -230,10 +275,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--isa") && i + 1 < argc) isa = st_isa_parse(argv[++i]);
         else if (!strcmp(argv[i], "--hot")) hot = 1;
         else if (!strcmp(argv[i], "--no-thp")) no_thp = 1;
+        else if (!strcmp(argv[i], "--patterns")) patterns = 1;
         else if (!strcmp(argv[i], "--trials") && i + 1 < argc) trials = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: attn [--threads N] [--ctx 4096,32768,131072] [--isa NAME] [--hot] [--trials N]\n"
-                            "            [--no-thp]\n");
+                            "            [--no-thp] [--patterns]\n");
             return 2;
         }
     }
@@ -259,7 +305,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "attn: context %lld must be a positive multiple of %d\n", (long long)n, PAGE);
             return 2;
         }
-        if ((rc = run_ctx(ctx, ws, n, hot, no_thp, trials, &res[n_res++]))) {
+        if ((rc = run_ctx(ctx, ws, n, hot, no_thp, trials, patterns, &res[n_res++]))) {
             fprintf(stderr, "attn: %s\n", st_strerror(rc));
             return 1;
         }
@@ -281,6 +327,18 @@ int main(int argc, char **argv) {
                (long long)(res[i].n_ctx / 1024), res[i].n_layers, res[i].mib, res[i].gbp,
                100 * res[i].gbp / probe, res[i].gbc, 100 * res[i].gbc / probe,
                res[i].gbp / res[i].gbc, res[i].us, res[i].gbs, 100 * res[i].gbp / res[i].gbs);
+    if (patterns) {
+        printf("\n--patterns: the slabs read without math (GB/s, %% of the probe)\n");
+        printf("%8s %18s %18s %18s %18s\n", "context", "shuffled, decode", "shuffled, whole",
+               "in order, decode", "in order, whole");
+        for (int i = 0; i < n_res; i++) {
+            printf("%7lldk", (long long)(res[i].n_ctx / 1024));
+            for (int o = 0; o < 2; o++)
+                for (int w = 0; w < 2; w++)
+                    printf(" %10.2f (%4.0f%%)", res[i].pat[o][w], 100 * res[i].pat[o][w] / probe);
+            printf("\n");
+        }
+    }
     st_attn_ws_destroy(ws);
     st_ctx_destroy(ctx);
     return 0;
