@@ -107,21 +107,41 @@ int st_attn_key_minmax(const st_attn_geom *g, const st_attn_page *page, int32_t 
         (page->n_tokens > 0 && !page->k) ||
         (g->type == ST_TYPE_Q8_0 && page->n_tokens > 0 && !page->k_scale))
         return ST_E_INVAL;
-    const size_t D = (size_t)g->head_dim, es = attn_elem_size(g->type);
-    const char *k = (const char *)page->k + (size_t)kv_head * (size_t)g->page_size * D * es;
+    const size_t D = (size_t)g->head_dim, es = attn_elem_size(g->type), P = (size_t)g->page_size;
+    const char *k = (const char *)page->k + (size_t)kv_head * P * D * es;
     const float sc = g->type == ST_TYPE_Q8_0 && page->n_tokens > 0 ? page->k_scale[kv_head] : 1.0f;
+    /* Keys are dim-major: dimension d of the page's slots is one contiguous row, walked in
+     * slot order (the same comparisons in the same order as slot by slot), one type per
+     * loop: a snapshot restore checks every page's boxes this way */
     int n = 0;
-    for (int32_t s = 0; s < page->n_tokens; s++) {
-        if (page->valid && !((page->valid[s / 64] >> (s % 64)) & 1)) continue;
-        for (size_t d = 0; d < D; d++) {
-            float x = attn_elem(g->type, k, d * (size_t)g->page_size + (size_t)s) * sc;
-            if (!n || x < kmin[d]) kmin[d] = x;
-            if (!n || x > kmax[d]) kmax[d] = x;
-        }
-        n++;
-    }
-    if (!n)
+    for (int32_t s = 0; s < page->n_tokens; s++) n += !page->valid || ((page->valid[s / 64] >> (s % 64)) & 1);
+    if (!n) {
         for (size_t d = 0; d < D; d++) kmin[d] = kmax[d] = 0;
+        return 0;
+    }
+/* One dimension's row of slots, min and max in slot order, with the element read by EXPR
+ * (of kd and s): the type is chosen outside the loop. */
+#define MINMAX_ROW(EXPR)                                                                      \
+    for (int32_t s = 0; s < page->n_tokens; s++) {                                            \
+        if (page->valid && !((page->valid[s / 64] >> (s % 64)) & 1)) continue;                \
+        const float x = (EXPR);                                                               \
+        if (first) lo = hi = x, first = 0;                                                    \
+        if (x < lo) lo = x;                                                                   \
+        if (x > hi) hi = x;                                                                   \
+    }
+    for (size_t d = 0; d < D; d++) {
+        const char *kd = k + d * P * es;
+        float lo = 0, hi = 0;
+        int first = 1;
+        switch (g->type) {
+        case ST_TYPE_F16: MINMAX_ROW(st_fp16_to_fp32(((const uint16_t *)kd)[s])); break;
+        case ST_TYPE_BF16: MINMAX_ROW(st_bf16_to_fp32(((const uint16_t *)kd)[s])); break;
+        case ST_TYPE_Q8_0: MINMAX_ROW((float)((const int8_t *)kd)[s] * sc); break;
+        default: MINMAX_ROW(((const float *)kd)[s]); break;
+        }
+        kmin[d] = lo, kmax[d] = hi;
+    }
+#undef MINMAX_ROW
     return n;
 }
 
