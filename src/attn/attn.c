@@ -100,11 +100,6 @@ attn_tile attn_tile_at(st_attn_ws *ws, int ith, int R) {
     return t;
 }
 
-/* ---- the page walk ---------------------------------------------------------------------- */
-
-
-
-
 void attn_tile_reset(const attn_tile *t) {
     for (int r = 0; r < t->R; r++) t->m[r] = -INFINITY;
     memset(t->l, 0, sizeof(float) * (size_t)t->R * ATTN_BLK);

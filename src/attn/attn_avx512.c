@@ -474,6 +474,7 @@ AI void run_softmax(const attn_tile *t, const attn_blk *b, int n, int r, const s
 AI void run_v(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, int nn,
               const st_type T, const int D, int r0, int d0, const int RB, const int ND, int pf) {
     const int R = t->R;
+    const size_t vrow = (size_t)D * attn_elem_size(T);
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int i = 0; i < RB; i++)
@@ -487,11 +488,13 @@ AI void run_v(const attn_tile *t, const attn_blk *b, int n, const attn_blk *nx, 
         if (u == 0xffff) {
 #pragma GCC unroll 16
             for (int j = 0; j < 16; j++) {
-                if (pv) attn_pf_span(pv, (size_t)j * D * attn_elem_size(T), (size_t)D * attn_elem_size(T));
+                if (pv) attn_pf_span(pv, (size_t)j * vrow, vrow);
                 v_slot(acc, p, T, v, j, D, d0, RB, ND);
             }
             continue;
         }
+        /* the block ahead is requested all the same (as attn_avx2.c's run_v) */
+        if (pv) attn_pf_span(pv, 0, vrow * ATTN_BLK);
         for (; u; u &= u - 1) v_slot(acc, p, T, v, __builtin_ctz(u), D, d0, RB, ND);
     }
 #pragma GCC unroll 4

@@ -30,23 +30,54 @@ static attn_tile chunk_query_tile(st_attn_ws *ws, int ith, int32_t kvh, int32_t 
     return t;
 }
 
-static void chunk_item(st_attn_ws *ws, int ith, const attn_item *it) {
+/* Folds KV head kvh's list, up to position max_pos, into tile t. */
+static void chunk_walk(st_attn_ws *ws, const attn_tile *t, int32_t kvh, int64_t max_pos) {
     const st_attn_geom *g = ws->g;
     const st_attn_seq *s = ws->seqs;
-    const int G = ws->G, D = g->head_dim;
-    const int32_t kvh = it->seq, q0 = it->c * ws->T;
-    const int32_t tn = ws->n_q - q0 < ws->T ? ws->n_q - q0 : ws->T;
-    attn_tile t = chunk_query_tile(ws, ith, kvh, q0, tn);
-    attn_tile_reset(&t);
-    const int64_t max_pos = ws->pos0_q + q0 + tn - 1;
     const int32_t n = list_len(s, kvh);
     attn_batch bt;
     bt.k = ws->k, bt.n = 0;
     for (int32_t i = 0; i < n; i++) {
         if (i + ATTN_PF_PAGES < n) attn_prefetch_page(g, list_page(s, kvh, i + ATTN_PF_PAGES), kvh);
-        attn_walk_page(&bt, &t, g, list_page(s, kvh, i), kvh, 0, g->page_size, max_pos);
+        attn_walk_page(&bt, t, g, list_page(s, kvh, i), kvh, 0, g->page_size, max_pos);
     }
     attn_batch_flush(&bt, 1);
+}
+
+/* Queries per tile for tiles of `rows` rows (queries x G group heads), at most n_q. */
+static int32_t chunk_tile_queries(int rows, int32_t G, int32_t n_q) {
+    int32_t T = rows / G > 1 ? rows / G : 1;
+    return T > n_q ? (n_q > 0 ? n_q : 1) : T;
+}
+
+/* The items of a chunk call after attn_begin_call: (KV head, tile) pairs, and the call's
+ * fields. 0 or ST_E_NOMEM. */
+static int chunk_plan_items(st_ctx *ctx, st_attn_ws *ws, const st_attn_seq *seq, const float *q,
+                            int32_t n_q, int64_t pos0_q, float *out, int32_t T, int32_t n_tiles) {
+    const size_t n_items = (size_t)ws->g->n_kv_head * (size_t)n_tiles;
+    if (attn_grow_items(ws, n_items, 0))
+        return st_seterr(ctx, ST_E_NOMEM, "attn: chunk workspace for %zu tiles", n_items);
+    size_t ni = 0;
+    for (int32_t h = 0; h < ws->g->n_kv_head; h++)
+        for (int32_t c = 0; c < n_tiles; c++) ws->items[ni++] = (attn_item){h, c};
+    attn_items_begin(ws, ni);
+    ws->seqs = seq;
+    ws->q = q;
+    ws->out = out;
+    ws->T = T;
+    ws->n_q = n_q;
+    ws->pos0_q = pos0_q;
+    return 0;
+}
+
+static void chunk_item(st_attn_ws *ws, int ith, const attn_item *it) {
+    const st_attn_geom *g = ws->g;
+    const int G = ws->G, D = g->head_dim;
+    const int32_t kvh = it->seq, q0 = it->c * ws->T;
+    const int32_t tn = ws->n_q - q0 < ws->T ? ws->n_q - q0 : ws->T;
+    attn_tile t = chunk_query_tile(ws, ith, kvh, q0, tn);
+    attn_tile_reset(&t);
+    chunk_walk(ws, &t, kvh, ws->pos0_q + q0 + tn - 1);
     for (int32_t j = 0; j < tn; j++)
         for (int gi = 0; gi < G; gi++) {
             int r = j * G + gi;
@@ -69,30 +100,14 @@ int st_attn_chunk(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, const st_a
     int rc = attn_check_geom(ctx, g);
     if (!rc) rc = attn_check_seq(ctx, g, seq, 0);
     if (rc || n_q == 0) return rc;
-    const int32_t H = g->n_kv_head, G = g->n_head / H;
-    const int rows = attn_ws_kernels(ws)->chunk_rows;
-    int32_t T = rows / G > 1 ? rows / G : 1;
-    if (T > n_q) T = n_q;
-    const int32_t n_tiles = (n_q + T - 1) / T;
-    const size_t n_items = (size_t)H * (size_t)n_tiles;
+    const int32_t G = g->n_head / g->n_kv_head;
+    const int32_t T = chunk_tile_queries(attn_ws_kernels(ws)->chunk_rows, G, n_q);
     int nth;
     st_threadpool *tp;
-    if ((rc = attn_begin_call(ctx, ws, g, G * T, 0, &nth, &tp))) return rc;
-    if (attn_grow_items(ws, n_items, 0))
-        return st_seterr(ctx, ST_E_NOMEM, "attn: chunk workspace for %zu tiles", n_items);
-    size_t ni = 0;
-    for (int32_t h = 0; h < H; h++)
-        for (int32_t c = 0; c < n_tiles; c++) {
-            ws->items[ni++] = (attn_item){h, c};
-        }
-    attn_items_begin(ws, ni);
-    ws->seqs = seq;
-    ws->q = q;
-    ws->out = out;
-    ws->T = T;
-    ws->n_q = n_q;
-    ws->pos0_q = pos0_q;
-    if (tp && nth > 1 && ni > 1)
+    if ((rc = attn_begin_call(ctx, ws, g, G * T, 0, &nth, &tp)) ||
+        (rc = chunk_plan_items(ctx, ws, seq, q, n_q, pos0_q, out, T, (n_q + T - 1) / T)))
+        return rc;
+    if (tp && nth > 1 && ws->n_items > 1)
         st_threadpool_run(tp, chunk_task, ws);
     else
         chunk_task(ws, 0, 1);
@@ -113,9 +128,7 @@ typedef struct chunk_plan {
 static chunk_plan chunk_plan_for(const st_attn_geom *g, int32_t n_q) {
     chunk_plan c;
     c.G = g->n_head / g->n_kv_head;
-    c.T = ATTN_CHUNK_ROWS / c.G > 1 ? ATTN_CHUNK_ROWS / c.G : 1;
-    if (c.T > n_q) c.T = n_q;
-    if (c.T < 1) c.T = 1;
+    c.T = chunk_tile_queries(ATTN_CHUNK_ROWS, c.G, n_q);
     c.n_tiles = (n_q + c.T - 1) / c.T;
     const size_t R = (size_t)c.G * (size_t)c.T;
     c.block = r16(R) + R * ATTN_BLK + r16(R * (size_t)g->head_dim);
@@ -157,21 +170,12 @@ typedef struct chunk_fold_job {
 
 static void chunk_fold_item(const chunk_fold_job *job, int ith, const attn_item *it) {
     st_attn_ws *ws = job->ws;
-    const st_attn_geom *g = ws->g;
-    const st_attn_seq *s = ws->seqs;
     const int32_t kvh = it->seq, q0 = it->c * ws->T;
     const int32_t tn = ws->n_q - q0 < ws->T ? ws->n_q - q0 : ws->T;
     attn_tile t = chunk_query_tile(ws, ith, kvh, q0, tn);
     chunk_state_rows(&job->plan, job->state + ((size_t)kvh * job->plan.n_tiles + it->c) * job->plan.block,
                      &t.m, &t.l, &t.acc);
-    const int64_t max_pos = ws->pos0_q + q0 + tn - 1;
-    attn_batch bt;
-    bt.k = ws->k, bt.n = 0;
-    for (int32_t i = 0; i < s->n_pages; i++) {
-        if (i + ATTN_PF_PAGES < s->n_pages) attn_prefetch_page(g, &s->pages[i + ATTN_PF_PAGES], kvh);
-        attn_walk_page(&bt, &t, g, &s->pages[i], kvh, 0, g->page_size, max_pos);
-    }
-    attn_batch_flush(&bt, 1);
+    chunk_walk(ws, &t, kvh, ws->pos0_q + q0 + tn - 1);
 }
 
 static void chunk_fold_task(void *arg, int ith, int nth) {
@@ -192,24 +196,12 @@ int st_attn_chunk_fold(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
     if (rc || n_q == 0) return rc;
     if (seq->sel) return st_seterr(ctx, ST_E_INVAL, "attn: chunk_fold: selections not supported");
     chunk_fold_job job = {.ws = ws, .plan = chunk_plan_for(g, n_q), .state = state};
-    const int32_t H = g->n_kv_head;
-    const size_t n_items = (size_t)H * (size_t)job.plan.n_tiles;
     int nth;
     st_threadpool *tp;
-    if ((rc = attn_begin_call(ctx, ws, g, job.plan.G * job.plan.T, 0, &nth, &tp))) return rc;
-    if (attn_grow_items(ws, n_items, 0))
-        return st_seterr(ctx, ST_E_NOMEM, "attn: chunk_fold workspace for %zu tiles", n_items);
-    size_t ni = 0;
-    for (int32_t h = 0; h < H; h++)
-        for (int32_t c = 0; c < job.plan.n_tiles; c++) ws->items[ni++] = (attn_item){h, c};
-    attn_items_begin(ws, ni);
-    ws->seqs = seq;
-    ws->q = q;
-    ws->out = NULL;
-    ws->T = job.plan.T;
-    ws->n_q = n_q;
-    ws->pos0_q = pos0_q;
-    if (tp && nth > 1 && ni > 1) st_threadpool_run(tp, chunk_fold_task, &job);
+    if ((rc = attn_begin_call(ctx, ws, g, job.plan.G * job.plan.T, 0, &nth, &tp)) ||
+        (rc = chunk_plan_items(ctx, ws, seq, q, n_q, pos0_q, NULL, job.plan.T, job.plan.n_tiles)))
+        return rc;
+    if (tp && nth > 1 && ws->n_items > 1) st_threadpool_run(tp, chunk_fold_task, &job);
     else chunk_fold_task(&job, 0, 1);
     return 0;
 }

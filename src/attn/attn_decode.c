@@ -225,19 +225,12 @@ static void merge_task(void *arg, int ith, int nth) {
     }
 }
 
-int st_attn_decode_batch(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
-                         const st_attn_seq *seqs, int32_t n_seq, const float *q, float *out) {
-    if (!ws || (n_seq > 0 && (!seqs || !q || !out)) || n_seq < 0)
-        return st_seterr(ctx, ST_E_INVAL, "attn: decode: NULL argument or n_seq %d < 0", n_seq);
-    int rc = attn_check_geom(ctx, g);
-    if (rc) return rc;
-    for (int32_t i = 0; i < n_seq; i++)
-        if ((rc = attn_check_seq(ctx, g, &seqs[i], i))) return rc;
-    if (n_seq == 0) return 0;
+/* Plans a decode call after attn_begin_call: each sequence's runs and partial slots, the
+ * scaled queries, the work items (run c of sequence i), and the call's fields. out may be
+ * NULL (st_attn_decode_runs reads the partials instead). 0 or ST_E_NOMEM. */
+static int decode_plan(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, const st_attn_seq *seqs,
+                       int32_t n_seq, const float *q, float *out, size_t *n_items_out) {
     const int32_t H = g->n_kv_head;
-    int nth;
-    st_threadpool *tp;
-    if ((rc = attn_begin_call(ctx, ws, g, g->n_head / H, 1, &nth, &tp))) return rc;
     if (attn_grow_items(ws, 0, (size_t)n_seq))
         return st_seterr(ctx, ST_E_NOMEM, "attn: decode workspace for %d sequences", n_seq);
     size_t n_items = 0;
@@ -261,6 +254,26 @@ int st_attn_decode_batch(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
     ws->n_seq = n_seq;
     ws->q = q;
     ws->out = out;
+    *n_items_out = ni;
+    return 0;
+}
+
+int st_attn_decode_batch(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
+                         const st_attn_seq *seqs, int32_t n_seq, const float *q, float *out) {
+    if (!ws || (n_seq > 0 && (!seqs || !q || !out)) || n_seq < 0)
+        return st_seterr(ctx, ST_E_INVAL, "attn: decode: NULL argument or n_seq %d < 0", n_seq);
+    int rc = attn_check_geom(ctx, g);
+    if (rc) return rc;
+    for (int32_t i = 0; i < n_seq; i++)
+        if ((rc = attn_check_seq(ctx, g, &seqs[i], i))) return rc;
+    if (n_seq == 0) return 0;
+    const int32_t H = g->n_kv_head;
+    int nth;
+    st_threadpool *tp;
+    size_t ni;
+    if ((rc = attn_begin_call(ctx, ws, g, g->n_head / H, 1, &nth, &tp)) ||
+        (rc = decode_plan(ctx, ws, g, seqs, n_seq, q, out, &ni)))
+        return rc;
     if (tp && nth > 1) {
         if (ni > 1) st_threadpool_run(tp, decode_task, ws);
         else decode_task(ws, 0, 1);
@@ -308,24 +321,11 @@ int st_attn_decode_runs(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
     const int32_t H = g->n_kv_head, D = g->head_dim;
     int nth;
     st_threadpool *tp;
-    if ((rc = attn_begin_call(ctx, ws, g, g->n_head / H, 1, &nth, &tp))) return rc;
-    if (attn_grow_items(ws, 0, 1)) return st_seterr(ctx, ST_E_NOMEM, "attn: decode_runs workspace");
-    ws->runs[0] = runs_for(g, seq);
-    ws->runs[0].slot0 = 0;
-    const size_t n_items = (size_t)ws->runs[0].n_runs;
+    size_t n_items;
+    if ((rc = attn_begin_call(ctx, ws, g, g->n_head / H, 1, &nth, &tp)) ||
+        (rc = decode_plan(ctx, ws, g, seq, 1, q, NULL, &n_items)))
+        return rc;
     const int32_t G = ws->G;
-    ws->slot_stride = r16((size_t)G * (size_t)D) + r16((size_t)G) + (size_t)G * ATTN_BLK;
-    size_t part_need, q_need = (size_t)g->n_head * (size_t)D;
-    if (__builtin_mul_overflow(n_items * (size_t)H, ws->slot_stride, &part_need) ||
-        attn_grow_floats(&ws->part, &ws->part_cap, part_need) || attn_grow_items(ws, n_items, 0) ||
-        scale_queries(ws, q, q_need))
-        return st_seterr(ctx, ST_E_NOMEM, "attn: decode_runs workspace for %zu runs", n_items);
-    for (size_t c = 0; c < n_items; c++) ws->items[c] = (attn_item){0, (int32_t)c};
-    attn_items_begin(ws, n_items);
-    ws->seqs = seq;
-    ws->n_seq = 1;
-    ws->q = q;
-    ws->out = NULL;
     if (tp && nth > 1 && n_items > 1) st_threadpool_run(tp, decode_task, ws);
     else decode_task(ws, 0, 1);
     const size_t ss = ws->slot_stride, moff = r16((size_t)G * D), PF = ST_ATTN_PART_FLOATS(D);
