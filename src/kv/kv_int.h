@@ -136,6 +136,8 @@ static inline int kv_mask_get(const kv_entry *e, int s) {
 /* kv_pool.c */
 int kv_need(st_kv *kv, int64_t n_pages, const char *what);
 int32_t kv_page_alloc(st_kv *kv); /* zeroed, USED, refs 1; ST_ASSERT on empty: kv_need first */
+/* kv_page_alloc keeping what the frame holds (kv_free_frame); no tier only. */
+int32_t kv_page_alloc_filled(st_kv *kv);
 void kv_page_ref(st_kv *kv, int32_t page);
 void kv_page_unref(st_kv *kv, int32_t page);
 /* A new exclusive page with src's bytes in *out (refs 1): 0, or a fetch error (nothing
@@ -191,8 +193,14 @@ static inline uint16_t *kv_qbox(const st_kv *kv, int layer, int head, int32_t pa
 /* kv_tier.c: residency (the tier half of the essay in kv_pool.c) */
 int kv_tier_open(st_kv *kv);   /* at create (no-op without spill_dir): 0 or an error */
 void kv_tier_close(st_kv *kv);
-/* A new page's storage: a frame when one is free (zeroed), else KV_RES_ZERO. */
-void kv_tier_new_page(st_kv *kv, int32_t page);
+/* A new page's storage: a frame when one is free (zeroed unless zero is 0, which only a
+ * pool without a tier allows), else KV_RES_ZERO. */
+void kv_tier_new_page(st_kv *kv, int32_t page, int zero);
+/* Without a tier every page owns its frame, free or not, so the frame of a FREE page is
+ * scratch until the page is allocated: the snapshot reader stages records there and
+ * allocates the page with kv_page_alloc_filled only once everything checked out. NULL with
+ * a tier (frames move between pages there). */
+uint8_t *kv_free_frame(const st_kv *kv, int32_t page);
 /* The page goes FREE (or is dropped): its frame and slot are released. */
 void kv_tier_forget(st_kv *kv, int32_t page);
 /* Makes the page resident (fetching or materializing it; may evict others). Returns 0,

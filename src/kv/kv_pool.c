@@ -341,7 +341,7 @@ void kv_cache_drop(st_kv *kv, int32_t id) {
     kv->st.cache_evictions++;
 }
 
-int32_t kv_page_alloc(st_kv *kv) {
+static int32_t page_alloc(st_kv *kv, int zero) {
     if (kv->free_head < 0) kv_cache_drop(kv, kv->lru_head);
     int32_t id = kv->free_head;
     ST_ASSERT(id >= 0);
@@ -356,9 +356,12 @@ int32_t kv_page_alloc(st_kv *kv) {
     kv_unseal(kv, id);
     pg->last_use = ++kv->tick;
     kv->n_used++;
-    kv_tier_new_page(kv, id);
+    kv_tier_new_page(kv, id, zero);
     return id;
 }
+
+int32_t kv_page_alloc(st_kv *kv) { return page_alloc(kv, 1); }
+int32_t kv_page_alloc_filled(st_kv *kv) { return page_alloc(kv, 0); }
 
 int kv_page_copy(st_kv *kv, int32_t src, int32_t *out) {
     *out = -1;

@@ -1,7 +1,8 @@
 /* KV snapshots: a versioned, checksummed stream of sequences (page tables, masks, token
  * ids), their pages (contents, prefix keys, ledger) — byte layout in docs/FORMATS.md,
- * "KV snapshot". The reader stages everything in private memory and checks it all (every
- * count against a named limit, every record's XXH3-64, the trailer) before it touches the
+ * "KV snapshot". The reader stages everything where nothing can see it (page contents in
+ * the frames of free pages, or private memory) and checks it all (every count against a
+ * named limit, every record's XXH3-64 and Quest box, the trailer) before it changes the
  * pool, so a rejected stream changes nothing. Memory it allocates grows only with the bytes
  * actually read, so a tiny stream claiming huge counts cannot make it allocate much. */
 #include "kv_int.h"
@@ -305,9 +306,11 @@ static int read_header(rd *r, uint32_t *n_seqs, uint32_t *n_pages, uint64_t *sum
     return 0;
 }
 
-/* One page record into pg (ledger), tok[P], data[n_layer * layer_payload] and box[box bytes]
- * (*box_ok = 1 when the record carries a box). */
-static int read_page(rd *r, uint32_t i, uint8_t *rec, kv_page *pg, int32_t *tok, uint8_t *data,
+/* One page record into pg (ledger), tok[P], dst (the page's contents laid out as a frame:
+ * g.page_bytes, layer blocks of g.layer_bytes) and box[box bytes] (*box_ok = 1 when the
+ * record carries a box, which is checked against the keys here, while the record is in
+ * cache). */
+static int read_page(rd *r, uint32_t i, uint8_t *rec, kv_page *pg, int32_t *tok, uint8_t *dst,
                      uint8_t *box, uint8_t *box_ok, uint64_t *sum) {
     st_kv *kv = r->kv;
     const int P = kv->p.page_size;
@@ -350,7 +353,6 @@ static int read_page(rd *r, uint32_t i, uint8_t *rec, kv_page *pg, int32_t *tok,
         BAD(ST_E_FORMAT, "kv snapshot: page %u: key bytes set without the key flag", i);
     }
     const uint8_t *d = rec + SNAP_PAGE_HEAD + 4u * P;
-    memcpy(data, d, kv->p.n_layer * layer_payload(kv));
     *box_ok = (fl & SNAP_PF_BOX) != 0;
     if (r->boxes) {
         const uint8_t *b = d + kv->p.n_layer * layer_payload(kv);
@@ -369,6 +371,21 @@ static int read_page(rd *r, uint32_t i, uint8_t *rec, kv_page *pg, int32_t *tok,
                     BAD(ST_E_FORMAT, "kv snapshot: page %u layer %d: q8_0 scale %d is %g", i,
                         l, h, (double)sc);
             }
+    const size_t lp = layer_payload(kv);
+    if (*box_ok) { /* a stored box must hold every key of its page (kv_quest.c, Q2) */
+        char msg[160];
+        rc = kv_quest_check_box(kv, d, lp, box, msg, sizeof msg);
+        if (rc == ST_E_CORRUPT) BAD(rc, "kv snapshot: page %u: Quest box %s", i, msg);
+        if (rc) BAD(rc, "kv snapshot: out of memory");
+    }
+    for (int l = 0; l < kv->p.n_layer; l++) {
+        uint8_t *blk = dst + (size_t)l * kv->g.layer_bytes;
+        const uint8_t *src = d + (size_t)l * lp;
+        memcpy(blk, src, kv->g.kv_bytes);
+        memcpy(blk + kv->g.v_offset, src + kv->g.kv_bytes, kv->g.kv_bytes);
+        if (kv->p.type == ST_TYPE_Q8_0)
+            memcpy(blk + kv->g.scale_offset, src + 2 * kv->g.kv_bytes, 8u * kv->p.n_kv_head);
+    }
     return 0;
 }
 
@@ -439,12 +456,16 @@ static int read_seq(rd *r, uint32_t j, uint32_t n_pages, wbuf *w, kv_seq *s, uin
     return 0;
 }
 
-/* Staged snapshot: everything read, nothing applied. */
+/* Staged snapshot: everything read, nothing applied. Page i's contents are staged in the
+ * frame of free page direct[i] for i < n_direct (kv_free_frame: no copy when applied), and
+ * in data otherwise. */
 typedef struct staged {
-    uint32_t n_seqs, n_pages;
+    uint32_t n_seqs, n_pages, n_direct;
+    int32_t *direct; /* [n_direct] the first free pages, in free-list order */
     kv_page *pages;  /* [n_pages] ledger */
     int32_t *tokens; /* [n_pages][P] */
-    uint8_t *data;   /* [n_pages][n_layer * layer_payload] */
+    uint8_t *data;   /* [n_pages - n_direct][g.page_bytes], frame layout (st_alloc_huge) */
+    size_t data_bytes;
     kv_seq *seqs;    /* [n_seqs], entries name snapshot page indices */
     uint8_t *box;    /* [n_pages][kv_quest_box_bytes] Quest key boxes */
     uint8_t *box_ok; /* [n_pages] the record carried a box */
@@ -456,9 +477,10 @@ static void staged_free(staged *st) {
         free(st->seqs[j].tokens);
     }
     free(st->seqs);
+    free(st->direct);
     free(st->pages);
     free(st->tokens);
-    free(st->data);
+    st_free_huge(st->data, st->data_bytes);
     free(st->box);
     free(st->box_ok);
 }
@@ -490,47 +512,40 @@ static int cross_check(rd *r, const staged *st) {
             rc = st_seterr(r->kv->ctx, ST_E_FORMAT,
                            "kv snapshot: page %u is referenced by no sequence", i);
     free(seen);
-    /* A stored box must hold every key of its page (kv_quest.c, Q2). */
-    const size_t lp = layer_payload(r->kv), nb = kv_quest_box_bytes(r->kv);
-    for (uint32_t i = 0; i < st->n_pages && !rc; i++) {
-        if (!st->box_ok[i]) continue;
-        char msg[160];
-        rc = kv_quest_check_box(r->kv, st->data + (size_t)i * r->kv->p.n_layer * lp, lp,
-                                st->box + i * nb, msg, sizeof msg);
-        if (rc == ST_E_CORRUPT)
-            rc = st_seterr(r->kv->ctx, rc, "kv snapshot: page %u: Quest box %s", i, msg);
-        else if (rc)
-            rc = st_seterr(r->kv->ctx, rc, "kv snapshot: out of memory");
-    }
     return rc;
+}
+
+/* Where page record i's contents are staged. */
+static uint8_t *staged_dst(const st_kv *kv, const staged *st, uint32_t i) {
+    if (i < st->n_direct) return kv_free_frame(kv, st->direct[i]);
+    return st->data + (size_t)(i - st->n_direct) * kv->g.page_bytes;
 }
 
 /* Cannot fail: pages (kv_need), sequence slots and every allocation were secured first. */
 static void apply(st_kv *kv, staged *st, int32_t *phys, st_kv_seq_id *out) {
     const int P = kv->p.page_size;
-    const size_t lp = layer_payload(kv);
     uint64_t min_use = UINT64_MAX, base = kv->tick;
     for (uint32_t i = 0; i < st->n_pages; i++)
         if (st->pages[i].last_use < min_use) min_use = st->pages[i].last_use;
     for (uint32_t i = 0; i < st->n_pages; i++) {
         const kv_page *sp = &st->pages[i];
-        int32_t id = kv_page_alloc(kv);
+        int32_t id;
+        if (i < st->n_direct) { /* the free list is as it was when direct[] was taken */
+            id = kv_page_alloc_filled(kv);
+            ST_ASSERT(id == st->direct[i]);
+        } else {
+            id = kv_page_alloc(kv);
+            /* The SSD tier: the page needs RAM (earlier pages may be spilled for it). A
+             * failed eviction loses this page: it and its sequences fail cleanly (below). */
+            if (kv_fetch(kv, id) != 0) {
+                phys[i] = id;
+                kv_page_fail(kv, id, ST_E_NOSPACE);
+                continue;
+            }
+            memcpy(kv_page_data(kv, id), staged_dst(kv, st, i), kv->g.page_bytes);
+        }
         phys[i] = id;
         kv_page *pg = &kv->pages[id];
-        /* The SSD tier: the page needs RAM (earlier pages may be spilled for it). A failed
-         * eviction loses this page: it and its sequences fail cleanly (see below). */
-        if (kv_fetch(kv, id) != 0) {
-            kv_page_fail(kv, id, ST_E_NOSPACE);
-            continue;
-        }
-        for (int l = 0; l < kv->p.n_layer; l++) {
-            uint8_t *blk = kv_layer_data(kv, id, l);
-            const uint8_t *d = st->data + ((size_t)i * kv->p.n_layer + l) * lp;
-            memcpy(blk, d, kv->g.kv_bytes);
-            memcpy(blk + kv->g.v_offset, d + kv->g.kv_bytes, kv->g.kv_bytes);
-            if (kv->p.type == ST_TYPE_Q8_0)
-                memcpy(blk + kv->g.scale_offset, d + 2 * kv->g.kv_bytes, 8u * kv->p.n_kv_head);
-        }
         pg->sealed = sp->sealed;
         pg->has_key = sp->has_key;
         if (st->box_ok[i]) {
@@ -597,9 +612,17 @@ int st_kv_snapshot_read(st_kv *kv, st_kv_io *io, st_kv_seq_id *out_seqs, int max
                          "may live (max_seqs %d)", st.n_seqs, kv->p.max_seqs - kv->n_seqs,
                          kv->p.max_seqs);
     if ((rc = kv_need(kv, st.n_pages, "snapshot restore")) != 0) return rc;
-    /* Staging is bounded by the pool's own size: n_pages <= capacity was checked. */
+    /* Staging is bounded by the pool's own size: n_pages <= capacity was checked. Records
+     * are staged straight into the frames of free pages where the pool has them (no tier),
+     * so a restore copies each record once, from the read buffer into its frame, while the
+     * record is still in cache; the rest (pages that need a cached page evicted, or a tier
+     * frame) go to private memory and are copied into their frames only once all is
+     * checked. Frames of free pages are scratch (kv_free_frame), so an error there changes
+     * nothing either. */
     const int P = kv->p.page_size;
-    const size_t pdata = (size_t)kv->p.n_layer * layer_payload(kv);
+    st.n_direct = kv->spill ? 0 : (uint32_t)(kv->n_free < (int64_t)st.n_pages ? kv->n_free
+                                                                             : st.n_pages);
+    st.data_bytes = (size_t)(st.n_pages - st.n_direct) * kv->g.page_bytes;
     wbuf w = {0};
     uint8_t *rec = malloc(page_record_bytes(kv, r.boxes));
     uint64_t *sums = malloc(((size_t)st.n_pages + st.n_seqs + 1) * sizeof *sums);
@@ -607,20 +630,23 @@ int st_kv_snapshot_read(st_kv *kv, st_kv_io *io, st_kv_seq_id *out_seqs, int max
     st.seqs = calloc(st.n_seqs + 1, sizeof *st.seqs);
     st.pages = calloc(st.n_pages + 1, sizeof *st.pages);
     st.tokens = malloc(((size_t)st.n_pages * P + 1) * sizeof *st.tokens);
-    st.data = malloc((size_t)st.n_pages * pdata + 1);
+    st.direct = malloc((st.n_direct + 1) * sizeof *st.direct);
+    if (st.data_bytes) st.data = st_alloc_huge(st.data_bytes); /* zero: frame padding */
     st.box = malloc((size_t)st.n_pages * kv_quest_box_bytes(kv) + 1);
     st.box_ok = calloc(st.n_pages + 1, 1);
-    if (!rec || !sums || !phys || !st.seqs || !st.pages || !st.tokens || !st.data || !st.box ||
-        !st.box_ok) {
+    if (!rec || !sums || !phys || !st.seqs || !st.pages || !st.tokens || !st.direct ||
+        (st.data_bytes && !st.data) || !st.box || !st.box_ok) {
         rc = st_seterr(kv->ctx, ST_E_NOMEM, "kv snapshot: out of memory staging %u pages",
                        st.n_pages);
         goto out;
     }
+    for (int32_t i = 0, id = kv->free_head; i < (int32_t)st.n_direct; i++, id = kv->pages[id].next)
+        st.direct[i] = id;
     size_t k = 0;
     sums[k++] = hsum;
     for (uint32_t i = 0; i < st.n_pages; i++, k++)
         if ((rc = read_page(&r, i, rec, &st.pages[i], st.tokens + (size_t)i * P,
-                            st.data + (size_t)i * pdata, st.box + i * kv_quest_box_bytes(kv),
+                            staged_dst(kv, &st, i), st.box + i * kv_quest_box_bytes(kv),
                             &st.box_ok[i], &sums[k])) != 0)
             goto out;
     for (uint32_t j = 0; j < st.n_seqs; j++, k++)

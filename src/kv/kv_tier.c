@@ -131,7 +131,7 @@ void kv_tier_close(st_kv *kv) {
 
 /* ---- page lifecycle hooks ------------------------------------------------------------------ */
 
-void kv_tier_new_page(st_kv *kv, int32_t id) {
+void kv_tier_new_page(st_kv *kv, int32_t id, int zero) {
     kv_page *pg = &kv->pages[id];
     pg->slot = ST_SLOT_NONE;
     pg->err = 0;
@@ -140,15 +140,21 @@ void kv_tier_new_page(st_kv *kv, int32_t id) {
     if (!kv->spill) {
         pg->frame = id;
         pg->resident = KV_RES_RAM;
-        memset(kv_page_data(kv, id), 0, kv->g.page_bytes);
+        if (zero) memset(kv_page_data(kv, id), 0, kv->g.page_bytes);
         return;
     }
+    ST_ASSERT(zero); /* frames move between pages here: a free page has no contents */
     if (kv->n_frame_free) { /* free RAM costs nothing; otherwise the page stays virtual */
         frame_attach(kv, id, kv->frame_free[--kv->n_frame_free]);
         memset(kv_page_data(kv, id), 0, kv->g.page_bytes);
     } else {
         pg->resident = KV_RES_ZERO;
     }
+}
+
+uint8_t *kv_free_frame(const st_kv *kv, int32_t id) {
+    ST_ASSERT(kv->pages[id].state == KV_PAGE_FREE);
+    return kv->spill ? NULL : kv->data + (size_t)id * kv->g.page_bytes;
 }
 
 static void slot_drop(st_kv *kv, kv_page *pg) {

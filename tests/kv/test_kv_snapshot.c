@@ -196,6 +196,22 @@ TEST(test_every_truncation_and_flip_rejected) {
             n_code[0], n_code[1], n_code[2], n_code[3]);
     CHECK_INT(bad_trunc, 0);
     CHECK_INT(bad_flip, 0);
+    /* Rejected records were staged in the frames of b's free pages: the live sequence is
+     * intact, and a page allocated now reads as zeros, not as a staged record. */
+    st_kv *ref = mk(ctx, ST_TYPE_F32, 16, 2, 0);
+    st_kv_seq_id rkeep, fresh;
+    CHECK_OK(st_kv_seq_create(ref, &rkeep));
+    fill(ref, rkeep, 9, 0, NULL);
+    same_seq(ref, rkeep, b, keep, 9);
+    st_kv_destroy(ref);
+    CHECK_OK(st_kv_seq_create(b, &fresh));
+    CHECK_OK(st_kv_seq_reserve(b, fresh, 24, NULL, NULL));
+    for (int p = 0; p < 24; p++) {
+        float k[2] = {1, 1}, v[2] = {1, 1};
+        CHECK_OK(st_kv_read(b, fresh, p % 2, p, 1, k, v));
+        CHECK(k[0] == 0 && k[1] == 0 && v[0] == 0 && v[1] == 0);
+    }
+    CHECK_OK(st_kv_seq_free(b, fresh));
     /* the intact stream still restores */
     st_kv_io in;
     st_kv_io_mem_reader(&in, io.buf, io.len);
@@ -203,6 +219,58 @@ TEST(test_every_truncation_and_flip_rejected) {
     int n;
     CHECK_OK(st_kv_snapshot_read(b, &in, out, 3, &n));
     same_seq(a, ids[2], b, out[2], 30);
+    char msg[256];
+    CHECK_OK(kv_check(b, msg, sizeof msg));
+    free(buf);
+    st_kv_io_mem_release(&io);
+    st_kv_destroy(a);
+    st_kv_destroy(b);
+    st_ctx_destroy(ctx);
+}
+
+/* A restore into a pool with fewer free pages than the snapshot has: the first records are
+ * staged in free frames, the rest in private memory, and their pages evict cached ones
+ * only once all is checked. A corrupt stream in that state keeps the cache whole. */
+TEST(test_restore_over_cached_pages) {
+    st_ctx *ctx;
+    REQUIRE(st_ctx_create(NULL, &ctx) == 0);
+    st_kv *a = mk(ctx, ST_TYPE_Q8_0, 16, 4, 0), *b = mk(ctx, ST_TYPE_Q8_0, 12, 4, 0);
+    REQUIRE(a && b);
+    st_kv_seq_id ids[3], out[3], old;
+    build(a, ids);
+    int32_t toks[64];
+    for (int i = 0; i < 64; i++) toks[i] = 1000 + i;
+    CHECK_OK(st_kv_seq_create(b, &old));
+    fill(b, old, 64, 7, toks);
+    CHECK_OK(st_kv_seq_free(b, old)); /* 8 pages cached, 4 free */
+    st_kv_stats before, after;
+    st_kv_get_stats(b, &before);
+    CHECK_INT(before.pages_cached, 8);
+    st_kv_io io;
+    st_kv_io_mem_writer(&io);
+    CHECK_OK(st_kv_snapshot_write(a, ids, 3, -1, &io));
+    st_kv_get_stats(a, &after);
+    REQUIRE(after.pages_used > before.pages_free); /* the mixed case */
+    uint8_t *buf = malloc(io.len);
+    memcpy(buf, io.buf, io.len);
+    buf[io.len - 40] ^= 1; /* in the last sequence record */
+    st_kv_io in;
+    st_kv_io_mem_reader(&in, buf, io.len);
+    int n = -1;
+    CHECK_INT(st_kv_snapshot_read(b, &in, out, 3, &n), ST_E_CORRUPT);
+    st_kv_get_stats(b, &after);
+    CHECK(memcmp(&before, &after, sizeof before) == 0);
+    int64_t nc;
+    CHECK_OK(st_kv_prefix_lookup(b, toks, 64, &nc));
+    CHECK_INT(nc, 64);
+    st_kv_io_mem_reader(&in, io.buf, io.len);
+    CHECK_OK(st_kv_snapshot_read(b, &in, out, 3, &n));
+    CHECK_INT(n, 3);
+    same_seq(a, ids[0], b, out[0], 21);
+    same_seq(a, ids[1], b, out[1], 24);
+    same_seq(a, ids[2], b, out[2], 30);
+    st_kv_get_stats(b, &after);
+    CHECK(after.cache_evictions > before.cache_evictions);
     char msg[256];
     CHECK_OK(kv_check(b, msg, sizeof msg));
     free(buf);
@@ -300,4 +368,5 @@ TEST(test_faulty_io) {
 }
 
 TEST_MAIN(test_roundtrip_f32, test_roundtrip_q8, test_file_and_fd_backends_and_cut,
+          test_restore_over_cached_pages,
           test_every_truncation_and_flip_rejected, test_mismatches_and_limits, test_faulty_io)
