@@ -120,8 +120,11 @@ int st_attn_chunk(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, const st_a
 /* Quest key boxes are kept in f16 (half the RAM and half the bytes the ranking reads per
  * page), rounded outward so a box still contains every key it was made from: a box is
  * kmin[head_dim] then kmax[head_dim], f16. Converts an f32 box (kmin, kmax: [head_dim])
- * into box[2 * head_dim]: kmin rounded toward -inf, kmax toward +inf (a NaN stays NaN). */
-void st_attn_box_to_f16(int32_t head_dim, const float *kmin, const float *kmax, uint16_t *box);
+ * into box[2 * head_dim]: kmin rounded toward -inf, kmax toward +inf (a NaN stays NaN).
+ * ws: whose ISA's kernel to use (NULL: the scalar reference); every ISA gives the same
+ * bits. */
+void st_attn_box_to_f16(const st_attn_ws *ws, int32_t head_dim, const float *kmin,
+                        const float *kmax, uint16_t *box);
 
 /* Quest upper bound (issue 7) for one KV head of a GQA group of n_group query heads:
  *   bound[p] = max over g of  sum_d max(q[g][d] * kmin[p][d], q[g][d] * kmax[p][d])
@@ -136,9 +139,13 @@ int st_attn_quest_bounds(const st_attn_ws *ws, int32_t head_dim, int32_t n_group
 
 /* Element-wise min and max over the valid keys of KV head kv_head of one page, dequantized
  * (the Quest page metadata). kmin, kmax: [head_dim]. Returns the number of valid keys
- * (0: kmin = kmax = 0, and the caller should not rank the page), or ST_E_INVAL. */
-int st_attn_key_minmax(const st_attn_geom *g, const st_attn_page *page, int32_t kv_head,
-                       float *kmin, float *kmax);
+ * (0: kmin = kmax = 0, and the caller should not rank the page), or ST_E_INVAL. Per
+ * dimension the valid slots are taken in slot order (the first sets both, each later one
+ * replaces min or max when strictly below or above), which decides the bits where a NaN
+ * or both zeros occur. ws: whose ISA's kernel to use (NULL: the scalar reference); every
+ * ISA gives the same bits. */
+int st_attn_key_minmax(const st_attn_ws *ws, const st_attn_geom *g, const st_attn_page *page,
+                       int32_t kv_head, float *kmin, float *kmax);
 
 
 /* ---- streaming entry points (the SSD tier, issue 6) ------------------------------------

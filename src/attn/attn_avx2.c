@@ -42,6 +42,13 @@ AI float hmax8(__m256 v) {
     return _mm_cvtss_f32(x);
 }
 
+AI float hmin8(__m256 v) {
+    __m128 x = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_min_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_min_ss(x, _mm_shuffle_ps(x, x, 1));
+    return _mm_cvtss_f32(x);
+}
+
 AI float hsum8(__m256 v) {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));
@@ -432,6 +439,79 @@ static void quest_avx2(int D, int G, const float *q, const uint16_t *box, int64_
     }
 }
 
+/* ---- Quest page metadata ----------------------------------------------------------------- */
+
+/* 8 slots of a key row as f32, exactly as the reference dequantizes them. */
+static inline __m256 minmax_load8(const attn_minmax_rows *r, const char *kd, int32_t s) {
+    switch (r->type) {
+    case ST_TYPE_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)kd + s)));
+    case ST_TYPE_BF16:
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)kd + s))), 16));
+    case ST_TYPE_Q8_0:
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(kd + s)))),
+                             _mm256_set1_ps(r->sc));
+    default: return _mm256_loadu_ps((const float *)kd + s);
+    }
+}
+
+/* As key_minmax_avx512 (attn_avx512.c), 8 slots at a time. */
+static void key_minmax_avx2(const attn_minmax_rows *r, int32_t D, float *kmin, float *kmax) {
+    if (r->P % 8 || r->P > ST_ATTN_MAX_PAGE_SIZE) { /* loads stay inside a row */
+        for (int32_t d = 0; d < D; d++) attn_minmax_row_ref(r, d, kmin, kmax);
+        return;
+    }
+    const size_t row = (size_t)r->P * attn_elem_size(r->type);
+    __m256 use[ST_ATTN_MAX_PAGE_SIZE / 8];
+    uint32_t bits[ST_ATTN_MAX_PAGE_SIZE / 8];
+    const int32_t nc = (r->n_tokens + 7) / 8;
+    for (int32_t c = 0; c < nc; c++) {
+        const int32_t s0 = 8 * c, left = r->n_tokens - s0;
+        uint32_t m = left >= 8 ? 0xffu : (1u << left) - 1u;
+        if (r->valid) m &= (uint32_t)(r->valid[s0 / 64] >> (s0 % 64));
+        bits[c] = m & 0xffu;
+        use[c] = lane_mask(m);
+    }
+    const __m256 pinf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
+    for (int32_t d = 0; d < D; d++) {
+        const char *kd = (const char *)r->k + (size_t)d * row;
+        __m256 lo = pinf, hi = ninf;
+        uint32_t odd = 0, pz = 0, nz = 0;
+        for (int32_t c = 0; c < nc; c++) {
+            const __m256 x = minmax_load8(r, kd, 8 * c);
+            const uint32_t m = bits[c];
+            odd |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) & m;
+            const uint32_t z = (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_EQ_OQ)) & m;
+            const uint32_t neg = (uint32_t)_mm256_movemask_ps(x);
+            pz |= z & ~neg;
+            nz |= z & neg;
+            lo = _mm256_min_ps(lo, _mm256_blendv_ps(pinf, x, use[c]));
+            hi = _mm256_max_ps(hi, _mm256_blendv_ps(ninf, x, use[c]));
+        }
+        if (odd || (pz && nz)) {
+            attn_minmax_row_ref(r, d, kmin, kmax);
+            continue;
+        }
+        kmin[d] = hmin8(lo);
+        kmax[d] = hmax8(hi);
+    }
+}
+
+/* As box_to_f16_avx512 (attn_avx512.c), 8 dimensions at a time. */
+static void box_to_f16_avx2(int32_t D, const float *kmin, const float *kmax, uint16_t *box) {
+    int32_t d = 0;
+    for (; d + 8 <= D; d += 8) {
+        const __m256 lo = _mm256_loadu_ps(kmin + d), hi = _mm256_loadu_ps(kmax + d);
+        if (_mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(lo, lo, _CMP_UNORD_Q), _mm256_cmp_ps(hi, hi, _CMP_UNORD_Q)))) {
+            attn_box_to_f16_ref(8, kmin + d, kmax + d, box + d, box + D + d);
+            continue;
+        }
+        _mm_storeu_si128((__m128i *)(box + d), _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+        _mm_storeu_si128((__m128i *)(box + D + d), _mm256_cvtps_ph(hi, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
+    }
+    attn_box_to_f16_ref(D - d, kmin + d, kmax + d, box + d, box + D + d);
+}
+
 const st_attn_kernels st_attn_kernels_avx2_ = {
     .isa = ST_ISA_AVX2,
     .d_mult = 8,
@@ -439,4 +519,6 @@ const st_attn_kernels st_attn_kernels_avx2_ = {
     .blocks = blocks_avx2,
     .run = run_kernel,
     .quest = quest_avx2,
+    .key_minmax = key_minmax_avx2,
+    .box_to_f16 = box_to_f16_avx2,
 };

@@ -623,6 +623,84 @@ static void quest_avx512(int D, int G, const float *q, const uint16_t *box, int6
         quest_one(D, G, q, box + p * stride, box + p * stride + D, &bound[p]);
 }
 
+/* ---- Quest page metadata ----------------------------------------------------------------- */
+
+/* 16 slots of a key row as f32, exactly as the reference dequantizes them. */
+static inline __m512 minmax_load16(const attn_minmax_rows *r, const char *kd, int32_t s) {
+    switch (r->type) {
+    case ST_TYPE_F16: return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)kd + s)));
+    case ST_TYPE_BF16:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)kd + s))), 16));
+    case ST_TYPE_Q8_0:
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(kd + s)))),
+                             _mm512_set1_ps(r->sc));
+    default: return _mm512_loadu_ps((const float *)kd + s);
+    }
+}
+
+/* Rows of 16 slots or more: per row a masked vector min and max and one tree reduction,
+ * which gives the reference's bits unless the slot order decides them (a NaN, which the
+ * reference skips or keeps by position, or both zeros, of which it keeps the first): such
+ * rows go to the reference. */
+static void key_minmax_avx512(const attn_minmax_rows *r, int32_t D, float *kmin, float *kmax) {
+    if (r->P % 16 || r->P > ST_ATTN_MAX_PAGE_SIZE) { /* loads stay inside a row */
+        for (int32_t d = 0; d < D; d++) attn_minmax_row_ref(r, d, kmin, kmax);
+        return;
+    }
+    const size_t row = (size_t)r->P * attn_elem_size(r->type);
+    __mmask16 use[ST_ATTN_MAX_PAGE_SIZE / 16];
+    const int32_t nc = (r->n_tokens + 15) / 16;
+    for (int32_t c = 0; c < nc; c++) {
+        const int32_t s0 = 16 * c, left = r->n_tokens - s0;
+        uint32_t m = left >= 16 ? 0xffffu : (1u << left) - 1u;
+        if (r->valid) m &= (uint32_t)(r->valid[s0 / 64] >> (s0 % 64));
+        use[c] = (__mmask16)m;
+    }
+    const __m512 pinf = _mm512_set1_ps(INFINITY), ninf = _mm512_set1_ps(-INFINITY);
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    for (int32_t d = 0; d < D; d++) {
+        const char *kd = (const char *)r->k + (size_t)d * row;
+        __m512 lo = pinf, hi = ninf;
+        __mmask16 odd = 0, pz = 0, nz = 0;
+        for (int32_t c = 0; c < nc; c++) {
+            const __m512 x = minmax_load16(r, kd, 16 * c);
+            const __mmask16 m = use[c];
+            odd |= _mm512_mask_cmp_ps_mask(m, x, x, _CMP_UNORD_Q);
+            const __mmask16 z = _mm512_mask_cmp_ps_mask(m, x, _mm512_setzero_ps(), _CMP_EQ_OQ);
+            const __mmask16 neg = _mm512_test_epi32_mask(_mm512_castps_si512(x), sign);
+            pz |= z & ~neg;
+            nz |= z & neg;
+            lo = _mm512_mask_min_ps(lo, m, lo, x);
+            hi = _mm512_mask_max_ps(hi, m, hi, x);
+        }
+        if (odd || (pz && nz)) {
+            attn_minmax_row_ref(r, d, kmin, kmax);
+            continue;
+        }
+        kmin[d] = _mm512_reduce_min_ps(lo);
+        kmax[d] = _mm512_reduce_max_ps(hi);
+    }
+}
+
+/* Directed rounding in the conversion itself: toward -inf for kmin, +inf for kmax, which
+ * is what the reference's round-to-nearest plus one outward step computes; chunks with a
+ * NaN go to the reference (payloads). */
+static void box_to_f16_avx512(int32_t D, const float *kmin, const float *kmax, uint16_t *box) {
+    int32_t d = 0;
+    for (; d + 16 <= D; d += 16) {
+        const __m512 lo = _mm512_loadu_ps(kmin + d), hi = _mm512_loadu_ps(kmax + d);
+        if (_mm512_cmp_ps_mask(lo, lo, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(hi, hi, _CMP_UNORD_Q)) {
+            attn_box_to_f16_ref(16, kmin + d, kmax + d, box + d, box + D + d);
+            continue;
+        }
+        _mm256_storeu_si256((__m256i *)(box + d), _mm512_cvt_roundps_ph(lo, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+        _mm256_storeu_si256((__m256i *)(box + D + d),
+                            _mm512_cvt_roundps_ph(hi, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
+    }
+    attn_box_to_f16_ref(D - d, kmin + d, kmax + d, box + d, box + D + d);
+}
+
 const st_attn_kernels st_attn_kernels_avx512_ = {
     .isa = ST_ISA_AVX512,
     .d_mult = 16,
@@ -630,4 +708,6 @@ const st_attn_kernels st_attn_kernels_avx512_ = {
     .blocks = blocks_avx512,
     .run = run_kernel,
     .quest = quest_avx512,
+    .key_minmax = key_minmax_avx512,
+    .box_to_f16 = box_to_f16_avx512,
 };

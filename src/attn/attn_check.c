@@ -78,14 +78,22 @@ static uint16_t f16_next_up(uint16_t h) {
     return (h & 0x8000) ? (uint16_t)(h - 1) : (uint16_t)(h + 1);
 }
 
-void st_attn_box_to_f16(int32_t head_dim, const float *kmin, const float *kmax, uint16_t *box) {
-    for (int32_t d = 0; d < head_dim; d++) {
+void attn_box_to_f16_ref(int32_t n, const float *kmin, const float *kmax, uint16_t *lo_out,
+                         uint16_t *hi_out) {
+    for (int32_t d = 0; d < n; d++) {
         uint16_t lo = st_fp32_to_fp16(kmin[d]), hi = st_fp32_to_fp16(kmax[d]);
         if (st_fp16_to_fp32(lo) > kmin[d]) lo = f16_next_down(lo); /* NaN compares false */
         if (st_fp16_to_fp32(hi) < kmax[d]) hi = f16_next_up(hi);
-        box[d] = lo;
-        box[head_dim + d] = hi;
+        lo_out[d] = lo;
+        hi_out[d] = hi;
     }
+}
+
+void st_attn_box_to_f16(const st_attn_ws *ws, int32_t head_dim, const float *kmin,
+                        const float *kmax, uint16_t *box) {
+    const st_attn_kernels *k = ws ? attn_ws_kernels(ws) : NULL;
+    if (k && k->box_to_f16) k->box_to_f16(head_dim, kmin, kmax, box);
+    else attn_box_to_f16_ref(head_dim, kmin, kmax, box, box + head_dim);
 }
 
 int st_attn_quest_bounds(const st_attn_ws *ws, int32_t head_dim, int32_t n_group,
@@ -100,48 +108,62 @@ int st_attn_quest_bounds(const st_attn_ws *ws, int32_t head_dim, int32_t n_group
     return 0;
 }
 
-int st_attn_key_minmax(const st_attn_geom *g, const st_attn_page *page, int32_t kv_head,
-                       float *kmin, float *kmax) {
+/* One dimension's row of slots, min and max in slot order, with the element read by EXPR
+ * (of kd and s): the type is chosen outside the loop. */
+#define MINMAX_ROW(EXPR)                                                                      \
+    for (int32_t s = 0; s < r->n_tokens; s++) {                                               \
+        if (r->valid && !((r->valid[s / 64] >> (s % 64)) & 1)) continue;                      \
+        const float x = (EXPR);                                                               \
+        if (first) lo = hi = x, first = 0;                                                    \
+        if (x < lo) lo = x;                                                                   \
+        if (x > hi) hi = x;                                                                   \
+    }
+
+void attn_minmax_row_ref(const attn_minmax_rows *r, int32_t d, float *kmin, float *kmax) {
+    const char *kd = (const char *)r->k + (size_t)d * r->P * attn_elem_size(r->type);
+    const float sc = r->sc;
+    float lo = 0, hi = 0;
+    int first = 1;
+    switch (r->type) {
+    case ST_TYPE_F16: MINMAX_ROW(st_fp16_to_fp32(((const uint16_t *)kd)[s])); break;
+    case ST_TYPE_BF16: MINMAX_ROW(st_bf16_to_fp32(((const uint16_t *)kd)[s])); break;
+    case ST_TYPE_Q8_0: MINMAX_ROW((float)((const int8_t *)kd)[s] * sc); break;
+    default: MINMAX_ROW(((const float *)kd)[s]); break;
+    }
+    kmin[d] = lo, kmax[d] = hi;
+}
+#undef MINMAX_ROW
+
+int st_attn_key_minmax(const st_attn_ws *ws, const st_attn_geom *g, const st_attn_page *page,
+                       int32_t kv_head, float *kmin, float *kmax) {
     if (attn_check_geom(NULL, g) || !page || !kmin || !kmax || kv_head < 0 ||
         kv_head >= g->n_kv_head || page->n_tokens < 0 || page->n_tokens > g->page_size ||
         (page->n_tokens > 0 && !page->k) ||
         (g->type == ST_TYPE_Q8_0 && page->n_tokens > 0 && !page->k_scale))
         return ST_E_INVAL;
     const size_t D = (size_t)g->head_dim, es = attn_elem_size(g->type), P = (size_t)g->page_size;
-    const char *k = (const char *)page->k + (size_t)kv_head * P * D * es;
-    const float sc = g->type == ST_TYPE_Q8_0 && page->n_tokens > 0 ? page->k_scale[kv_head] : 1.0f;
-    /* Keys are dim-major: dimension d of the page's slots is one contiguous row, walked in
-     * slot order (the same comparisons in the same order as slot by slot), one type per
-     * loop: a snapshot restore checks every page's boxes this way */
     int n = 0;
     for (int32_t s = 0; s < page->n_tokens; s++) n += !page->valid || ((page->valid[s / 64] >> (s % 64)) & 1);
     if (!n) {
         for (size_t d = 0; d < D; d++) kmin[d] = kmax[d] = 0;
         return 0;
     }
-/* One dimension's row of slots, min and max in slot order, with the element read by EXPR
- * (of kd and s): the type is chosen outside the loop. */
-#define MINMAX_ROW(EXPR)                                                                      \
-    for (int32_t s = 0; s < page->n_tokens; s++) {                                            \
-        if (page->valid && !((page->valid[s / 64] >> (s % 64)) & 1)) continue;                \
-        const float x = (EXPR);                                                               \
-        if (first) lo = hi = x, first = 0;                                                    \
-        if (x < lo) lo = x;                                                                   \
-        if (x > hi) hi = x;                                                                   \
+    /* Keys are dim-major: dimension d of the page's slots is one contiguous row, walked in
+     * slot order (a snapshot restore checks every page's boxes this way) */
+    const attn_minmax_rows r = {
+        .k = (const char *)page->k + (size_t)kv_head * P * D * es,
+        .type = g->type,
+        .P = (int32_t)P,
+        .n_tokens = page->n_tokens,
+        .valid = page->valid,
+        .sc = g->type == ST_TYPE_Q8_0 ? page->k_scale[kv_head] : 1.0f,
+    };
+    const st_attn_kernels *k = ws ? attn_ws_kernels(ws) : NULL;
+    if (k && k->key_minmax) {
+        k->key_minmax(&r, (int32_t)D, kmin, kmax);
+    } else {
+        for (int32_t d = 0; d < (int32_t)D; d++) attn_minmax_row_ref(&r, d, kmin, kmax);
     }
-    for (size_t d = 0; d < D; d++) {
-        const char *kd = k + d * P * es;
-        float lo = 0, hi = 0;
-        int first = 1;
-        switch (g->type) {
-        case ST_TYPE_F16: MINMAX_ROW(st_fp16_to_fp32(((const uint16_t *)kd)[s])); break;
-        case ST_TYPE_BF16: MINMAX_ROW(st_bf16_to_fp32(((const uint16_t *)kd)[s])); break;
-        case ST_TYPE_Q8_0: MINMAX_ROW((float)((const int8_t *)kd)[s] * sc); break;
-        default: MINMAX_ROW(((const float *)kd)[s]); break;
-        }
-        kmin[d] = lo, kmax[d] = hi;
-    }
-#undef MINMAX_ROW
     return n;
 }
 

@@ -70,6 +70,16 @@ typedef struct attn_blk {
     int64_t pos0;   /* position of slot 0 */
 } attn_blk;
 
+/* The key rows of one KV head of a page, as st_attn_key_minmax reads them: dimension d's
+ * slots are the P elements at k + d * P (keys are dim-major). */
+typedef struct attn_minmax_rows {
+    const void *k;
+    st_type type;
+    int32_t P, n_tokens;   /* slots [0, n_tokens) written; at least one valid */
+    const uint64_t *valid; /* NULL: all of them valid */
+    float sc;              /* q8_0 scale; 1 otherwise */
+} attn_minmax_rows;
+
 typedef struct st_attn_kernels {
     st_isa isa;
     int d_mult; /* head_dim must be a multiple of this, else the scalar table is used */
@@ -92,7 +102,22 @@ typedef struct st_attn_kernels {
     /* st_attn_quest_bounds with validated arguments; d_mult does not apply. */
     void (*quest)(int D, int G, const float *q, const uint16_t *box, int64_t stride,
                   int32_t n_pages, float *bound);
+    /* The Quest page metadata: st_attn_key_minmax's rows 0..D into kmin, kmax, and
+     * st_attn_box_to_f16. The same bits as the scalar references below on every input:
+     * where the order of the scalar loop decides the result (a NaN in a row, or both +0 and
+     * -0 in it) or a conversion's NaN payload could differ, the kernel hands that row or
+     * chunk to the reference. NULL: the reference. */
+    void (*key_minmax)(const attn_minmax_rows *r, int32_t D, float *kmin, float *kmax);
+    void (*box_to_f16)(int32_t D, const float *kmin, const float *kmax, uint16_t *box);
 } st_attn_kernels;
+
+/* attn_check.c: the scalar references of the metadata kernels. Row d of r (its valid slots
+ * in slot order: the first sets min and max, each later one replaces them when strictly
+ * below / above) into kmin[d], kmax[d]; n values of kmin, kmax rounded outward into
+ * lo_out, hi_out (st_attn_box_to_f16). */
+void attn_minmax_row_ref(const attn_minmax_rows *r, int32_t d, float *kmin, float *kmax);
+void attn_box_to_f16_ref(int32_t n, const float *kmin, const float *kmax, uint16_t *lo_out,
+                         uint16_t *hi_out);
 
 /* attn_check.c: 0 or ST_E_INVAL with a message naming the field (seq index si). */
 int attn_check_geom(st_ctx *ctx, const st_attn_geom *g);

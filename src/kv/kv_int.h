@@ -92,6 +92,7 @@ struct st_kv {
                              rounded outward (st_attn_box_to_f16) */
     uint8_t *qbox_ok;     /* [n_pages] box computed at the page's last seal; implies sealed
                              (kv_unseal clears both) */
+    st_attn_ws *qbox_ws;  /* the box kernels of the ctx's ISA (scalar without a ctx) */
     /* SSD tier (kv_tier.c); spill == NULL: no tier, frame == page id for every page */
     st_spill_dir *spill_dir;
     st_spill *spill;
@@ -178,7 +179,7 @@ void kv_quest_seal(st_kv *kv, int32_t page);
 /* Snapshots: a page's boxes as [n_layer][n_kv_head][2][head_dim] f32 (kv_quest_box_bytes).
  * get: 1 and the boxes, or 0 and zeros (no box). set: src NULL = no box. check: every key
  * of the staged layer data (layer_stride apart; all P slots) lies inside the boxes:
- * 0, ST_E_CORRUPT (msg), ST_E_NOMEM. */
+ * 0 or ST_E_CORRUPT (msg). */
 size_t kv_quest_box_bytes(const st_kv *kv);
 int kv_quest_get_box(const st_kv *kv, int32_t page, uint8_t *dst);
 void kv_quest_set_box(st_kv *kv, int32_t page, const uint8_t *src);

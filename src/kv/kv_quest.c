@@ -48,10 +48,15 @@ int kv_quest_alloc(st_kv *kv) {
         return ST_E_NOMEM;
     kv->qbox = st_alloc_aligned((size_t)n * sizeof(uint16_t), 64);
     kv->qbox_ok = calloc((size_t)kv->n_pages, 1);
+    /* every ISA computes the same boxes; this only picks the speed */
+    if (st_attn_ws_create(kv->ctx ? st_ctx_isa(kv->ctx) : ST_ISA_SCALAR, &kv->qbox_ws))
+        return ST_E_NOMEM;
     return kv->qbox && kv->qbox_ok ? 0 : ST_E_NOMEM;
 }
 
 void kv_quest_free(st_kv *kv) {
+    st_attn_ws_destroy(kv->qbox_ws);
+    kv->qbox_ws = NULL;
     st_free_aligned(kv->qbox);
     free(kv->qbox_ok);
     kv->qbox = NULL;
@@ -88,9 +93,9 @@ void kv_quest_seal(st_kv *kv, int32_t page) {
     for (int l = 0; l < kv->p.n_layer; l++) {
         st_attn_page v = block_view(kv, kv_layer_data(kv, page, l), NULL, kv->p.page_size);
         for (int h = 0; h < kv->p.n_kv_head; h++) {
-            int n = st_attn_key_minmax(&g, &v, h, mm, mm + D);
+            int n = st_attn_key_minmax(kv->qbox_ws, &g, &v, h, mm, mm + D);
             ST_ASSERT(n == kv->p.page_size);
-            st_attn_box_to_f16(D, mm, mm + D, kv_qbox(kv, l, h, page));
+            st_attn_box_to_f16(kv->qbox_ws, D, mm, mm + D, kv_qbox(kv, l, h, page));
         }
     }
     kv->qbox_ok[page] = 1;
@@ -147,7 +152,7 @@ void kv_quest_set_box(st_kv *kv, int32_t page, const uint8_t *src) {
     for (int l = 0; l < kv->p.n_layer; l++)
         for (int h = 0; h < kv->p.n_kv_head; h++, src += 2u * D * sizeof(float)) {
             memcpy(mm, src, 2u * D * sizeof(float)); /* the stream is not aligned */
-            st_attn_box_to_f16(D, mm, mm + D, kv_qbox(kv, l, h, page));
+            st_attn_box_to_f16(kv->qbox_ws, D, mm, mm + D, kv_qbox(kv, l, h, page));
         }
 }
 
@@ -155,13 +160,8 @@ int kv_quest_check_box(const st_kv *kv, const uint8_t *data, size_t layer_stride
                        const uint8_t *box, char *msg, size_t cap) {
     const int D = kv->p.head_dim;
     const st_attn_geom g = kv_geom(kv);
-    float *mm = malloc(2u * D * sizeof *mm);
-    float *bx = malloc(2u * D * sizeof *bx);
+    float mm[2 * ST_ATTN_MAX_HEAD_DIM], bx[2 * ST_ATTN_MAX_HEAD_DIM];
     int rc = 0;
-    if (!mm || !bx) {
-        rc = ST_E_NOMEM;
-        goto out;
-    }
     for (int l = 0; l < kv->p.n_layer && !rc; l++) {
         /* staged layer: K^T [H][D][P] then V [H][P][D] then (q8_0) k_scale[H], v_scale[H] */
         const uint8_t *d = data + (size_t)l * layer_stride;
@@ -177,7 +177,7 @@ int kv_quest_check_box(const st_kv *kv, const uint8_t *data, size_t layer_stride
         for (int h = 0; h < kv->p.n_kv_head && !rc; h++) {
             memcpy(bx, box + ((size_t)l * kv->p.n_kv_head + h) * 2u * D * sizeof(float),
                    2u * D * sizeof(float));
-            int n = st_attn_key_minmax(&g, &v, h, mm, mm + D);
+            int n = st_attn_key_minmax(kv->qbox_ws, &g, &v, h, mm, mm + D);
             ST_ASSERT(n == kv->p.page_size);
             /* NaN compares false either way: a NaN key (garbage in, garbage bound) passes */
             for (int i = 0; i < D && !rc; i++)
@@ -189,9 +189,6 @@ int kv_quest_check_box(const st_kv *kv, const uint8_t *data, size_t layer_stride
                 }
         }
     }
-out:
-    free(mm);
-    free(bx);
     return rc;
 }
 

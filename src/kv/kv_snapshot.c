@@ -374,9 +374,8 @@ static int read_page(rd *r, uint32_t i, uint8_t *rec, kv_page *pg, int32_t *tok,
     const size_t lp = layer_payload(kv);
     if (*box_ok) { /* a stored box must hold every key of its page (kv_quest.c, Q2) */
         char msg[160];
-        rc = kv_quest_check_box(kv, d, lp, box, msg, sizeof msg);
-        if (rc == ST_E_CORRUPT) BAD(rc, "kv snapshot: page %u: Quest box %s", i, msg);
-        if (rc) BAD(rc, "kv snapshot: out of memory");
+        if (kv_quest_check_box(kv, d, lp, box, msg, sizeof msg))
+            BAD(ST_E_CORRUPT, "kv snapshot: page %u: Quest box %s", i, msg);
     }
     for (int l = 0; l < kv->p.n_layer; l++) {
         uint8_t *blk = dst + (size_t)l * kv->g.layer_bytes;

@@ -641,6 +641,84 @@ TEST(test_bad_input) {
     st_ctx_destroy(ctx);
 }
 
+/* A value that exercises the box kernels' corners: mostly ordinary, sometimes a NaN, a zero
+ * of either sign, an infinity, a subnormal (of f16 and of f32), or past f16's range. */
+static float odd_value(rng *r) {
+    switch (rint_(r, 24)) {
+    case 0: return NAN;
+    case 1: return -NAN;
+    case 2: return 0.0f;
+    case 3: return -0.0f;
+    case 4: return INFINITY;
+    case 5: return -INFINITY;
+    case 6: return runif(r) * 6e-5f;    /* f16 subnormal range */
+    case 7: return runif(r) * 1e-39f;   /* f32 subnormal */
+    case 8: return runif(r) * 1e5f;     /* past 65504 */
+    case 9: return st_fp16_to_fp32(st_fp32_to_fp16(runif(r))); /* exactly an f16 */
+    default: return runif(r) * 4.0f;
+    }
+}
+
+/* st_attn_key_minmax and st_attn_box_to_f16 give the scalar reference's bits on every ISA:
+ * NaNs first, last or amid a row, both zeros, masked slots, partial pages, odd page sizes. */
+TEST(test_box_kernels_bit_identical) {
+    rng r = {11};
+    const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16, ST_TYPE_Q8_0};
+    const int sizes[] = {8, 16, 24, 64, 256, 5};
+    int rows = 0, mismatches = 0;
+    for (int isa = 1; isa <= max_isa(); isa++) {
+        st_attn_ws *ws = NULL;
+        CHECK_OK(st_attn_ws_create((st_isa)isa, &ws));
+        REQUIRE(ws);
+        for (int it = 0; it < 600; it++) {
+            const st_type t = types[it % 4];
+            const int P = sizes[(it / 4) % 6], D = 1 + rint_(&r, 80), H = 2, h = rint_(&r, H);
+            const int special = it % 3; /* 0: ordinary keys; 1: some odd values; 2: many */
+            st_attn_geom g = {.n_head = H, .n_kv_head = H, .head_dim = D, .page_size = P,
+                              .type = t, .scale = 1};
+            const size_t es = t == ST_TYPE_F32 ? 4 : t == ST_TYPE_Q8_0 ? 1 : 2;
+            uint8_t *k = malloc((size_t)H * D * P * es);
+            float scale[2] = {rint_(&r, 8) ? runif(&r) + 1.5f : 0.0f, 0.5f};
+            for (size_t i = 0; i < (size_t)H * D * P; i++) {
+                float x = special && rint_(&r, special == 1 ? 16 : 3) == 0 ? odd_value(&r) : runif(&r);
+                if (t == ST_TYPE_F32) memcpy(k + 4 * i, &x, 4);
+                else if (t == ST_TYPE_F16) ((uint16_t *)k)[i] = st_fp32_to_fp16(x);
+                else if (t == ST_TYPE_BF16) ((uint16_t *)k)[i] = st_fp32_to_bf16(x);
+                else ((int8_t *)k)[i] = (int8_t)(x != x || x > 1e30f || x < -1e30f ? 0 : rint_(&r, 256) - 128);
+            }
+            uint64_t valid[4];
+            for (int w = 0; w < 4; w++) valid[w] = rnext(&r) | (it % 5 ? 0 : ~0ull);
+            st_attn_page pg = {.k = k, .k_scale = scale, .n_tokens = 1 + rint_(&r, P),
+                               .valid = it % 2 ? valid : NULL};
+            float a[2 * 80], b[2 * 80];
+            memset(a, 0x55, sizeof a), memset(b, 0x55, sizeof b);
+            int na = st_attn_key_minmax(NULL, &g, &pg, h, a, a + D);
+            int nb = st_attn_key_minmax(ws, &g, &pg, h, b, b + D);
+            CHECK_INT(nb, na);
+            CHECK(na >= 0);
+            rows += D;
+            for (int d = 0; d < D; d++)
+                mismatches += memcmp(&a[d], &b[d], 4) != 0 || memcmp(&a[D + d], &b[D + d], 4) != 0;
+            /* boxes of those bounds, and of arbitrary (even inverted) pairs */
+            for (int pass = 0; pass < 2; pass++) {
+                if (pass)
+                    for (int d = 0; d < 2 * D; d++) a[d] = special ? odd_value(&r) : runif(&r) * 8;
+                uint16_t ba[2 * 80], bb[2 * 80];
+                st_attn_box_to_f16(NULL, D, a, a + D, ba);
+                st_attn_box_to_f16(ws, D, a, a + D, bb);
+                mismatches += memcmp(ba, bb, sizeof(uint16_t) * 2 * D) != 0;
+                for (int d = 0; d < D && !pass; d++) /* outward: the box holds the bounds */
+                    if (a[d] == a[d] && a[D + d] == a[D + d])
+                        CHECK(st_fp16_to_fp32(ba[d]) <= a[d] && st_fp16_to_fp32(ba[D + d]) >= a[D + d]);
+            }
+            free(k);
+        }
+        st_attn_ws_destroy(ws);
+    }
+    fprintf(stderr, "  %d rows compared with the scalar reference, %d differ\n", rows, mismatches);
+    CHECK_INT(mismatches, 0);
+}
+
 /* Quest bound: an upper bound of q.k for every key of the page, equal to a double
  * computation of the formula, for each ISA; key_minmax gives the box of the valid keys. */
 TEST(test_quest_bounds) {
@@ -663,10 +741,10 @@ TEST(test_quest_bounds) {
             uint16_t *box = malloc(sizeof(uint16_t) * NP * bstride);
             for (int h = 0; h < 2; h++) {
                 for (int p = 0; p < NP; p++) {
-                    int n = st_attn_key_minmax(&s.g, &s.pages[p], h, mn + p * stride, mx + p * stride);
+                    int n = st_attn_key_minmax(ws, &s.g, &s.pages[p], h, mn + p * stride, mx + p * stride);
                     CHECK(n >= 0);
                     /* the kernel reads f16 boxes rounded outward: the reference uses them too */
-                    st_attn_box_to_f16(D, mn + p * stride, mx + p * stride, box + p * bstride);
+                    st_attn_box_to_f16(ws, D, mn + p * stride, mx + p * stride, box + p * bstride);
                     for (int d = 0; d < D; d++) {
                         float lo = st_fp16_to_fp32(box[p * bstride + d]);
                         float hi = st_fp16_to_fp32(box[p * bstride + D + d]);
@@ -725,6 +803,6 @@ TEST(test_quest_bounds) {
     }
 }
 
-TEST_MAIN(test_decode_vs_reference, test_decode_odd_shapes, test_chunk_many_tiles, test_chunk_vs_reference, test_simd_vs_scalar,
+TEST_MAIN(test_box_kernels_bit_identical, test_decode_vs_reference, test_decode_odd_shapes, test_chunk_many_tiles, test_chunk_vs_reference, test_simd_vs_scalar,
           test_threads_bit_identical, test_batch_equals_single, test_selection,
           test_empty_and_masked, test_bad_input, test_quest_bounds)

@@ -107,7 +107,7 @@ TEST(test_box_bruteforce) {
                             hi[d] = x > hi[d] ? x : hi[d];
                         }
                     }
-                    st_attn_box_to_f16(24, lo, hi, want);
+                    st_attn_box_to_f16(NULL, 24, lo, hi, want);
                     for (int d = 0; d < 24; d++) {
                         /* q8_0: box and read dequantize the same int8 * scale */
                         bad += mn[d] != st_fp16_to_fp32(want[d]) || mx[d] != st_fp16_to_fp32(want[24 + d]);
@@ -156,7 +156,7 @@ TEST(test_bound_is_upper) {
                 float mn[64], mx[64], bound;
                 uint16_t box[128];
                 CHECK_OK(st_kv_page_box(f.kv, pages[i], 0, h, mn, mx));
-                st_attn_box_to_f16(64, mn, mx, box); /* exact: the values came from f16 */
+                st_attn_box_to_f16(NULL, 64, mn, mx, box); /* exact: the values came from f16 */
                 CHECK_OK(st_attn_quest_bounds(f.ws, 64, 2, q + h * 2 * 64, box, 128, 1, &bound));
                 for (int g = 0; g < 2; g++)
                     for (int t = 0; t < 16; t++) {
@@ -236,7 +236,7 @@ TEST(test_select_invariants) {
                 n_forced += forced;
                 bad_forced += forced && !in[j];
                 if (forced) continue;
-                st_attn_box_to_f16(16, mn, mx, box);
+                st_attn_box_to_f16(NULL, 16, mn, mx, box);
                 CHECK_OK(st_attn_quest_bounds(f.ws, 16, 2, q + h * 32, box, 32, 1, &bnd[j]));
                 if (in[j] && bnd[j] < worst_in) worst_in = bnd[j];
                 if (!in[j] && bnd[j] > best_out) best_out = bnd[j];
