@@ -5,6 +5,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/kv_flags.h"
+#include "cli/prompt_cache.h"
 #include "strata/sample.h"
 
 #include <stdlib.h>
@@ -16,11 +17,16 @@ static void usage(FILE *f) {
             "                  [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
             "                  [--seed S] [--kv-page P] [--kv-type f16|bf16|f32|q8_0] [-b N_BATCH]\n"
             "                  [--chat [--chat-template NAME] [--system TEXT]]\n"
+            "                  [--prompt-cache FILE [--prompt-cache-ro | --prompt-cache-all]]\n"
             "--chat: interactive chat on stdin (one message a line; /reset, /exit); the KV is kept\n"
             "between turns. The template comes from the GGUF unless --chat-template names one.\n"
             "Without -m, runs a built-in synthetic model (random weights, byte-level tokenizer).\n"
             "--temp 0 is greedy. Defaults: -n 128, -c min(model, 4096), --temp 0.8, --top-k 40,\n"
             "--top-p 0.95, --min-p 0.05, --repeat-penalty 1.0, --kv-page 16, --kv-type f16.\n"
+            "--prompt-cache FILE: restore the KV of the longest prefix this prompt shares with FILE\n"
+            "(a KV snapshot of an earlier run of the same model and KV settings) and save this\n"
+            "prompt's KV there when it went further; -ro: never write FILE; -all: save after the\n"
+            "generation, with the generated tokens.\n"
             ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
 }
 
@@ -31,6 +37,8 @@ typedef struct run_opts {
     st_sampler_params sp;
     int chat;
     const char *chat_template, *system;
+    const char *prompt_cache;
+    int prompt_cache_ro, prompt_cache_all;
     st_cli_quest quest;
     st_cli_kv_flags tier;
 } run_opts;
@@ -64,6 +72,9 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--chat")) o->chat = 1, takes = 0;
         else if (!strcmp(a, "--chat-template")) o->chat_template = v;
         else if (!strcmp(a, "--system")) o->system = v;
+        else if (!strcmp(a, "--prompt-cache")) o->prompt_cache = v;
+        else if (!strcmp(a, "--prompt-cache-ro")) o->prompt_cache_ro = 1, takes = 0;
+        else if (!strcmp(a, "--prompt-cache-all")) o->prompt_cache_all = 1, takes = 0;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             if (st_cli_int(v, 0, 1 << 30, &o->n_predict)) return bad(a, v);
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
@@ -108,6 +119,18 @@ static int parse(int argc, char **argv, run_opts *o) {
         fprintf(stderr, "strata run: give -p or -f, not both\n");
         return ST_EXIT_INPUT;
     }
+    if ((o->prompt_cache_ro || o->prompt_cache_all) && !o->prompt_cache) {
+        fprintf(stderr, "strata run: --prompt-cache-ro and --prompt-cache-all need --prompt-cache FILE\n");
+        return ST_EXIT_INPUT;
+    }
+    if (o->prompt_cache_ro && o->prompt_cache_all) {
+        fprintf(stderr, "strata run: --prompt-cache-ro never writes the cache: not with --prompt-cache-all\n");
+        return ST_EXIT_INPUT;
+    }
+    if (o->chat && o->prompt_cache) {
+        fprintf(stderr, "strata run: --prompt-cache is for one prompt, not --chat\n");
+        return ST_EXIT_INPUT;
+    }
     if (o->chat ? o->prompt || o->prompt_file : o->chat_template || o->system) {
         fprintf(stderr, "strata run: --chat reads the conversation from stdin: it takes --chat-template and "
                         "--system, not -p or -f\n");
@@ -140,9 +163,15 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
     st_detok *dt = NULL;
     float *logits = malloc((size_t)hp->n_vocab * sizeof(float));
     st_kv_seq_id seq;
+    int n_reused = 0, n_common = 0, exit_code = 0;
     int rc = st_sampler_create(&o->sp, hp->n_vocab, &smp);
     if (!rc) rc = st_detok_create(s->tok, 0, &dt);
-    if (!rc) rc = st_kv_seq_create(s->kv, &seq);
+    if (!rc && o->prompt_cache) {
+        exit_code = st_cli_prompt_cache_load(s, o->prompt_cache, prompt, n_prompt, &seq, &n_reused, &n_common);
+        if (exit_code) goto out;
+    } else if (!rc) {
+        rc = st_kv_seq_create(s->kv, &seq);
+    }
     if (!rc && !logits) rc = ST_E_NOMEM;
     for (int i = 0; i < n_prompt && !rc; i++) st_sampler_accept(smp, prompt[i]);
     /* prefill, chunk by chunk so the progress bar can move */
@@ -150,14 +179,17 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
     st_cli_progress pb;
     st_cli_progress_begin(&pb, "prefill");
     double t0 = st_time_now();
-    for (int i = 0; i < n_prompt && !rc; i += chunk) {
+    for (int i = n_reused; i < n_prompt && !rc; i += chunk) {
         int n = n_prompt - i < chunk ? n_prompt - i : chunk;
         st_batch b = {.n_tokens = n, .tokens = prompt + i, .seq_single = seq};
         rc = st_runner_forward(s->runner, &b, logits);
-        st_cli_progress_update(&pb, i + n, n_prompt);
+        st_cli_progress_update(&pb, i + n - n_reused, n_prompt - n_reused);
     }
     st_cli_progress_end(&pb);
     double t_prefill = st_time_now() - t0, t_decode = 0;
+    const int save = o->prompt_cache && !o->prompt_cache_ro && (n_common < n_prompt || o->prompt_cache_all);
+    if (!rc && save && !o->prompt_cache_all && (exit_code = st_cli_prompt_cache_save(s, o->prompt_cache, seq)))
+        goto out;
     long long n_gen = 0, max_gen = o->n_predict;
     if (max_gen > s->n_ctx - n_prompt) max_gen = s->n_ctx - n_prompt;
     while (!rc && n_gen < max_gen) {
@@ -182,13 +214,19 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
     if (dt && st_detok_flush(dt, &tail, &nt) == 0 && nt) fwrite(tail, 1, nt, stdout);
     printf("\n");
     fflush(stdout);
+    if (!rc && save && o->prompt_cache_all) exit_code = st_cli_prompt_cache_save(s, o->prompt_cache, seq);
     if (rc) {
         fprintf(stderr, "strata run: %s\n", *st_ctx_error(s->ctx) ? st_ctx_error(s->ctx) : st_strerror(rc));
     } else {
         st_kv_stats ks;
         st_kv_get_stats(s->kv, &ks);
-        fprintf(stderr, "prompt tokens: %d   prefill: %.1f tok/s (%.3f s)\n", n_prompt,
-                t_prefill > 0 ? n_prompt / t_prefill : 0.0, t_prefill);
+        if (n_reused)
+            fprintf(stderr, "prompt tokens: %d (%d from the prompt cache)   prefill of %d: %.1f tok/s (%.3f s)\n",
+                    n_prompt, n_reused, n_prompt - n_reused,
+                    t_prefill > 0 ? (n_prompt - n_reused) / t_prefill : 0.0, t_prefill);
+        else
+            fprintf(stderr, "prompt tokens: %d   prefill: %.1f tok/s (%.3f s)\n", n_prompt,
+                    t_prefill > 0 ? n_prompt / t_prefill : 0.0, t_prefill);
         fprintf(stderr, "generated tokens: %lld   decode: %.1f tok/s (%.3f s)\n", n_gen,
                 t_decode > 0 ? (n_gen - 1) / t_decode : 0.0, t_decode);
         fprintf(stderr, "KV pages used: %lld of %lld (page %d tokens, %s)\n", (long long)ks.pages_used,
@@ -202,10 +240,11 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
                     (double)ks.tier_bytes_read / 1048576.0, (long long)ks.fetch_stalls,
                     (long long)ks.tier_drops);
     }
+out:
     st_detok_free(dt);
     st_sampler_destroy(smp);
     free(logits);
-    return rc ? st_cli_exit_code(rc) : 0;
+    return rc ? st_cli_exit_code(rc) : exit_code;
 }
 
 int st_cmd_run(int argc, char **argv) {
