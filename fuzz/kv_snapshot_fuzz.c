@@ -73,6 +73,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char msg[256];
     if (kv_check(kv, msg, sizeof msg)) abort();
     st_kv_get_stats(kv, &after);
+    /* whatever happened, the pool's own sequence reads back what fill wrote: records are
+     * staged in free frames, never in the frames of live pages */
+    for (int l = 0; l < 2; l++)
+        for (int p = 0; p < 9; p++) {
+            float k[2], v[2];
+            if (st_kv_read(kv, own, l, p, 1, k, v)) abort();
+            for (int d = 0; d < 2; d++)
+                if (k[d] != (float)((l * 9 + p) * 2 + d) || v[d] != -k[d]) abort();
+        }
     if (rc != 0) {
         if (n != 0 || memcmp(&before, &after, sizeof before) != 0) abort();
     } else {
