@@ -528,22 +528,20 @@ static void apply(st_kv *kv, staged *st, int32_t *phys, st_kv_seq_id *out) {
         if (st->pages[i].last_use < min_use) min_use = st->pages[i].last_use;
     for (uint32_t i = 0; i < st->n_pages; i++) {
         const kv_page *sp = &st->pages[i];
-        int32_t id;
-        if (i < st->n_direct) { /* the free list is as it was when direct[] was taken */
-            id = kv_page_alloc_filled(kv);
-            ST_ASSERT(id == st->direct[i]);
+        const int direct = i < st->n_direct;
+        const int32_t id = direct ? kv_page_alloc_filled(kv) : kv_page_alloc(kv);
+        phys[i] = id;
+        if (direct) {
+            ST_ASSERT(id == st->direct[i]); /* the free list is as it was when taken */
         } else {
-            id = kv_page_alloc(kv);
             /* The SSD tier: the page needs RAM (earlier pages may be spilled for it). A
              * failed eviction loses this page: it and its sequences fail cleanly (below). */
             if (kv_fetch(kv, id) != 0) {
-                phys[i] = id;
                 kv_page_fail(kv, id, ST_E_NOSPACE);
                 continue;
             }
             memcpy(kv_page_data(kv, id), staged_dst(kv, st, i), kv->g.page_bytes);
         }
-        phys[i] = id;
         kv_page *pg = &kv->pages[id];
         pg->sealed = sp->sealed;
         pg->has_key = sp->has_key;
