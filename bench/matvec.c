@@ -11,7 +11,11 @@
  * threads, huge pages like the weights) with a matvec pass, --rounds times (default 15),
  * and rates every matvec pass against the mean of the two probes around it. Printed per
  * shape: median matvec GB/s of weight bytes, median probe GB/s, and the median ratio with
- * its min and max. A 1 GiB probe (best of 3) is printed first for reference. On a shared
+ * its min and max. A 1 GiB probe (best of 3) is printed first for reference. Types the
+ * kernels run in the quad layout (st_wlayout: q4_0/q4_1/q5_0/q5_1 on AVX-512, which the
+ * model loader picks) get two lines, rows and quads, measured in alternating passes
+ * (probe, rows, probe, quads, ...), and quads/rows is the median over rounds of the ratio
+ * of a round's two passes. On a shared
  * machine low figures are usually others' load; rerun rather than trust one line.
  * Then st_matmul with 512 tokens (activations quantized beforehand, not timed; printed
  * separately) in GFLOP/s. Honors STRATA_ISA to force a kernel path.
@@ -62,6 +66,7 @@ static uint8_t *make_matrix(st_type t, int64_t rows, int64_t cols, size_t copies
 
 struct mv_result {
     st_type t;
+    st_wlayout layout;
     int64_t rows, cols;
     size_t mb, copies;
     bench_paired p;
@@ -71,6 +76,7 @@ struct mv_pass {
     st_threadpool *tp;
     const st_kernels *k;
     st_type t;
+    st_wlayout layout;
     int64_t rows, cols;
     const uint8_t *m;
     size_t mb, copies;
@@ -81,33 +87,87 @@ struct mv_pass {
 static double mv_pass(void *arg) { /* one matvec over every copy: GB/s of weights */
     const struct mv_pass *a = arg;
     const double t0 = st_time_now();
-    for (size_t c = 0; c < a->copies; c++)
-        if (st_matvec(a->tp, a->k, a->t, a->m + c * a->mb, a->rows, a->cols, a->xq, a->y)) exit(1);
+    for (size_t c = 0; c < a->copies; c++) {
+        const void *w = a->m + c * a->mb;
+        float *y = a->y;
+        if (st_matvec_multi_l(a->tp, a->k, a->t, a->layout, 1, &w, &a->rows, a->cols, a->xq, &y)) exit(1);
+    }
     return (double)(a->mb * a->copies) / (st_time_now() - t0) / 1e9;
 }
 
-static struct mv_result bench_matvec(st_threadpool *tp, const st_kernels *k, bench_probe *probe, int rounds,
-                                     st_type t, int64_t rows, int64_t cols) {
+/* A set of copies of a rows x cols matrix of type t in `layout`, with its activation. */
+static struct mv_pass mv_setup(st_threadpool *tp, const st_kernels *k, st_type t, st_wlayout layout, int64_t rows,
+                               int64_t cols) {
     const size_t mb = st_row_bytes(t, cols) * (size_t)rows;
     const size_t copies = (MIN_PASS_BYTES + mb - 1) / mb;
     uint8_t *m = make_matrix(t, rows, cols, copies);
+    for (size_t c = 0; layout == ST_WLAYOUT_QUADS && c < copies; c++)
+        if (st_pack_quads(t, m + c * mb, rows, cols)) exit(1);
     float *x = malloc((size_t)cols * sizeof(float)), *y = malloc((size_t)rows * sizeof(float));
     void *xq = malloc(st_act_bytes(t, cols));
     if (!x || !y || !xq) exit(1);
     for (int64_t c = 0; c < cols; c++) x[c] = frand();
     if (st_quantize_act(k, t, x, xq, cols)) exit(1);
-    struct mv_pass a = {tp, k, t, rows, cols, m, mb, copies, xq, y};
-    const bench_paired p = bench_paired_run(tp, probe, rounds, mv_pass, &a);
-    st_free_huge(m, mb * copies);
     free(x);
-    free(y);
-    free(xq);
-    return (struct mv_result){t, rows, cols, mb, copies, p};
+    return (struct mv_pass){tp, k, t, layout, rows, cols, m, mb, copies, xq, y};
 }
 
-static void bench_matmul(st_threadpool *tp, const st_kernels *k, st_type t, int64_t rows, int64_t cols,
-                         int64_t n_tok) {
+static void mv_free(struct mv_pass *a) {
+    st_free_huge((void *)a->m, a->mb * a->copies);
+    free(a->y);
+    free((void *)a->xq);
+}
+
+static struct mv_result bench_matvec(st_threadpool *tp, const st_kernels *k, bench_probe *probe, int rounds,
+                                     st_type t, int64_t rows, int64_t cols) {
+    struct mv_pass a = mv_setup(tp, k, t, ST_WLAYOUT_ROWS, rows, cols);
+    const bench_paired p = bench_paired_run(tp, probe, rounds, mv_pass, &a);
+    mv_free(&a);
+    return (struct mv_result){t, ST_WLAYOUT_ROWS, rows, cols, a.mb, a.copies, p};
+}
+
+/* Rows and quads side by side: rounds of (probe, rows pass, probe, quads pass), each pass
+ * rated against its adjacent probes, and quads / rows taken from the two passes of a round
+ * (adjacent in time, so the VM's bandwidth drift cancels). Prints both lines. */
+static void bench_layouts(st_threadpool *tp, const st_kernels *k, bench_probe *probe, int rounds, st_type t,
+                          int64_t rows, int64_t cols) {
+    struct mv_pass a[2] = {mv_setup(tp, k, t, ST_WLAYOUT_ROWS, rows, cols),
+                           mv_setup(tp, k, t, ST_WLAYOUT_QUADS, rows, cols)};
+    if (rounds > BENCH_PAIRED_MAX / 2) rounds = BENCH_PAIRED_MAX / 2;
+    double pr[BENCH_PAIRED_MAX + 1], gb[BENCH_PAIRED_MAX], ratio[2][BENCH_PAIRED_MAX], speedup[BENCH_PAIRED_MAX];
+    (void)mv_pass(&a[0]), (void)mv_pass(&a[1]);
+    for (int i = 0; i < 2 * rounds; i++) {
+        pr[i] = bench_probe_run(tp, probe);
+        gb[i] = mv_pass(&a[i % 2]);
+    }
+    pr[2 * rounds] = bench_probe_run(tp, probe);
+    double g[2][BENCH_PAIRED_MAX], pm[BENCH_PAIRED_MAX + 1];
+    for (int i = 0; i < 2 * rounds; i++) {
+        ratio[i % 2][i / 2] = gb[i] / (0.5 * (pr[i] + pr[i + 1]));
+        g[i % 2][i / 2] = gb[i];
+    }
+    for (int r = 0; r < rounds; r++) speedup[r] = gb[2 * r + 1] / gb[2 * r];
+    for (int i = 0; i <= 2 * rounds; i++) pm[i] = pr[i];
+    const double probe_med = bench_median_(pm, 2 * rounds + 1), sp = bench_median_(speedup, rounds);
+    char shape[32];
+    snprintf(shape, sizeof shape, "%lldx%lld", (long long)rows, (long long)cols);
+    for (int l = 0; l < 2; l++) {
+        const double med = bench_median_(ratio[l], rounds); /* sorts: then min and max */
+        const double rmin = ratio[l][0], rmax = ratio[l][rounds - 1];
+        printf("%-6s %-10s %-5s %7.1f %6zu  %8.2f %8.2f  %5.1f%% (%5.1f..%5.1f%%)", st_type_name(t), shape,
+               l ? "quads" : "rows", (double)a[l].mb / (1 << 20), a[l].copies, bench_median_(g[l], rounds), probe_med,
+               100 * med, 100 * rmin, 100 * rmax);
+        if (l) printf("  quads/rows %.2fx (%.2f..%.2f)", sp, speedup[0], speedup[rounds - 1]);
+        printf("\n");
+    }
+    mv_free(&a[0]);
+    mv_free(&a[1]);
+}
+
+static void bench_matmul(st_threadpool *tp, const st_kernels *k, st_type t, st_wlayout layout, int64_t rows,
+                         int64_t cols, int64_t n_tok) {
     uint8_t *m = make_matrix(t, rows, cols, 1);
+    if (layout == ST_WLAYOUT_QUADS && st_pack_quads(t, m, rows, cols)) exit(1);
     const size_t ab = st_act_bytes(t, cols);
     float *X = malloc((size_t)(n_tok * cols) * sizeof(float));
     float *Y = malloc((size_t)(n_tok * rows) * sizeof(float));
@@ -118,14 +178,15 @@ static void bench_matmul(st_threadpool *tp, const st_kernels *k, st_type t, int6
         double t0 = st_time_now();
         if (st_quantize_act_rows(tp, k, t, X, cols, n_tok, cols, Xq)) exit(1);
         double t1 = st_time_now();
-        if (st_matmul(tp, k, t, m, rows, cols, n_tok, Xq, Y, rows)) exit(1);
+        if (st_matmul_l(tp, k, t, layout, m, rows, cols, n_tok, Xq, Y, rows)) exit(1);
         double t2 = st_time_now();
         const double fl = 2.0 * (double)rows * (double)cols * (double)n_tok;
         if (p && fl / (t2 - t1) > best) best = fl / (t2 - t1);
         if (p && fl / (t2 - t0) > best_q) best_q = fl / (t2 - t0);
     }
-    printf("matmul %-5s %5lldx%-5lld x %lld tokens: %7.1f GFLOP/s (%.1f with activation quantization)\n",
-           st_type_name(t), (long long)rows, (long long)cols, (long long)n_tok, best / 1e9, best_q / 1e9);
+    printf("matmul %-5s %5lldx%-5lld x %lld tokens%s: %7.1f GFLOP/s (%.1f with activation quantization)\n",
+           st_type_name(t), (long long)rows, (long long)cols, (long long)n_tok,
+           layout == ST_WLAYOUT_QUADS ? " (quads)" : "", best / 1e9, best_q / 1e9);
     st_free_huge(m, st_row_bytes(t, cols) * (size_t)rows * 1);
     free(X);
     free(Y);
@@ -184,19 +245,24 @@ int main(int argc, char **argv) {
                                     ST_TYPE_Q4_0, ST_TYPE_Q4_1, ST_TYPE_Q5_0, ST_TYPE_Q5_1,
                                     ST_TYPE_Q5_K, ST_TYPE_BF16, ST_TYPE_F32};
     const int n_types = quick && !n_only ? 4 : (int)(sizeof types / sizeof types[0]);
-    printf("%-6s %-10s %7s %6s  %8s %8s  %6s %15s\n", "type", "shape", "MiB", "copies", "GB/s", "probe",
-           "ratio", "(min..max)");
+    printf("%-6s %-10s %-5s %7s %6s  %8s %8s  %6s %15s\n", "type", "shape", "wlay", "MiB", "copies", "GB/s",
+           "probe", "ratio", "(min..max)");
     for (int i = 0; i < n_types; i++) {
         if (st_type_vec_dot_type(types[i]) == ST_TYPE_COUNT_) continue;
         int wanted = !n_only;
         for (int j = 0; j < n_only; j++) wanted |= !strcmp(only[j], st_type_name(types[i]));
         if (!wanted) continue;
         for (int s = 0; s < n_shapes; s++) {
+            if (st_quads_fit(k, types[i], shapes[s][0], shapes[s][1])) { /* the layout loading picks */
+                bench_layouts(tp, k, &probe, rounds, types[i], shapes[s][0], shapes[s][1]);
+                fflush(stdout);
+                continue;
+            }
             const struct mv_result r = bench_matvec(tp, k, &probe, rounds, types[i], shapes[s][0], shapes[s][1]);
             char shape[32];
             snprintf(shape, sizeof shape, "%lldx%lld", (long long)r.rows, (long long)r.cols);
-            printf("%-6s %-10s %7.1f %6zu  %8.2f %8.2f  %5.1f%% (%5.1f..%5.1f%%)\n", st_type_name(r.t), shape,
-                   (double)r.mb / (1 << 20), r.copies, r.p.work_med, r.p.probe_med, 100 * r.p.ratio_med,
+            printf("%-6s %-10s %-5s %7.1f %6zu  %8.2f %8.2f  %5.1f%% (%5.1f..%5.1f%%)\n", st_type_name(r.t), shape,
+                   "rows", (double)r.mb / (1 << 20), r.copies, r.p.work_med, r.p.probe_med, 100 * r.p.ratio_med,
                    100 * r.p.ratio_min, 100 * r.p.ratio_max);
             fflush(stdout);
         }
@@ -207,10 +273,12 @@ int main(int argc, char **argv) {
         st_ctx_destroy(ctx);
         return 0;
     }
-    bench_matmul(tp, k, ST_TYPE_Q8_0, 2048, 2048, 512);
-    bench_matmul(tp, k, ST_TYPE_Q8_0, 8192, 2048, 512);
-    bench_matmul(tp, k, ST_TYPE_Q4_K, 2048, 2048, 512);
-    bench_matmul(tp, k, ST_TYPE_Q4_K, 8192, 2048, 512);
+    bench_matmul(tp, k, ST_TYPE_Q8_0, ST_WLAYOUT_ROWS, 2048, 2048, 512);
+    bench_matmul(tp, k, ST_TYPE_Q8_0, ST_WLAYOUT_ROWS, 8192, 2048, 512);
+    bench_matmul(tp, k, ST_TYPE_Q4_K, ST_WLAYOUT_ROWS, 2048, 2048, 512);
+    bench_matmul(tp, k, ST_TYPE_Q4_K, ST_WLAYOUT_ROWS, 8192, 2048, 512);
+    bench_matmul(tp, k, ST_TYPE_Q4_0, ST_WLAYOUT_ROWS, 8192, 2048, 512);
+    if (st_quads_fit(k, ST_TYPE_Q4_0, 8192, 2048)) bench_matmul(tp, k, ST_TYPE_Q4_0, ST_WLAYOUT_QUADS, 8192, 2048, 512);
     printf("(llama.cpp 1B Q8_0 pp512 82 t/s ~ 2.1 GFLOP/token of matmul ~ 170 GFLOP/s overall)\n");
     st_ctx_destroy(ctx);
     return 0;

@@ -79,6 +79,11 @@ int st_gguf_open(st_ctx *ctx, const char *path, st_gguf **out);
  * the whole file is resident (costs its size in RAM, not shared with the page cache). */
 #define ST_GGUF_OPEN_ANON 1u
 int st_gguf_open_flags(st_ctx *ctx, const char *path, unsigned flags, st_gguf **out);
+/* An image read with ST_GGUF_OPEN_ANON is read-only memory once open; this makes it
+ * writable (on) or read-only again (off), so its owner can rearrange tensor data in place
+ * (the model loader's quad layout). 0, ST_E_STATE for an image that is not the st_gguf's
+ * own anonymous copy (a file mapping, a caller's buffer), or -errno from mprotect. */
+int st_gguf_set_writable(st_gguf *g, int on);
 /* Same over a caller-owned buffer that must outlive the st_gguf; name is used in messages. */
 int st_gguf_open_memory(st_ctx *ctx, const void *data, size_t size, const char *name, st_gguf **out);
 void st_gguf_close(st_gguf *g); /* NULL is a no-op */

@@ -70,8 +70,11 @@ typedef struct st_model_hparams {
 
 typedef struct st_model st_model;
 
-/* Opens path (mmap), reads the hyper-parameters and checks every tensor's presence, type and
- * shape. *out owned by the caller: st_model_free. */
+/* Opens path (read into huge-page memory; STRATA_MMAP=1 maps it), reads the hyper-parameters
+ * and checks every tensor's presence, type and shape. Product weights of the types and shapes
+ * the ctx's kernels run in the quad layout (quant.h) are rearranged into it after the
+ * fingerprint is taken (not with STRATA_MMAP=1, nor by st_model_load_memory, whose bytes are
+ * borrowed; STRATA_WLAYOUT=rows turns it off). *out owned by the caller: st_model_free. */
 int st_model_load(st_ctx *ctx, const char *path, st_model **out);
 void st_model_free(st_model *m); /* NULL is a no-op */
 
@@ -88,6 +91,8 @@ uint64_t st_model_weight_bytes(const st_model *m);
 uint64_t st_model_n_params(const st_model *m);
 /* A one-line description: "llama 16L 2048d 32/8h ff 8192 vocab 32000 q8_0 ...". Borrowed. */
 const char *st_model_desc(const st_model *m);
+/* How many weight matrices load rearranged into the quad layout. */
+int st_model_n_quad_matrices(const st_model *m);
 
 /* Same as st_model_load over a GGUF image in memory (buf borrowed: it must outlive the model);
  * name is used in messages. */

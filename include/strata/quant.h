@@ -134,6 +134,10 @@ typedef void (*st_to_float_fn)(const void *x, float *y, int64_t k);
 typedef void (*st_tile_fn)(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
                            size_t by, int nr, int nc);
 #define ST_TILE_MAX 4
+/* The same over a quad of a matrix in the quad layout (st_wlayout): x is the quad, rows
+ * 0..nr-1 of it. Bit-identical per element to the table's vec_dot of the plain rows. */
+typedef void (*st_tile4_fn)(int n, float *s, size_t bs, const void *x, const void *y, size_t by,
+                            int nr, int nc);
 
 typedef struct st_type_kernels {
     st_type vec_dot_type;    /* activation type; ST_TYPE_COUNT_ when unsupported */
@@ -143,6 +147,8 @@ typedef struct st_type_kernels {
     st_to_float_fn to_float;     /* this type -> f32 */
     st_vec_dot_fn vec_dot;       /* weight row of this type . row of vec_dot_type */
     st_tile_fn tile;             /* NULL: products loop over vec_dot */
+    st_tile4_fn tile4;           /* quad layout; NULL: this table does not pack the type
+                                  * (products over a quad matrix unpack each quad) */
 } st_type_kernels;
 
 /* f32 element-wise steps of a forward pass. In decode they run on one thread between the
@@ -183,6 +189,26 @@ int st_quantize_act(const st_kernels *k, st_type wtype, const float *x, void *xq
 int st_quantize_act_rows(st_threadpool *tp, const st_kernels *k, st_type wtype, const float *X,
                          int64_t ldx, int64_t n_rows, int64_t cols, void *Xq);
 
+/* ---- weight layouts ---------------------------------------------------------------- */
+/* ST_WLAYOUT_ROWS: GGUF's, row after row. ST_WLAYOUT_QUADS (32-element block types q4_0,
+ * q4_1, q5_0, q5_1; rows a multiple of 4, cols of 64): rows in groups of 4, and within a
+ * group block b of row r at byte (4 * b + r) * block bytes, so the 4 rows' blocks are
+ * interleaved one by one. A matrix-vector product then reads the 4 rows of a quad as one
+ * sequential stream while it quantizes, loads and converts the activation once per 4 rows
+ * (a row at a time, the activation side was a third of the q4_0 kernel's time). In memory
+ * only: files keep GGUF's layout. */
+typedef enum st_wlayout { ST_WLAYOUT_ROWS = 0, ST_WLAYOUT_QUADS = 1 } st_wlayout;
+
+/* Whether a rows x cols matrix of type t can take the quad layout, and k has a kernel
+ * for it (k->type[t].tile4): when false, keep the rows layout. */
+bool st_quads_fit(const st_kernels *k, st_type t, int64_t rows, int64_t cols);
+/* Rearranges W (rows x cols of type t, writable, row layout) into the quad layout in
+ * place. 0, or ST_E_INVAL when the shape or type cannot take it (W unchanged). */
+int st_pack_quads(st_type t, void *W, int64_t rows, int64_t cols);
+/* Copies row r of W (quad layout) into row (st_row_bytes(t, cols) bytes, caller-owned) in
+ * the row layout. 0 or ST_E_INVAL. */
+int st_quads_row(st_type t, const void *W, int64_t rows, int64_t cols, int64_t r, void *row);
+
 /* ---- products ---------------------------------------------------------------------- */
 /* y[r] = dot(W row r, xq) for r < rows. W: [rows][cols] of wtype, rows packed
  * (st_row_bytes(wtype, cols) bytes each, borrowed); xq: one activation row from
@@ -192,6 +218,12 @@ int st_quantize_act_rows(st_threadpool *tp, const st_kernels *k, st_type wtype, 
  * rows < 0 or cols not a positive multiple of the block size. */
 int st_matvec(st_threadpool *tp, const st_kernels *k, st_type wtype, const void *W, int64_t rows,
               int64_t cols, const void *xq, float *y);
+/* st_matvec_multi over matrices in `layout` (all the same); bit-identical to the row layout
+ * (a quad layout also needs the shape st_pack_quads accepts, else ST_E_INVAL). The other
+ * products take the row layout; their _l forms take a layout. */
+int st_matvec_multi_l(st_threadpool *tp, const st_kernels *k, st_type wtype, st_wlayout layout,
+                      int n_mat, const void *const *W, const int64_t *rows, int64_t cols,
+                      const void *xq, float *const *y);
 
 /* Several matrix-vector products with one activation row in a single pool dispatch
  * (e.g. Wq, Wk, Wv of one layer): y[i][r] = dot(W[i] row r, xq) for i < n_mat. All
@@ -210,6 +242,9 @@ int st_matvec_multi(st_threadpool *tp, const st_kernels *k, st_type wtype, int n
  * Xq row t. Same errors as st_matvec, plus ST_E_INVAL for n_tok < 0 or ldy < rows. */
 int st_matmul(st_threadpool *tp, const st_kernels *k, st_type wtype, const void *W, int64_t rows,
               int64_t cols, int64_t n_tok, const void *Xq, float *Y, int64_t ldy);
+int st_matmul_l(st_threadpool *tp, const st_kernels *k, st_type wtype, st_wlayout layout,
+                const void *W, int64_t rows, int64_t cols, int64_t n_tok, const void *Xq, float *Y,
+                int64_t ldy);
 
 #ifdef __cplusplus
 }

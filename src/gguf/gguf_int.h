@@ -41,6 +41,7 @@ struct st_gguf {
     uint64_t size;
     void *map;               /* mmap'd region when opened from a path, else NULL */
     size_t map_len;          /* bytes mapped at map (>= size when read into anonymous memory) */
+    int anon;                /* map is our anonymous copy (ST_GGUF_OPEN_ANON) */
     uint32_t version;
     uint32_t alignment;
     uint64_t data_offset;    /* header end rounded up to alignment */

@@ -605,7 +605,15 @@ int st_gguf_open_flags(st_ctx *ctx, const char *path, unsigned flags, st_gguf **
         }
     }
     close(fd); /* the mapping keeps the file referenced */
-    return open_image(ctx, map, size, path, map, map_len, out);
+    int rc = open_image(ctx, map, size, path, map, map_len, out);
+    if (!rc) (*out)->anon = size > 0 && (flags & ST_GGUF_OPEN_ANON);
+    return rc;
+}
+
+int st_gguf_set_writable(st_gguf *g, int on) {
+    if (!g || !g->anon) return ST_E_STATE;
+    if (mprotect(g->map, g->map_len, on ? PROT_READ | PROT_WRITE : PROT_READ) != 0) return -errno;
+    return 0;
 }
 
 void st_gguf_close(st_gguf *g) {

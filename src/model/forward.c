@@ -206,7 +206,7 @@ static int project(st_runner *r, int32_t n_tok, const float *X, int64_t cols, co
         }
         if (n_tok == 1) {
             int j = i + 1;
-            while (j < n_w && W[j]->type == w->type) j++;
+            while (j < n_w && W[j]->type == w->type && W[j]->layout == w->layout) j++;
             const void *wd[4];
             int64_t rows[4];
             float *ys[4];
@@ -216,12 +216,12 @@ static int project(st_runner *r, int32_t n_tok, const float *X, int64_t cols, co
                 rows[t] = W[i + t]->ne1;
                 ys[t] = Y[i + t];
             }
-            int rc = nm == 1 ? st_matvec(r->tp, r->kern, w->type, w->data, w->ne1, cols, r->actq, Y[i])
-                             : st_matvec_multi(r->tp, r->kern, w->type, nm, wd, rows, cols, r->actq, ys);
+            int rc = st_matvec_multi_l(r->tp, r->kern, w->type, w->layout, nm, wd, rows, cols, r->actq, ys);
             if (rc) return st_seterr(r->ctx, rc, "matvec %s: %s", w->name, st_strerror(rc));
             i += nm;
         } else {
-            int rc = st_matmul(r->tp, r->kern, w->type, w->data, w->ne1, cols, n_tok, r->actq, Y[i], w->ne1);
+            int rc = st_matmul_l(r->tp, r->kern, w->type, w->layout, w->data, w->ne1, cols, n_tok, r->actq, Y[i],
+                                 w->ne1);
             if (rc) return st_seterr(r->ctx, rc, "matmul %s: %s", w->name, st_strerror(rc));
             i++;
         }

@@ -3,6 +3,7 @@
 #define STRATA_MODEL_INT_H
 
 #include "strata/model.h"
+#include "strata/quant.h"
 
 /* A weight as the forward reads it: ne0 is the input (innermost, contiguous) dimension. */
 typedef struct st_wt {
@@ -11,6 +12,7 @@ typedef struct st_wt {
     int64_t ne0, ne1;   /* [ne1 rows][ne0 elements]; vectors have ne1 == 1 */
     size_t row_bytes;   /* bytes per row of ne0 elements */
     const void *data;   /* borrowed: inside the mapping; NULL when the tensor is absent */
+    st_wlayout layout;  /* ROWS as in the file, or QUADS after st_pack_quads at load */
 } st_wt;
 
 typedef struct st_layer {
@@ -34,6 +36,7 @@ struct st_model {
     uint8_t fingerprint[16];
     uint64_t weight_bytes, n_params;
     char desc[256];
+    int n_quads; /* matrices rearranged into the quad layout at load */
 };
 
 /* True when the matmul kernels take weights of this type. */

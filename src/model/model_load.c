@@ -346,9 +346,43 @@ static void compute_sizes(st_model *m) {
              hp->tied_output ? "tied output" : "separate output");
 }
 
+/* Rearranges the product weights that can take it into the quad layout (quant.h), in the
+ * file's bytes read into our own memory: q4_0/q4_1/q5_0/q5_1 decode streams 4 rows at once
+ * and converts each activation once per 4 rows (bench/matvec measures both). The embeddings
+ * (rows looked up one at a time) and a tied output keep the row layout. After the
+ * fingerprint, which is of the file's bytes. STRATA_WLAYOUT=rows keeps every matrix as in
+ * the file (for comparisons). */
+static void pack_weights(st_ctx *ctx, st_model *m) {
+    const char *e = getenv("STRATA_WLAYOUT");
+    if ((e && !strcmp(e, "rows")) || st_gguf_set_writable(m->g, 1)) return;
+    const st_kernels *k = st_kernels_get(st_ctx_isa(ctx));
+    st_wt *ws[8];
+    for (int il = -1; il < m->hp.n_layer; il++) {
+        int n = 0;
+        if (il < 0) {
+            if (!m->hp.tied_output) ws[n++] = &m->output;
+        } else {
+            st_layer *ly = &m->layers[il];
+            st_wt *lw[7] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+            for (int i = 0; i < 7; i++) ws[n++] = lw[i];
+        }
+        for (int i = 0; i < n; i++) {
+            st_wt *w = ws[i];
+            if (!w->data || !st_quads_fit(k, w->type, w->ne1, w->ne0)) continue;
+            /* the loader's own copy of the file (ST_GGUF_OPEN_ANON), writable for now */
+            if (st_pack_quads(w->type, (void *)(uintptr_t)w->data, w->ne1, w->ne0) == 0) {
+                w->layout = ST_WLAYOUT_QUADS;
+                m->n_quads++;
+            }
+        }
+    }
+    st_gguf_set_writable(m->g, 0); /* cannot fail after the same call succeeded */
+}
+
 /* ---- public ------------------------------------------------------------------------------ */
 
-/* Takes ownership of g (closed on error). */
+/* Takes ownership of g (closed on error). Weights are rearranged (pack_weights) only when g
+ * holds its own copy of the file, which st_gguf_set_writable checks. */
 static int load_from(st_ctx *ctx, st_gguf *g, const char *path, st_model **out) {
     st_model *m = calloc(1, sizeof *m);
     if (!m) {
@@ -386,6 +420,7 @@ static int load_from(st_ctx *ctx, st_gguf *g, const char *path, st_model **out) 
     if (rc) goto fail;
     compute_sizes(m);
     compute_fingerprint(m);
+    pack_weights(ctx, m);
     *out = m;
     return 0;
 fail:
@@ -428,3 +463,4 @@ void st_model_fingerprint(const st_model *m, uint8_t out[16]) { memcpy(out, m->f
 uint64_t st_model_weight_bytes(const st_model *m) { return m->weight_bytes; }
 uint64_t st_model_n_params(const st_model *m) { return m->n_params; }
 const char *st_model_desc(const st_model *m) { return m->desc; }
+int st_model_n_quad_matrices(const st_model *m) { return m->n_quads; }

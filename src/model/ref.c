@@ -21,6 +21,7 @@ struct ref {
     float *row;   /* [max width] dequantized weight row */
     float *act;   /* [max width] activation as the product sees it */
     void *qbuf;   /* quantized activation scratch */
+    void *wrow;   /* [max width] bytes of a weight row taken out of the quad layout */
 };
 
 /* The min of each 32-block of a q4_1 / q5_1 row (0 for other types). */
@@ -45,6 +46,11 @@ static int ref_matvec(struct ref *R, const st_wt *w, const double *x, double *y)
     }
     for (int64_t r = 0; r < w->ne1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+        if (w->layout == ST_WLAYOUT_QUADS) { /* the row as the file holds it */
+            int rc = st_quads_row(w->type, w->data, w->ne1, w->ne0, r, R->wrow);
+            if (rc) return rc;
+            row = R->wrow;
+        }
         int rc = st_dequantize_row(w->type, row, R->row, n);
         if (rc) return rc;
         double s = 0;
@@ -124,12 +130,13 @@ int st_model_ref_forward(const st_model *m, const st_ref_opts *o, const int32_t 
     R.row = malloc((size_t)W * sizeof(float));
     R.act = malloc((size_t)W * sizeof(float));
     R.qbuf = malloc((size_t)W * 4 + 4096);
+    R.wrow = malloc((size_t)W * 4 + 4096); /* a row of any type is at most 4 bytes an element */
     double *x = malloc((size_t)E * 8), *xn = malloc((size_t)W * 8), *q = malloc((size_t)HQ * 8);
     double *att = malloc((size_t)HQ * 8), *tmp = malloc((size_t)W * 8), *g = malloc((size_t)F * 8);
     double *u = malloc((size_t)F * 8), *lg = malloc((size_t)hp->n_vocab * 8), *sc = malloc((size_t)n * 8);
     double *K = malloc((size_t)hp->n_layer * n * HK * 8), *V = malloc((size_t)hp->n_layer * n * HK * 8);
     int rc = 0;
-    if (!R.row || !R.act || !R.qbuf || !x || !xn || !q || !att || !tmp || !g || !u || !lg || !sc || !K || !V) {
+    if (!R.row || !R.act || !R.qbuf || !R.wrow || !x || !xn || !q || !att || !tmp || !g || !u || !lg || !sc || !K || !V) {
         rc = ST_E_NOMEM;
         goto done;
     }
@@ -193,7 +200,7 @@ int st_model_ref_forward(const st_model *m, const st_ref_opts *o, const int32_t 
         for (int64_t i = 0; i < hp->n_vocab; i++) logits[(size_t)t * hp->n_vocab + i] = (float)lg[i];
     }
 done:
-    free(R.row), free(R.act), free(R.qbuf), free(x), free(xn), free(q), free(att), free(tmp), free(g), free(u);
+    free(R.row), free(R.act), free(R.qbuf), free(R.wrow), free(x), free(xn), free(q), free(att), free(tmp), free(g), free(u);
     free(lg), free(sc), free(K), free(V);
     return rc;
 }

@@ -46,10 +46,8 @@ struct wv {
     __m512 m;  /* per-block min on lanes 0 and 8 (the _1 types), else unused */
 };
 
-/* Weight blocks b and b+1 at p (HALF: block b only). */
-ALWAYS_INLINE struct wv load_w(int kind, const uint8_t *p, int half) {
-    const size_t sz = wk_bytes(kind);
-    const uint8_t *p1 = p + sz;
+/* Weight blocks b at p and b+1 at p1 (HALF: block b only). */
+ALWAYS_INLINE struct wv load_w(int kind, const uint8_t *p, const uint8_t *p1, int half) {
     struct wv w;
     w.m = _mm512_setzero_ps();
     if (kind == W_Q8_0) {
@@ -104,15 +102,19 @@ ALWAYS_INLINE struct av load_a(int kind, const uint8_t *p, int half) {
     return a;
 }
 
+/* Weight row r's block b is at x + r * bx + b * bstep: bstep is the block size in a plain
+ * row, 4 block sizes in a quad (st_tile4_fn), where bx is one block size. */
 ALWAYS_INLINE void tile_step(int kind, int NR, int NC, __m512 acc[ST_TILE_MAX][ST_TILE_MAX],
-                             const uint8_t *x, size_t bx, const uint8_t *y, size_t by, int b,
-                             int half) {
-    const size_t wsz = wk_bytes(kind);
+                             const uint8_t *x, size_t bx, size_t bstep, const uint8_t *y, size_t by,
+                             int b, int half) {
     const size_t asz = wk_has_min(kind) ? sizeof(st_block_q8_1) : sizeof(st_block_q8_0);
     struct wv w[ST_TILE_MAX];
     struct av a[ST_TILE_MAX];
 #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++) w[r] = load_w(kind, x + r * bx + (size_t)b * wsz, half);
+    for (int r = 0; r < NR; r++) {
+        const uint8_t *p = x + r * bx + (size_t)b * bstep;
+        w[r] = load_w(kind, p, p + bstep, half);
+    }
 #pragma GCC unroll 4
     for (int c = 0; c < NC; c++) {
         a[c] = load_a(kind, y + c * by + (size_t)b * asz, half);
@@ -126,7 +128,7 @@ ALWAYS_INLINE void tile_step(int kind, int NR, int NC, __m512 acc[ST_TILE_MAX][S
 }
 
 ALWAYS_INLINE void tile_impl(int kind, int NR, int NC, int n, float *s, size_t bs, const void *vx,
-                             size_t bx, const void *vy, size_t by) {
+                             size_t bx, size_t bstep, const void *vy, size_t by) {
     const uint8_t *x = vx, *y = vy;
     const int nb = n / 32;
     __m512 acc[ST_TILE_MAX][ST_TILE_MAX];
@@ -136,42 +138,52 @@ ALWAYS_INLINE void tile_impl(int kind, int NR, int NC, int n, float *s, size_t b
         for (int c = 0; c < NC; c++) acc[r][c] = _mm512_setzero_ps();
     int b = 0;
     for (; b + 1 < nb; b += 2) {
-        tile_step(kind, NR, NC, acc, x, bx, y, by, b, 0);
+        tile_step(kind, NR, NC, acc, x, bx, bstep, y, by, b, 0);
     }
-    if (b < nb) tile_step(kind, NR, NC, acc, x, bx, y, by, b, 1);
+    if (b < nb) tile_step(kind, NR, NC, acc, x, bx, bstep, y, by, b, 1);
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) s[c * bs + r] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
-/* Instantiates vec_dot and the tile entry point (dispatching nr x nc to constant-size
- * instances) for one weight kind. */
+/* nr x nc instances (constant sizes) of tile_impl for one weight kind. */
+#define ST_TILE_SWITCH_(kind, x, bx, bstep)                                                 \
+    switch ((nr - 1) * 4 + (nc - 1)) {                                                      \
+    case 0: tile_impl(kind, 1, 1, n, s, bs, x, bx, bstep, y, by); break;                    \
+    case 1: tile_impl(kind, 1, 2, n, s, bs, x, bx, bstep, y, by); break;                    \
+    case 2: tile_impl(kind, 1, 3, n, s, bs, x, bx, bstep, y, by); break;                    \
+    case 3: tile_impl(kind, 1, 4, n, s, bs, x, bx, bstep, y, by); break;                    \
+    case 4: tile_impl(kind, 2, 1, n, s, bs, x, bx, bstep, y, by); break;                    \
+    case 5: tile_impl(kind, 2, 2, n, s, bs, x, bx, bstep, y, by); break;                    \
+    case 6: tile_impl(kind, 2, 3, n, s, bs, x, bx, bstep, y, by); break;                    \
+    case 7: tile_impl(kind, 2, 4, n, s, bs, x, bx, bstep, y, by); break;                    \
+    case 8: tile_impl(kind, 3, 1, n, s, bs, x, bx, bstep, y, by); break;                    \
+    case 9: tile_impl(kind, 3, 2, n, s, bs, x, bx, bstep, y, by); break;                    \
+    case 10: tile_impl(kind, 3, 3, n, s, bs, x, bx, bstep, y, by); break;                   \
+    case 11: tile_impl(kind, 3, 4, n, s, bs, x, bx, bstep, y, by); break;                   \
+    case 12: tile_impl(kind, 4, 1, n, s, bs, x, bx, bstep, y, by); break;                   \
+    case 13: tile_impl(kind, 4, 2, n, s, bs, x, bx, bstep, y, by); break;                   \
+    case 14: tile_impl(kind, 4, 3, n, s, bs, x, bx, bstep, y, by); break;                   \
+    case 15: tile_impl(kind, 4, 4, n, s, bs, x, bx, bstep, y, by); break;                   \
+    default: ST_ASSERT(!"tile size out of range");                                          \
+    }
+
+/* vec_dot and the tile entry point for one weight kind. */
 #define ST_DEF_KIND_(name, kind)                                                           \
     void st_vec_dot_##name##_avx512(int n, float *s, const void *x, const void *y) {       \
-        tile_impl(kind, 1, 1, n, s, 1, x, 0, y, 0);                                         \
+        tile_impl(kind, 1, 1, n, s, 1, x, 0, wk_bytes(kind), y, 0);                         \
     }                                                                                       \
     void st_tile_##name##_avx512(int n, float *s, size_t bs, const void *x, size_t bx,     \
                                  const void *y, size_t by, int nr, int nc) {                \
-        switch ((nr - 1) * 4 + (nc - 1)) {                                                  \
-        case 0: tile_impl(kind, 1, 1, n, s, bs, x, bx, y, by); break;                       \
-        case 1: tile_impl(kind, 1, 2, n, s, bs, x, bx, y, by); break;                       \
-        case 2: tile_impl(kind, 1, 3, n, s, bs, x, bx, y, by); break;                       \
-        case 3: tile_impl(kind, 1, 4, n, s, bs, x, bx, y, by); break;                       \
-        case 4: tile_impl(kind, 2, 1, n, s, bs, x, bx, y, by); break;                       \
-        case 5: tile_impl(kind, 2, 2, n, s, bs, x, bx, y, by); break;                       \
-        case 6: tile_impl(kind, 2, 3, n, s, bs, x, bx, y, by); break;                       \
-        case 7: tile_impl(kind, 2, 4, n, s, bs, x, bx, y, by); break;                       \
-        case 8: tile_impl(kind, 3, 1, n, s, bs, x, bx, y, by); break;                       \
-        case 9: tile_impl(kind, 3, 2, n, s, bs, x, bx, y, by); break;                       \
-        case 10: tile_impl(kind, 3, 3, n, s, bs, x, bx, y, by); break;                      \
-        case 11: tile_impl(kind, 3, 4, n, s, bs, x, bx, y, by); break;                      \
-        case 12: tile_impl(kind, 4, 1, n, s, bs, x, bx, y, by); break;                      \
-        case 13: tile_impl(kind, 4, 2, n, s, bs, x, bx, y, by); break;                      \
-        case 14: tile_impl(kind, 4, 3, n, s, bs, x, bx, y, by); break;                      \
-        case 15: tile_impl(kind, 4, 4, n, s, bs, x, bx, y, by); break;                      \
-        default: ST_ASSERT(!"tile size out of range");                                      \
-        }                                                                                   \
+        ST_TILE_SWITCH_(kind, x, bx, wk_bytes(kind))                                        \
+    }
+
+/* The same over a quad (st_tile4_fn): a row's blocks are 4 blocks apart. */
+#define ST_DEF_QUAD_(name, kind)                                                           \
+    void st_tile4_##name##_avx512(int n, float *s, size_t bs, const void *x, const void *y, \
+                                  size_t by, int nr, int nc) {                              \
+        ST_TILE_SWITCH_(kind, x, wk_bytes(kind), 4 * wk_bytes(kind))                        \
     }
 
 ST_DEF_KIND_(q4_0_q8_0, W_Q4_0)
@@ -179,6 +191,10 @@ ST_DEF_KIND_(q4_1_q8_1, W_Q4_1)
 ST_DEF_KIND_(q5_0_q8_0, W_Q5_0)
 ST_DEF_KIND_(q5_1_q8_1, W_Q5_1)
 ST_DEF_KIND_(q8_0_q8_0, W_Q8_0)
+ST_DEF_QUAD_(q4_0_q8_0, W_Q4_0)
+ST_DEF_QUAD_(q4_1_q8_1, W_Q4_1)
+ST_DEF_QUAD_(q5_0_q8_0, W_Q5_0)
+ST_DEF_QUAD_(q5_1_q8_1, W_Q5_1)
 
 /* ---- f32 / bf16 weights . f32 activations: 4 independent accumulators, masked tail ---- */
 ALWAYS_INLINE __m512 ld_f16(const void *p, int64_t i) {

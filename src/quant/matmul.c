@@ -18,6 +18,7 @@
 #include "quant_int.h"
 
 #include <limits.h>
+#include <stdlib.h>
 
 #define MM_ACT_L2_BYTES (256 * 1024) /* activation block budget per token block */
 /* Matvec work-sharing grain, in weight bytes: MV_CHUNK_BYTES, or less for a product under
@@ -53,6 +54,9 @@ static void mv_rows(const st_type_kernels *tk, const uint8_t *W, size_t rb, int6
 
 struct mv_job {
     const st_type_kernels *tk;
+    st_type wtype;
+    st_wlayout layout;
+    uint8_t *scratch; /* quads without tile4: [n_threads][4 rows], each quad unpacked */
     int n_mat;
     const void *const *W;
     const int64_t *rows;
@@ -62,36 +66,82 @@ struct mv_job {
     float *const *y;
 };
 
-/* Rows [a, b) of the matrices' concatenated rows. */
-static void mv_range(void *arg, int64_t a, int64_t b, int ith) {
-    (void)ith;
-    const struct mv_job *j = arg;
-    int64_t base = 0;
-    for (int m = 0; m < j->n_mat && base < b; base += j->rows[m], m++) {
-        const int64_t lo = a > base ? a - base : 0;
-        const int64_t hi = b - base < j->rows[m] ? b - base : j->rows[m];
-        if (lo < hi) mv_rows(j->tk, j->W[m], j->rb, lo, hi, j->cols, j->xq, j->y[m]);
+/* Quads [q0, q1) of a matrix in the quad layout: one 4 x 1 tile each (or, for a table
+ * without tile4, the quad unpacked into scratch and its rows done as in the row layout). */
+static void mv_quads(const struct mv_job *j, const uint8_t *W, int64_t q0, int64_t q1, float *y, int ith) {
+    for (int64_t q = q0; q < q1; q++) {
+        const uint8_t *quad = W + (size_t)q * 4 * j->rb;
+        if (j->tk->tile4) {
+            j->tk->tile4(j->cols, y + 4 * q, 1, quad, j->xq, 0, 4, 1);
+        } else {
+            uint8_t *rows4 = j->scratch + (size_t)ith * 4 * j->rb;
+            st_quads_unpack4(j->wtype, quad, j->cols, rows4);
+            mv_rows(j->tk, rows4, j->rb, 0, 4, j->cols, j->xq, y + 4 * q);
+        }
     }
 }
 
-int st_matvec_multi(st_threadpool *tp, const st_kernels *k, st_type wtype, int n_mat,
-                    const void *const *W, const int64_t *rows, int64_t cols, const void *xq,
-                    float *const *y) {
+/* Units [a, b) of the matrices' concatenated units: rows, or quads in the quad layout. */
+static void mv_range(void *arg, int64_t a, int64_t b, int ith) {
+    const struct mv_job *j = arg;
+    const int64_t per = j->layout == ST_WLAYOUT_QUADS ? 4 : 1;
+    int64_t base = 0;
+    for (int m = 0; m < j->n_mat && base < b; base += j->rows[m] / per, m++) {
+        const int64_t lo = a > base ? a - base : 0;
+        const int64_t hi = b - base < j->rows[m] / per ? b - base : j->rows[m] / per;
+        if (lo >= hi) continue;
+        if (per == 4) mv_quads(j, j->W[m], lo, hi, j->y[m], ith);
+        else mv_rows(j->tk, j->W[m], j->rb, lo, hi, j->cols, j->xq, j->y[m]);
+    }
+}
+
+/* Scratch for quad products on a table without tile4 (NULL when none is needed). 0 or
+ * ST_E_NOMEM. */
+static int quad_scratch(const st_type_kernels *tk, st_wlayout layout, st_threadpool *tp, size_t rb,
+                        uint8_t **out) {
+    *out = NULL;
+    if (layout != ST_WLAYOUT_QUADS || tk->tile4) return 0;
+    *out = malloc((size_t)st_threadpool_n_threads(tp) * 4 * rb);
+    return *out ? 0 : ST_E_NOMEM;
+}
+
+static int check_layout(st_wlayout layout, st_type wtype, int64_t rows, int64_t cols) {
+    if (layout == ST_WLAYOUT_ROWS) return 0;
+    if (layout != ST_WLAYOUT_QUADS) return ST_E_INVAL;
+    return st_quads_shape(wtype, rows, cols) ? 0 : ST_E_INVAL;
+}
+
+int st_matvec_multi_l(st_threadpool *tp, const st_kernels *k, st_type wtype, st_wlayout layout,
+                      int n_mat, const void *const *W, const int64_t *rows, int64_t cols,
+                      const void *xq, float *const *y) {
     int rc = check_args(k, wtype, 0, cols);
     if (rc) return rc;
     if (n_mat < 0 || (n_mat && (!W || !rows || !y)) || !xq) return ST_E_INVAL;
     int64_t total = 0;
     for (int m = 0; m < n_mat; m++) {
-        if (rows[m] < 0 || (rows[m] && (!W[m] || !y[m]))) return ST_E_INVAL;
+        if (rows[m] < 0 || (rows[m] && (!W[m] || !y[m])) || check_layout(layout, wtype, rows[m], cols))
+            return ST_E_INVAL;
         total += rows[m];
     }
-    struct mv_job j = {&k->type[wtype], n_mat, W, rows, st_row_bytes(wtype, cols), (int)cols, xq, y};
+    struct mv_job j = {&k->type[wtype], wtype, layout, NULL, n_mat, W, rows, st_row_bytes(wtype, cols),
+                       (int)cols, xq, y};
+    if ((rc = quad_scratch(j.tk, layout, tp, j.rb, &j.scratch))) return rc;
+    /* work units: rows, or quads (4 rows) in the quad layout */
+    const size_t ub = layout == ST_WLAYOUT_QUADS ? 4 * j.rb : j.rb;
+    const int64_t units = layout == ST_WLAYOUT_QUADS ? total / 4 : total;
     size_t chunk = (size_t)total * j.rb / ((size_t)MV_CHUNKS_PER_THREAD * (size_t)st_threadpool_n_threads(tp));
     if (chunk > MV_CHUNK_BYTES) chunk = MV_CHUNK_BYTES;
     if (chunk < MV_CHUNK_MIN_BYTES) chunk = MV_CHUNK_MIN_BYTES;
-    const int64_t grain = j.rb >= chunk ? 1 : (int64_t)(chunk / j.rb);
-    if (total) st_threadpool_run_range(tp, total, grain, mv_range, &j);
+    const int64_t grain = ub >= chunk ? 1 : (int64_t)(chunk / ub);
+    if (units) st_threadpool_run_range(tp, units, grain, mv_range, &j);
+    free(j.scratch);
     return 0;
+}
+
+int st_matvec_multi(st_threadpool *tp, const st_kernels *k, st_type wtype, int n_mat,
+                    const void *const *W, const int64_t *rows, int64_t cols, const void *xq,
+                    float *const *y) {
+    return st_matvec_multi_l(tp, k, wtype, ST_WLAYOUT_ROWS, n_mat, W, rows, cols, xq, y);
 }
 
 int st_matvec(st_threadpool *tp, const st_kernels *k, st_type wtype, const void *W, int64_t rows,
@@ -104,6 +154,9 @@ int st_matvec(st_threadpool *tp, const st_kernels *k, st_type wtype, const void 
 
 struct mm_job {
     const st_type_kernels *tk;
+    st_type wtype;
+    st_wlayout layout;
+    uint8_t *scratch; /* as mv_job's */
     const uint8_t *W;
     size_t rb; /* bytes per weight row */
     int64_t rows;
@@ -119,18 +172,28 @@ struct mm_job {
 static void mm_task(void *arg, int ith, int nth) {
     const struct mm_job *j = arg;
     int64_t r0, r1;
-    st_split_range(j->rows, ith, nth, &r0, &r1);
+    const int quads = j->layout == ST_WLAYOUT_QUADS;
+    /* a quad matrix splits by quads, so every tile is one whole quad */
+    st_split_range(quads ? j->rows / 4 : j->rows, ith, nth, &r0, &r1);
+    if (quads) r0 *= 4, r1 *= 4;
     const st_type_kernels *tk = j->tk;
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->tb) {
         const int64_t t1 = t0 + j->tb < j->n_tok ? t0 + j->tb : j->n_tok;
         for (int64_t r = r0; r < r1; r += ST_TILE_MAX) {
             const int nr = r1 - r < ST_TILE_MAX ? (int)(r1 - r) : ST_TILE_MAX;
             const uint8_t *w = j->W + (size_t)r * j->rb;
+            if (quads && !tk->tile4) { /* rows of the quad, then as the row layout */
+                uint8_t *rows4 = j->scratch + (size_t)ith * 4 * j->rb;
+                st_quads_unpack4(j->wtype, w, j->cols, rows4);
+                w = rows4;
+            }
             for (int64_t t = t0; t < t1; t += ST_TILE_MAX) {
                 const int nc = t1 - t < ST_TILE_MAX ? (int)(t1 - t) : ST_TILE_MAX;
                 const uint8_t *x = j->X + (size_t)t * j->ab;
                 float *y = j->Y + t * j->ldy + r;
-                if (tk->tile) {
+                if (quads && tk->tile4) {
+                    tk->tile4(j->cols, y, (size_t)j->ldy, w, x, j->ab, nr, nc);
+                } else if (tk->tile) {
                     tk->tile(j->cols, y, (size_t)j->ldy, w, j->rb, x, j->ab, nr, nc);
                 } else {
                     for (int c = 0; c < nc; c++)
@@ -142,19 +205,28 @@ static void mm_task(void *arg, int ith, int nth) {
     }
 }
 
-int st_matmul(st_threadpool *tp, const st_kernels *k, st_type wtype, const void *W, int64_t rows,
-              int64_t cols, int64_t n_tok, const void *Xq, float *Y, int64_t ldy) {
+int st_matmul_l(st_threadpool *tp, const st_kernels *k, st_type wtype, st_wlayout layout,
+                const void *W, int64_t rows, int64_t cols, int64_t n_tok, const void *Xq, float *Y,
+                int64_t ldy) {
     int rc = check_args(k, wtype, rows, cols);
     if (rc) return rc;
-    if (n_tok < 0 || ldy < rows) return ST_E_INVAL;
+    if (n_tok < 0 || ldy < rows || check_layout(layout, wtype, rows, cols)) return ST_E_INVAL;
     if (!rows || !n_tok) return 0;
     if (!W || !Xq || !Y) return ST_E_INVAL;
     const size_t ab = st_act_bytes(wtype, cols);
     int64_t tb = (int64_t)(MM_ACT_L2_BYTES / ab) / ST_TILE_MAX * ST_TILE_MAX;
     if (tb < ST_TILE_MAX) tb = ST_TILE_MAX;
-    struct mm_job j = {&k->type[wtype], W, st_row_bytes(wtype, cols), rows, (int)cols, n_tok, Xq, ab, Y, ldy, tb};
+    struct mm_job j = {&k->type[wtype], wtype, layout, NULL, W, st_row_bytes(wtype, cols), rows, (int)cols,
+                       n_tok, Xq, ab, Y, ldy, tb};
+    if ((rc = quad_scratch(j.tk, layout, tp, j.rb, &j.scratch))) return rc;
     st_threadpool_run(tp, mm_task, &j);
+    free(j.scratch);
     return 0;
+}
+
+int st_matmul(st_threadpool *tp, const st_kernels *k, st_type wtype, const void *W, int64_t rows,
+              int64_t cols, int64_t n_tok, const void *Xq, float *Y, int64_t ldy) {
+    return st_matmul_l(tp, k, wtype, ST_WLAYOUT_ROWS, W, rows, cols, n_tok, Xq, Y, ldy);
 }
 
 struct qa_job {

@@ -81,6 +81,23 @@ static inline int wk_has_min(int kind) { return kind == W_Q4_1 || kind == W_Q5_1
 static inline uint16_t ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 static inline uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 
+/* quads.c: whether a matrix can take the quad layout (type and shape); the 4 rows of a quad
+ * (quad layout) into rows4 (4 rows, row layout). */
+bool st_quads_shape(st_type t, int64_t rows, int64_t cols);
+void st_quads_unpack4(st_type t, const void *quad, int64_t cols, void *rows4);
+
+/* ---- quad tiles (st_tile4_fn) ---- */
+#define ST_DECL_TILE4_(isa)                                                                          \
+    void st_tile4_q4_0_q8_0_##isa(int n, float *s, size_t bs, const void *x, const void *y, size_t by, \
+                                  int nr, int nc);                                                   \
+    void st_tile4_q4_1_q8_1_##isa(int n, float *s, size_t bs, const void *x, const void *y, size_t by, \
+                                  int nr, int nc);                                                   \
+    void st_tile4_q5_0_q8_0_##isa(int n, float *s, size_t bs, const void *x, const void *y, size_t by, \
+                                  int nr, int nc);                                                   \
+    void st_tile4_q5_1_q8_1_##isa(int n, float *s, size_t bs, const void *x, const void *y, size_t by, \
+                                  int nr, int nc);
+ST_DECL_TILE4_(avx512)
+
 /* ---- AVX2 tiles (bit-identical per element to the matching _avx2 dot) ---- */
 void st_tile_q4_0_q8_0_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
                             size_t by, int nr, int nc);

@@ -5,6 +5,8 @@
 #include "strata/quant.h"
 #include "../test.h"
 
+#include <unistd.h>
+
 #define REL_TOL 1e-3    /* max |forward - reference| / max |reference| of a position's logits */
 #define STABLE_TOL 1e-4 /* reference moved less than this by +-1e-6 nudges: no rounding flips */
 #define FLIP_TOL 3e-2   /* bound where activation roundings can flip (see check_vs_ref) */
@@ -373,6 +375,96 @@ TEST(test_load_errors) {
     st_ctx_destroy(ctx);
 }
 
+/* Logits of a 37-token prompt (all positions) and 3 decode steps. NULL on error. */
+static float *prompt_logits(env *e, int *n_vals) {
+    const int nv = st_model_get_hparams(e->m)->n_vocab, n = 40, n1 = 37;
+    int32_t tok[40];
+    uint8_t want[40];
+    make_tokens(tok, n, nv, 23);
+    memset(want, 1, sizeof want);
+    float *out = malloc((size_t)n * nv * sizeof(float));
+    st_kv_seq_id s = 0;
+    int rc = out ? st_kv_seq_create(e->kv, &s) : ST_E_NOMEM;
+    st_batch b = {.n_tokens = n1, .tokens = tok, .seq_single = s, .want_logits = want};
+    if (!rc) rc = st_runner_forward(e->r, &b, out);
+    for (int i = n1; i < n && !rc; i++) {
+        st_batch d = {.n_tokens = 1, .tokens = tok + i, .seq_single = s};
+        rc = st_runner_forward(e->r, &d, out + (size_t)i * nv);
+    }
+    if (rc) {
+        fprintf(stderr, "  prompt_logits: %s (%s)\n", st_strerror(rc), st_ctx_error(e->ctx));
+        free(out);
+        return NULL;
+    }
+    *n_vals = n * nv;
+    return out;
+}
+
+/* A model loaded from a file takes the quad layout where its ctx's kernels have it
+ * (st_model_load_memory keeps the file's rows): the forward's logits are the rows layout's
+ * bit for bit, prefill and decode, and so are the reference's (which reads its rows back out
+ * of the quads). */
+TEST(test_quad_layout_forward) {
+    static const char *types[] = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0"};
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        st_synth_params p = tiny(ST_ARCH_LLAMA, types[ti]);
+        env a, b;
+        REQUIRE(env_open(&a, &p, 2, ST_TYPE_F16, 16) == 0);
+        char path[] = "/tmp/strata-quads-XXXXXX";
+        int fd = mkstemp(path);
+        REQUIRE(fd >= 0);
+        REQUIRE(write(fd, a.buf, a.size) == (ssize_t)a.size);
+        close(fd);
+        /* b: the same model from the file, its own ctx/kv/runner */
+        memset(&b, 0, sizeof b);
+        st_ctx_params cp = st_ctx_default_params();
+        cp.n_threads = 2;
+        REQUIRE(st_ctx_create(&cp, &b.ctx) == 0);
+        REQUIRE(st_model_load(b.ctx, path, &b.m) == 0);
+        unlink(path);
+        const st_model_hparams *hp = st_model_get_hparams(b.m);
+        st_kv_params kp = st_kv_default_params();
+        kp.n_layer = hp->n_layer, kp.n_kv_head = hp->n_head_kv, kp.head_dim = hp->head_dim;
+        kp.page_size = 16, kp.type = ST_TYPE_F16, kp.n_pages = 256;
+        st_model_fingerprint(b.m, kp.fingerprint.b);
+        REQUIRE(st_kv_create(b.ctx, &kp, &b.kv) == 0);
+        st_runner_params rp = st_runner_default_params();
+        rp.n_batch = 16;
+        REQUIRE(st_runner_create(b.ctx, b.m, b.kv, &rp, &b.r) == 0);
+
+        const st_kernels *k = st_kernels_get(st_ctx_isa(b.ctx));
+        const st_type t = b.m->layers[0].wq.type;
+        const int want_quads = st_quads_fit(k, t, 4, 256) ? 7 * hp->n_layer + !hp->tied_output : 0;
+        CHECK_INT(st_model_n_quad_matrices(a.m), 0);
+        CHECK_INT(st_model_n_quad_matrices(b.m), want_quads);
+        uint8_t fa[16], fb[16];
+        st_model_fingerprint(a.m, fa);
+        st_model_fingerprint(b.m, fb);
+        CHECK(memcmp(fa, fb, 16) == 0); /* of the file's bytes, before packing */
+
+        int na = 0, nb = 0;
+        float *la = prompt_logits(&a, &na), *lb = prompt_logits(&b, &nb);
+        REQUIRE(la && lb && na == nb);
+        CHECK(memcmp(la, lb, (size_t)na * sizeof(float)) == 0);
+        const int nv = hp->n_vocab, n = 20;
+        int32_t tok[20];
+        make_tokens(tok, n, nv, 31);
+        float *ra = malloc((size_t)n * nv * sizeof(float)), *rb = malloc((size_t)n * nv * sizeof(float));
+        st_ref_opts ro = {.kv_type = ST_TYPE_F16, .emulate_act = 1, .isa = st_ctx_isa(b.ctx)};
+        CHECK_OK(st_model_ref_forward(a.m, &ro, tok, n, ra));
+        CHECK_OK(st_model_ref_forward(b.m, &ro, tok, n, rb));
+        CHECK(memcmp(ra, rb, (size_t)n * nv * sizeof(float)) == 0);
+        fprintf(stderr, "  %s: %d matrices in the quad layout, logits identical\n", types[ti],
+                st_model_n_quad_matrices(b.m));
+        free(la), free(lb), free(ra), free(rb);
+        st_runner_destroy(b.r);
+        st_kv_destroy(b.kv);
+        st_model_free(b.m);
+        st_ctx_destroy(b.ctx);
+        env_close(&a);
+    }
+}
+
 TEST_MAIN(test_forward_vs_reference_llama, test_forward_vs_reference_qwen, test_forward_kv_types,
           test_forward_rope_variants, test_fingerprint,
-          test_determinism_threads_and_batching, test_load_errors)
+          test_determinism_threads_and_batching, test_load_errors, test_quad_layout_forward)

@@ -142,4 +142,80 @@ TEST(test_product_errors) {
     CHECK_NEAR(y[0], 0.0, 0);
 }
 
-TEST_MAIN(test_products_deterministic_and_exact, test_product_errors)
+/* The quad layout: for every table (those without tile4, scalar and AVX2, unpack each quad),
+ * st_matvec_multi_l and st_matmul_l over a packed matrix give the row layout's bits for
+ * 1 and 2 threads; st_quads_row returns the original rows; shapes and types that cannot
+ * take the layout are refused and left as they were. */
+TEST(test_quad_layout) {
+    enum { QR = 44, QC = 384, QT = 7 };
+    st_threadpool *tp2 = NULL;
+    CHECK_OK(st_threadpool_create(2, &tp2));
+    const st_type types[] = {ST_TYPE_Q4_0, ST_TYPE_Q4_1, ST_TYPE_Q5_0, ST_TYPE_Q5_1};
+    int n_checked = 0;
+    for (int isa = ST_ISA_SCALAR; isa <= ST_ISA_AVX512; isa++) {
+        const st_kernels *k = st_kernels_get((st_isa)isa);
+        if ((int)k->isa != isa) continue;
+        for (int ti = 0; ti < 4; ti++) {
+            const st_type t = types[ti];
+            const size_t rb = st_row_bytes(t, QC), ab = st_act_bytes(t, QC);
+            uint8_t *W = malloc(rb * QR), *P = malloc(rb * QR), *row = malloc(rb), *Xq = malloc(ab * QT);
+            float *tmp = malloc(sizeof(float) * QC * QR);
+            REQUIRE(W && P && row && Xq && tmp);
+            qt_rng r = {77 + (uint64_t)ti};
+            qt_fill(&r, tmp, (int64_t)QC * QR, 0.1f);
+            for (int i = 0; i < QR; i++) CHECK_OK(st_quantize_row(t, tmp + i * QC, W + i * rb, QC));
+            qt_fill(&r, tmp, (int64_t)QC * QT, 2.0f);
+            CHECK_OK(st_quantize_act_rows(NULL, k, t, tmp, QC, QT, QC, Xq));
+            memcpy(P, W, rb * QR);
+            CHECK_INT(st_quads_fit(k, t, QR, QC), isa == ST_ISA_AVX512); /* the table with tile4 */
+            CHECK_OK(st_pack_quads(t, P, QR, QC));
+            CHECK(memcmp(P, W, rb * QR) != 0); /* really rearranged */
+            int rows_same = 1;
+            for (int i = 0; i < QR; i++) {
+                CHECK_OK(st_quads_row(t, P, QR, QC, i, row));
+                rows_same &= memcmp(row, W + i * rb, rb) == 0;
+            }
+            CHECK(rows_same);
+            float y_rows[QR], y_quads[QR], Y_rows[QT][QR], Y_quads[QT][QR];
+            int same = 1;
+            for (int th = 0; th < 2; th++) {
+                st_threadpool *tp = th ? tp2 : NULL;
+                for (int tok = 0; tok < QT; tok++) {
+                    const void *Wr = W, *Wq = P;
+                    const int64_t rows = QR;
+                    float *yr = y_rows, *yq = y_quads;
+                    CHECK_OK(st_matvec_multi_l(tp, k, t, ST_WLAYOUT_ROWS, 1, &Wr, &rows, QC, Xq + tok * ab, &yr));
+                    CHECK_OK(st_matvec_multi_l(tp, k, t, ST_WLAYOUT_QUADS, 1, &Wq, &rows, QC, Xq + tok * ab, &yq));
+                    same &= memcmp(y_rows, y_quads, sizeof y_rows) == 0;
+                }
+                CHECK_OK(st_matmul_l(tp, k, t, ST_WLAYOUT_ROWS, W, QR, QC, QT, Xq, &Y_rows[0][0], QR));
+                CHECK_OK(st_matmul_l(tp, k, t, ST_WLAYOUT_QUADS, P, QR, QC, QT, Xq, &Y_quads[0][0], QR));
+                same &= memcmp(Y_rows, Y_quads, sizeof Y_rows) == 0;
+            }
+            if (!same) fprintf(stderr, "  %s %s: quad products differ from rows\n", st_isa_name(k->isa), st_type_name(t));
+            CHECK(same);
+            n_checked++;
+            free(W), free(P), free(row), free(Xq), free(tmp);
+        }
+    }
+    CHECK(n_checked >= 4);
+    /* refusals: not a packable type, rows not a multiple of 4, cols not of 64 */
+    uint8_t buf[8 * 34 * 2] = {0}, before[sizeof buf];
+    memcpy(before, buf, sizeof buf);
+    CHECK_INT(st_pack_quads(ST_TYPE_Q8_0, buf, 4, 64), ST_E_INVAL);
+    CHECK_INT(st_pack_quads(ST_TYPE_Q4_0, buf, 6, 64), ST_E_INVAL);
+    CHECK_INT(st_pack_quads(ST_TYPE_Q4_0, buf, 4, 96), ST_E_INVAL);
+    CHECK(memcmp(buf, before, sizeof buf) == 0);
+    CHECK(!st_quads_fit(st_kernels_get(ST_ISA_AVX512), ST_TYPE_Q4_K, 4, 256));
+    float y[8];
+    const void *Wb = buf;
+    const int64_t six = 6;
+    float *yp = y;
+    CHECK_INT(st_matvec_multi_l(NULL, st_kernels_get(ST_ISA_SCALAR), ST_TYPE_Q4_0, ST_WLAYOUT_QUADS, 1, &Wb, &six,
+                                64, buf, &yp),
+              ST_E_INVAL);
+    CHECK_INT(st_quads_row(ST_TYPE_Q4_0, buf, 4, 64, 4, buf), ST_E_INVAL);
+    st_threadpool_destroy(tp2);
+}
+
+TEST_MAIN(test_products_deterministic_and_exact, test_product_errors, test_quad_layout)

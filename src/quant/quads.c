@@ -1,0 +1,52 @@
+/* The quad weight layout (st_wlayout): 4 rows of 32-element blocks interleaved block by
+ * block, so a 4-row tile reads one sequential stream (see quant.h). Packing runs once per
+ * matrix at model load, in place, one quad at a time through a 4-row scratch buffer. */
+#include "quant_int.h"
+
+#include <stdlib.h>
+
+bool st_quads_shape(st_type t, int64_t rows, int64_t cols) {
+    const bool type_ok = t == ST_TYPE_Q4_0 || t == ST_TYPE_Q4_1 || t == ST_TYPE_Q5_0 || t == ST_TYPE_Q5_1;
+    return type_ok && rows >= 0 && rows % 4 == 0 && cols > 0 && cols % 64 == 0 && cols <= INT32_MAX;
+}
+
+bool st_quads_fit(const st_kernels *k, st_type t, int64_t rows, int64_t cols) {
+    return k && st_quads_shape(t, rows, cols) && k->type[t].tile4;
+}
+
+/* Quad q: rows (row layout, 4 x rb bytes) -> the quad's bytes, or back (unpack). */
+static void quad_convert(uint8_t *quad, uint8_t *rows4, size_t rb, size_t bb, int unpack) {
+    const size_t nb = rb / bb;
+    for (int r = 0; r < 4; r++)
+        for (size_t b = 0; b < nb; b++) {
+            uint8_t *q = quad + (4 * b + (size_t)r) * bb, *p = rows4 + (size_t)r * rb + b * bb;
+            if (unpack) memcpy(p, q, bb);
+            else memcpy(q, p, bb);
+        }
+}
+
+int st_pack_quads(st_type t, void *W, int64_t rows, int64_t cols) {
+    if (!W || !st_quads_shape(t, rows, cols)) return ST_E_INVAL;
+    const size_t rb = st_row_bytes(t, cols), bb = st_type_size(t);
+    uint8_t *tmp = malloc(4 * rb);
+    if (!tmp) return ST_E_NOMEM;
+    for (int64_t q = 0; q < rows / 4; q++) {
+        uint8_t *quad = (uint8_t *)W + (size_t)q * 4 * rb;
+        memcpy(tmp, quad, 4 * rb);
+        quad_convert(quad, tmp, rb, bb, 0);
+    }
+    free(tmp);
+    return 0;
+}
+
+void st_quads_unpack4(st_type t, const void *quad, int64_t cols, void *rows4) {
+    quad_convert((uint8_t *)quad, rows4, st_row_bytes(t, cols), st_type_size(t), 1);
+}
+
+int st_quads_row(st_type t, const void *W, int64_t rows, int64_t cols, int64_t r, void *row) {
+    if (!W || !row || !st_quads_shape(t, rows, cols) || r < 0 || r >= rows) return ST_E_INVAL;
+    const size_t rb = st_row_bytes(t, cols), bb = st_type_size(t), nb = rb / bb;
+    const uint8_t *quad = (const uint8_t *)W + (size_t)(r / 4) * 4 * rb;
+    for (size_t b = 0; b < nb; b++) memcpy((uint8_t *)row + b * bb, quad + (4 * b + (size_t)(r % 4)) * bb, bb);
+    return 0;
+}
