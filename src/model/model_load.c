@@ -355,7 +355,8 @@ static void compute_sizes(st_model *m) {
 static void pack_weights(st_ctx *ctx, st_model *m) {
     const char *e = getenv("STRATA_WLAYOUT");
     if ((e && !strcmp(e, "rows")) || st_gguf_set_writable(m->g, 1)) return;
-    const st_kernels *k = st_kernels_get(st_ctx_isa(ctx));
+    /* without a ctx, the best table the CPU runs (what a default ctx would pick) */
+    const st_kernels *k = st_kernels_get(ctx ? st_ctx_isa(ctx) : st_cpu_best_isa());
     st_wt *ws[8];
     for (int il = -1; il < m->hp.n_layer; il++) {
         int n = 0;
