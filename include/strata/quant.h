@@ -218,12 +218,6 @@ int st_quads_row(st_type t, const void *W, int64_t rows, int64_t cols, int64_t r
  * rows < 0 or cols not a positive multiple of the block size. */
 int st_matvec(st_threadpool *tp, const st_kernels *k, st_type wtype, const void *W, int64_t rows,
               int64_t cols, const void *xq, float *y);
-/* st_matvec_multi over matrices in `layout` (all the same); bit-identical to the row layout
- * (a quad layout also needs the shape st_pack_quads accepts, else ST_E_INVAL). The other
- * products take the row layout; their _l forms take a layout. */
-int st_matvec_multi_l(st_threadpool *tp, const st_kernels *k, st_type wtype, st_wlayout layout,
-                      int n_mat, const void *const *W, const int64_t *rows, int64_t cols,
-                      const void *xq, float *const *y);
 
 /* Several matrix-vector products with one activation row in a single pool dispatch
  * (e.g. Wq, Wk, Wv of one layer): y[i][r] = dot(W[i] row r, xq) for i < n_mat. All
@@ -233,6 +227,13 @@ int st_matvec_multi_l(st_threadpool *tp, const st_kernels *k, st_type wtype, st_
 int st_matvec_multi(st_threadpool *tp, const st_kernels *k, st_type wtype, int n_mat,
                     const void *const *W, const int64_t *rows, int64_t cols, const void *xq,
                     float *const *y);
+/* st_matvec_multi over matrices in `layout` (all the same); bit-identical to the row layout
+ * (a quad layout also needs the shape st_pack_quads accepts, else ST_E_INVAL; a table without
+ * tile4 unpacks each quad into scratch it allocates: ST_E_NOMEM if it cannot). st_matvec,
+ * st_matvec_multi and st_matmul take the row layout; the _l forms take a layout. */
+int st_matvec_multi_l(st_threadpool *tp, const st_kernels *k, st_type wtype, st_wlayout layout,
+                      int n_mat, const void *const *W, const int64_t *rows, int64_t cols,
+                      const void *xq, float *const *y);
 
 /* Y[t][r] = dot(W row r, Xq row t) for t < n_tok, r < rows: Xq holds n_tok activation
  * rows (st_act_bytes each, packed, e.g. from st_quantize_act_rows); Y is [n_tok][ldy]
