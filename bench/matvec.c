@@ -12,7 +12,7 @@
  * and rates every matvec pass against the mean of the two probes around it. Printed per
  * shape: median matvec GB/s of weight bytes, median probe GB/s, and the median ratio with
  * its min and max. A 1 GiB probe (best of 3) is printed first for reference. Types the
- * kernels run in the quad layout (st_wlayout: q4_0/q4_1/q5_0/q5_1 on AVX-512, which the
+ * kernels run in the quad layout (st_wlayout: q4_0/q4_1/q5_0/q5_1 on AVX2/AVX-512, which the
  * model loader picks) get two lines, rows and quads, measured in alternating passes
  * (probe, rows, probe, quads, ...), and quads/rows is the median over rounds of the ratio
  * of a round's two passes. On a shared

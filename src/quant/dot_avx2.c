@@ -65,24 +65,27 @@ ALWAYS_INLINE __m256i load_wq(int kind, const uint8_t *p) {
     }
 }
 
+/* Weight row r's block i is at x + r * bx + i * bstep: bstep is the block size in a plain
+ * row, 4 block sizes in a quad (st_tile4_fn), where bx is one block size. NR x NC <= 8,
+ * or 4 x 1 (a quad in a matrix-vector product). */
 ALWAYS_INLINE void tile_impl(int kind, int NR, int NC, int n, float *s, size_t bs, const void *vx,
-                             size_t bx, const void *vy, size_t by) {
+                             size_t bx, size_t bstep, const void *vy, size_t by) {
     const uint8_t *x = vx, *y = vy;
     const int mn = wk_has_min(kind);
-    const size_t wsz = wk_bytes(kind), asz = mn ? sizeof(st_block_q8_1) : sizeof(st_block_q8_0);
+    const size_t asz = mn ? sizeof(st_block_q8_1) : sizeof(st_block_q8_0);
     const size_t aqs = mn ? offsetof(st_block_q8_1, qs) : offsetof(st_block_q8_0, qs);
-    __m256 acc[2][4];
-    float summs[2][4];
-#pragma GCC unroll 2
+    __m256 acc[4][4];
+    float summs[4][4];
+#pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps(), summs[r][c] = 0.0f;
     for (int i = 0; i < n / 32; i++) {
-        __m256i w[2], wabs[2];
-        float dx[2], mx[2];
-#pragma GCC unroll 2
+        __m256i w[4], wabs[4];
+        float dx[4], mx[4];
+#pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            const uint8_t *p = x + (size_t)r * bx + (size_t)i * wsz;
+            const uint8_t *p = x + (size_t)r * bx + (size_t)i * bstep;
             w[r] = load_wq(kind, p);
             if (!mn) wabs[r] = _mm256_sign_epi8(w[r], w[r]);
             dx[r] = H2F(ld16(p));
@@ -93,7 +96,7 @@ ALWAYS_INLINE void tile_impl(int kind, int NR, int NC, int n, float *s, size_t b
             const uint8_t *q = y + (size_t)c * by + (size_t)i * asz;
             const __m256i a = _mm256_loadu_si256((const __m256i *)(q + aqs));
             const float dy = H2F(ld16(q));
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int r = 0; r < NR; r++) {
                 /* dot_ss / dot_us, spelled out so |w| is computed once per row */
                 const __m256i pr = mn ? _mm256_maddubs_epi16(w[r], a)
@@ -104,42 +107,62 @@ ALWAYS_INLINE void tile_impl(int kind, int NR, int NC, int n, float *s, size_t b
             }
         }
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) s[(size_t)c * bs + r] = mn ? hsum8(acc[r][c]) + summs[r][c] : hsum8(acc[r][c]);
 }
 
 /* vec_dot and the tile entry point of one kind from a tile template `impl` (tile_impl or
- * ftile_impl below): instances of at most 2 x 4 cover up to ST_TILE_MAX x ST_TILE_MAX. */
-#define ST_DEF_TILES_(name, impl, kind)                                                        \
+ * ftile_impl below): instances of at most 2 x 4 cover up to ST_TILE_MAX x ST_TILE_MAX.
+ * The variadic part is tile_impl's bstep argument followed by a comma (empty for ftile_impl). */
+#define ST_TILE_LOOP_(impl, kind, x, bx, ...)                                                  \
+    ST_ASSERT(nr >= 1 && nr <= ST_TILE_MAX && nc >= 1 && nc <= ST_TILE_MAX);                    \
+    for (int r0 = 0; r0 < nr; r0 += 2) {                                                        \
+        const uint8_t *xr = (const uint8_t *)x + (size_t)r0 * bx;                               \
+        switch ((nr - r0 >= 2) * 4 + nc - 1) {                                                  \
+        case 0: impl(kind, 1, 1, n, s + r0, bs, xr, bx, __VA_ARGS__ y, by); break;              \
+        case 1: impl(kind, 1, 2, n, s + r0, bs, xr, bx, __VA_ARGS__ y, by); break;              \
+        case 2: impl(kind, 1, 3, n, s + r0, bs, xr, bx, __VA_ARGS__ y, by); break;              \
+        case 3: impl(kind, 1, 4, n, s + r0, bs, xr, bx, __VA_ARGS__ y, by); break;              \
+        case 4: impl(kind, 2, 1, n, s + r0, bs, xr, bx, __VA_ARGS__ y, by); break;              \
+        case 5: impl(kind, 2, 2, n, s + r0, bs, xr, bx, __VA_ARGS__ y, by); break;              \
+        case 6: impl(kind, 2, 3, n, s + r0, bs, xr, bx, __VA_ARGS__ y, by); break;              \
+        default: impl(kind, 2, 4, n, s + r0, bs, xr, bx, __VA_ARGS__ y, by); break;             \
+        }                                                                                       \
+    }
+#define ST_DEF_TILES_(name, impl, kind, ...)                                                   \
     void st_vec_dot_##name##_avx2(int n, float *s, const void *x, const void *y) {             \
-        impl(kind, 1, 1, n, s, 1, x, 0, y, 0);                                                  \
+        impl(kind, 1, 1, n, s, 1, x, 0, __VA_ARGS__ y, 0);                                      \
     }                                                                                           \
     void st_tile_##name##_avx2(int n, float *s, size_t bs, const void *x, size_t bx,           \
                                const void *y, size_t by, int nr, int nc) {                      \
-        ST_ASSERT(nr >= 1 && nr <= ST_TILE_MAX && nc >= 1 && nc <= ST_TILE_MAX);                \
-        for (int r0 = 0; r0 < nr; r0 += 2) {                                                    \
-            const uint8_t *xr = (const uint8_t *)x + (size_t)r0 * bx;                           \
-            switch ((nr - r0 >= 2) * 4 + nc - 1) {                                              \
-            case 0: impl(kind, 1, 1, n, s + r0, bs, xr, bx, y, by); break;                      \
-            case 1: impl(kind, 1, 2, n, s + r0, bs, xr, bx, y, by); break;                      \
-            case 2: impl(kind, 1, 3, n, s + r0, bs, xr, bx, y, by); break;                      \
-            case 3: impl(kind, 1, 4, n, s + r0, bs, xr, bx, y, by); break;                      \
-            case 4: impl(kind, 2, 1, n, s + r0, bs, xr, bx, y, by); break;                      \
-            case 5: impl(kind, 2, 2, n, s + r0, bs, xr, bx, y, by); break;                      \
-            case 6: impl(kind, 2, 3, n, s + r0, bs, xr, bx, y, by); break;                      \
-            default: impl(kind, 2, 4, n, s + r0, bs, xr, bx, y, by); break;                     \
-            }                                                                                   \
-        }                                                                                       \
+        ST_TILE_LOOP_(impl, kind, x, bx, __VA_ARGS__)                                           \
     }
-#define ST_DEF_KIND_(name, kind) ST_DEF_TILES_(name, tile_impl, kind)
+/* The block kinds over a quad (st_tile4_fn): a row's blocks are 4 blocks apart. A matvec's
+ * 4 x 1 is one instance (the activation block loaded and converted once for 4 rows);
+ * wider tiles (prefill) run the 2-row instances over the quad. */
+#define ST_DEF_QUAD_(name, kind)                                                               \
+    void st_tile4_##name##_avx2(int n, float *s, size_t bs, const void *x, const void *y,      \
+                                size_t by, int nr, int nc) {                                    \
+        const size_t bx = wk_bytes(kind);                                                       \
+        if (nr == 4 && nc == 1) {                                                               \
+            tile_impl(kind, 4, 1, n, s, bs, x, bx, 4 * bx, y, by);                              \
+            return;                                                                             \
+        }                                                                                       \
+        ST_TILE_LOOP_(tile_impl, kind, x, bx, 4 * bx,)                                          \
+    }
+#define ST_DEF_KIND_(name, kind) ST_DEF_TILES_(name, tile_impl, kind, wk_bytes(kind),)
 
 ST_DEF_KIND_(q4_0_q8_0, W_Q4_0)
 ST_DEF_KIND_(q4_1_q8_1, W_Q4_1)
 ST_DEF_KIND_(q5_0_q8_0, W_Q5_0)
 ST_DEF_KIND_(q5_1_q8_1, W_Q5_1)
 ST_DEF_KIND_(q8_0_q8_0, W_Q8_0)
+ST_DEF_QUAD_(q4_0_q8_0, W_Q4_0)
+ST_DEF_QUAD_(q4_1_q8_1, W_Q4_1)
+ST_DEF_QUAD_(q5_0_q8_0, W_Q5_0)
+ST_DEF_QUAD_(q5_1_q8_1, W_Q5_1)
 
 /* ---- float weights . f32 activations ---- */
 ALWAYS_INLINE __m256 ld_f32(const void *p, int64_t i) { return _mm256_loadu_ps((const float *)p + i); }
@@ -228,7 +251,7 @@ ALWAYS_INLINE void ftile_impl(int kind, int NR, int NC, int n, float *s, size_t 
         }
 }
 
-#define ST_DEF_FKIND_(name, kind) ST_DEF_TILES_(name, ftile_impl, kind)
+#define ST_DEF_FKIND_(name, kind) ST_DEF_TILES_(name, ftile_impl, kind, )
 
 ST_DEF_FKIND_(f32_f32, 0)
 ST_DEF_FKIND_(bf16_f32, 2)

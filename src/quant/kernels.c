@@ -11,8 +11,8 @@
 #define ST_KQ_SIMD 1
 
 #define ROW_(vdt, from, to, dot, tl) {.vec_dot_type = (vdt), .from_float = (from), .to_float = (to), .vec_dot = (dot), .tile = (tl)}
-/* with a quad-layout tile (AVX-512 only: the AVX2 tiles fold 2 rows at a time and are
- * compute-bound, and measured 0.81-1.03x the row layout there, bench/matvec) */
+/* with a quad-layout tile (the legacy 32-blocks on AVX2 and AVX-512: bench/matvec measured
+ * quads 1.09-1.41x the rows; Q8_0 0.86-0.96x, so it keeps rows) */
 #define ROW4_(vdt, from, to, dot, tl, t4) {.vec_dot_type = (vdt), .from_float = (from), .to_float = (to), .vec_dot = (dot), .tile = (tl), .tile4 = (t4)}
 #define NOT_ ST_TYPE_COUNT_
 
@@ -65,10 +65,10 @@ static const st_kernels kernels_avx2 = {
         [ST_TYPE_F32] = ROW_(ST_TYPE_F32, st_quantize_row_f32_ref, st_dequantize_row_f32, st_vec_dot_f32_f32_avx2, st_tile_f32_f32_avx2),
         [ST_TYPE_F16] = ROW_(ST_TYPE_F16, st_quantize_row_f16_avx2, st_dequantize_row_f16_avx2, st_vec_dot_f16_f16_avx2, st_tile_f16_f16_avx2),
         [ST_TYPE_BF16] = ROW_(ST_TYPE_F32, st_quantize_row_bf16_ref, st_dequantize_row_bf16, st_vec_dot_bf16_f32_avx2, st_tile_bf16_f32_avx2),
-        [ST_TYPE_Q4_0] = ROW_(ST_TYPE_Q8_0, st_quantize_row_q4_0_ref, st_dequantize_row_q4_0, st_vec_dot_q4_0_q8_0_avx2, st_tile_q4_0_q8_0_avx2),
-        [ST_TYPE_Q4_1] = ROW_(ST_TYPE_Q8_1, st_quantize_row_q4_1_ref, st_dequantize_row_q4_1, st_vec_dot_q4_1_q8_1_avx2, st_tile_q4_1_q8_1_avx2),
-        [ST_TYPE_Q5_0] = ROW_(ST_TYPE_Q8_0, st_quantize_row_q5_0_ref, st_dequantize_row_q5_0, st_vec_dot_q5_0_q8_0_avx2, st_tile_q5_0_q8_0_avx2),
-        [ST_TYPE_Q5_1] = ROW_(ST_TYPE_Q8_1, st_quantize_row_q5_1_ref, st_dequantize_row_q5_1, st_vec_dot_q5_1_q8_1_avx2, st_tile_q5_1_q8_1_avx2),
+        [ST_TYPE_Q4_0] = ROW4_(ST_TYPE_Q8_0, st_quantize_row_q4_0_ref, st_dequantize_row_q4_0, st_vec_dot_q4_0_q8_0_avx2, st_tile_q4_0_q8_0_avx2, st_tile4_q4_0_q8_0_avx2),
+        [ST_TYPE_Q4_1] = ROW4_(ST_TYPE_Q8_1, st_quantize_row_q4_1_ref, st_dequantize_row_q4_1, st_vec_dot_q4_1_q8_1_avx2, st_tile_q4_1_q8_1_avx2, st_tile4_q4_1_q8_1_avx2),
+        [ST_TYPE_Q5_0] = ROW4_(ST_TYPE_Q8_0, st_quantize_row_q5_0_ref, st_dequantize_row_q5_0, st_vec_dot_q5_0_q8_0_avx2, st_tile_q5_0_q8_0_avx2, st_tile4_q5_0_q8_0_avx2),
+        [ST_TYPE_Q5_1] = ROW4_(ST_TYPE_Q8_1, st_quantize_row_q5_1_ref, st_dequantize_row_q5_1, st_vec_dot_q5_1_q8_1_avx2, st_tile_q5_1_q8_1_avx2, st_tile4_q5_1_q8_1_avx2),
         [ST_TYPE_Q8_0] = ROW_(ST_TYPE_Q8_0, st_quantize_row_q8_0_avx2, st_dequantize_row_q8_0, st_vec_dot_q8_0_q8_0_avx2, st_tile_q8_0_q8_0_avx2),
         [ST_TYPE_Q8_1] = ROW_(NOT_, st_quantize_row_q8_1_avx2, st_dequantize_row_q8_1, NULL, NULL),
         KQ_AVX2_,

@@ -96,6 +96,7 @@ void st_quads_unpack4(st_type t, const void *quad, int64_t cols, void *rows4);
                                   int nr, int nc);                                                   \
     void st_tile4_q5_1_q8_1_##isa(int n, float *s, size_t bs, const void *x, const void *y, size_t by, \
                                   int nr, int nc);
+ST_DECL_TILE4_(avx2)
 ST_DECL_TILE4_(avx512)
 
 /* ---- AVX2 tiles (bit-identical per element to the matching _avx2 dot) ---- */
