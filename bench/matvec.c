@@ -64,14 +64,6 @@ static uint8_t *make_matrix(st_type t, int64_t rows, int64_t cols, size_t copies
     return m;
 }
 
-struct mv_result {
-    st_type t;
-    st_wlayout layout;
-    int64_t rows, cols;
-    size_t mb, copies;
-    bench_paired p;
-};
-
 struct mv_pass {
     st_threadpool *tp;
     const st_kernels *k;
@@ -118,12 +110,22 @@ static void mv_free(struct mv_pass *a) {
     free((void *)a->xq);
 }
 
-static struct mv_result bench_matvec(st_threadpool *tp, const st_kernels *k, bench_probe *probe, int rounds,
-                                     st_type t, int64_t rows, int64_t cols) {
+/* One result line (no newline): median GB/s and probe, ratio median (min..max). */
+static void print_line(const struct mv_pass *a, double gb, double probe, double med, double rmin, double rmax) {
+    char shape[32];
+    snprintf(shape, sizeof shape, "%lldx%lld", (long long)a->rows, (long long)a->cols);
+    printf("%-6s %-10s %-5s %7.1f %6zu  %8.2f %8.2f  %5.1f%% (%5.1f..%5.1f%%)", st_type_name(a->t), shape,
+           a->layout == ST_WLAYOUT_QUADS ? "quads" : "rows", (double)a->mb / (1 << 20), a->copies, gb, probe,
+           100 * med, 100 * rmin, 100 * rmax);
+}
+
+static void bench_matvec(st_threadpool *tp, const st_kernels *k, bench_probe *probe, int rounds, st_type t,
+                         int64_t rows, int64_t cols) {
     struct mv_pass a = mv_setup(tp, k, t, ST_WLAYOUT_ROWS, rows, cols);
     const bench_paired p = bench_paired_run(tp, probe, rounds, mv_pass, &a);
+    print_line(&a, p.work_med, p.probe_med, p.ratio_med, p.ratio_min, p.ratio_max);
+    printf("\n");
     mv_free(&a);
-    return (struct mv_result){t, ST_WLAYOUT_ROWS, rows, cols, a.mb, a.copies, p};
 }
 
 /* Rows and quads side by side: rounds of (probe, rows pass, probe, quads pass), each pass
@@ -141,22 +143,17 @@ static void bench_layouts(st_threadpool *tp, const st_kernels *k, bench_probe *p
         gb[i] = mv_pass(&a[i % 2]);
     }
     pr[2 * rounds] = bench_probe_run(tp, probe);
-    double g[2][BENCH_PAIRED_MAX], pm[BENCH_PAIRED_MAX + 1];
+    double g[2][BENCH_PAIRED_MAX];
     for (int i = 0; i < 2 * rounds; i++) {
         ratio[i % 2][i / 2] = gb[i] / (0.5 * (pr[i] + pr[i + 1]));
         g[i % 2][i / 2] = gb[i];
     }
     for (int r = 0; r < rounds; r++) speedup[r] = gb[2 * r + 1] / gb[2 * r];
-    for (int i = 0; i <= 2 * rounds; i++) pm[i] = pr[i];
-    const double probe_med = bench_median_(pm, 2 * rounds + 1), sp = bench_median_(speedup, rounds);
-    char shape[32];
-    snprintf(shape, sizeof shape, "%lldx%lld", (long long)rows, (long long)cols);
+    /* the medians sort their arrays: min and max are then the ends */
+    const double probe_med = bench_median_(pr, 2 * rounds + 1), sp = bench_median_(speedup, rounds);
     for (int l = 0; l < 2; l++) {
-        const double med = bench_median_(ratio[l], rounds); /* sorts: then min and max */
-        const double rmin = ratio[l][0], rmax = ratio[l][rounds - 1];
-        printf("%-6s %-10s %-5s %7.1f %6zu  %8.2f %8.2f  %5.1f%% (%5.1f..%5.1f%%)", st_type_name(t), shape,
-               l ? "quads" : "rows", (double)a[l].mb / (1 << 20), a[l].copies, bench_median_(g[l], rounds), probe_med,
-               100 * med, 100 * rmin, 100 * rmax);
+        const double med = bench_median_(ratio[l], rounds);
+        print_line(&a[l], bench_median_(g[l], rounds), probe_med, med, ratio[l][0], ratio[l][rounds - 1]);
         if (l) printf("  quads/rows %.2fx (%.2f..%.2f)", sp, speedup[0], speedup[rounds - 1]);
         printf("\n");
     }
@@ -253,17 +250,10 @@ int main(int argc, char **argv) {
         for (int j = 0; j < n_only; j++) wanted |= !strcmp(only[j], st_type_name(types[i]));
         if (!wanted) continue;
         for (int s = 0; s < n_shapes; s++) {
-            if (st_quads_fit(k, types[i], shapes[s][0], shapes[s][1])) { /* the layout loading picks */
+            if (st_quads_fit(k, types[i], shapes[s][0], shapes[s][1])) /* the layout loading picks */
                 bench_layouts(tp, k, &probe, rounds, types[i], shapes[s][0], shapes[s][1]);
-                fflush(stdout);
-                continue;
-            }
-            const struct mv_result r = bench_matvec(tp, k, &probe, rounds, types[i], shapes[s][0], shapes[s][1]);
-            char shape[32];
-            snprintf(shape, sizeof shape, "%lldx%lld", (long long)r.rows, (long long)r.cols);
-            printf("%-6s %-10s %-5s %7.1f %6zu  %8.2f %8.2f  %5.1f%% (%5.1f..%5.1f%%)\n", st_type_name(r.t), shape,
-                   "rows", (double)r.mb / (1 << 20), r.copies, r.p.work_med, r.p.probe_med, 100 * r.p.ratio_med,
-                   100 * r.p.ratio_min, 100 * r.p.ratio_max);
+            else
+                bench_matvec(tp, k, &probe, rounds, types[i], shapes[s][0], shapes[s][1]);
             fflush(stdout);
         }
     }

@@ -466,11 +466,8 @@ static void key_minmax_avx2(const attn_minmax_rows *r, int32_t D, float *kmin, f
     uint32_t bits[ST_ATTN_MAX_PAGE_SIZE / 8];
     const int32_t nc = (r->n_tokens + 7) / 8;
     for (int32_t c = 0; c < nc; c++) {
-        const int32_t s0 = 8 * c, left = r->n_tokens - s0;
-        uint32_t m = left >= 8 ? 0xffu : (1u << left) - 1u;
-        if (r->valid) m &= (uint32_t)(r->valid[s0 / 64] >> (s0 % 64));
-        bits[c] = m & 0xffu;
-        use[c] = lane_mask(m);
+        bits[c] = attn_minmax_slots(r, 8 * c, 8);
+        use[c] = lane_mask(bits[c]);
     }
     const __m256 pinf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
     for (int32_t d = 0; d < D; d++) {

@@ -651,12 +651,7 @@ static void key_minmax_avx512(const attn_minmax_rows *r, int32_t D, float *kmin,
     const size_t row = (size_t)r->P * attn_elem_size(r->type);
     __mmask16 use[ST_ATTN_MAX_PAGE_SIZE / 16];
     const int32_t nc = (r->n_tokens + 15) / 16;
-    for (int32_t c = 0; c < nc; c++) {
-        const int32_t s0 = 16 * c, left = r->n_tokens - s0;
-        uint32_t m = left >= 16 ? 0xffffu : (1u << left) - 1u;
-        if (r->valid) m &= (uint32_t)(r->valid[s0 / 64] >> (s0 % 64));
-        use[c] = (__mmask16)m;
-    }
+    for (int32_t c = 0; c < nc; c++) use[c] = (__mmask16)attn_minmax_slots(r, 16 * c, 16);
     const __m512 pinf = _mm512_set1_ps(INFINITY), ninf = _mm512_set1_ps(-INFINITY);
     const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
     for (int32_t d = 0; d < D; d++) {

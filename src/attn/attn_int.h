@@ -111,6 +111,16 @@ typedef struct st_attn_kernels {
     void (*box_to_f16)(int32_t D, const float *kmin, const float *kmax, uint16_t *box);
 } st_attn_kernels;
 
+/* The minmax kernels' slot mask: bit j for slot s0 + j of r written and valid, j < w (w 8 or
+ * 16, s0 a multiple of w, so the bits sit in one word of r->valid). */
+static inline uint32_t attn_minmax_slots(const attn_minmax_rows *r, int32_t s0, int w) {
+    const uint32_t all = (1u << w) - 1u;
+    const int32_t left = r->n_tokens - s0;
+    uint32_t m = left >= w ? all : (1u << left) - 1u;
+    if (r->valid) m &= (uint32_t)(r->valid[s0 / 64] >> (s0 % 64));
+    return m & all;
+}
+
 /* attn_check.c: the scalar references of the metadata kernels. Row d of r (its valid slots
  * in slot order: the first sets min and max, each later one replaces them when strictly
  * below / above) into kmin[d], kmax[d]; n values of kmin, kmax rounded outward into

@@ -346,6 +346,16 @@ static void compute_sizes(st_model *m) {
              hp->tied_output ? "tied output" : "separate output");
 }
 
+/* w into the quad layout when k runs its type and shape in it. */
+static void pack_one(const st_kernels *k, st_model *m, st_wt *w) {
+    if (!w->data || !st_quads_fit(k, w->type, w->ne1, w->ne0)) return;
+    /* the loader's own copy of the file (ST_GGUF_OPEN_ANON), writable for now */
+    if (st_pack_quads(w->type, (void *)(uintptr_t)w->data, w->ne1, w->ne0) == 0) {
+        w->layout = ST_WLAYOUT_QUADS;
+        m->n_quads++;
+    }
+}
+
 /* Rearranges the product weights that can take it into the quad layout (quant.h), in the
  * file's bytes read into our own memory: q4_0/q4_1/q5_0/q5_1 decode streams 4 rows at once
  * and converts each activation once per 4 rows (bench/matvec measures both). The embeddings
@@ -357,25 +367,11 @@ static void pack_weights(st_ctx *ctx, st_model *m) {
     if ((e && !strcmp(e, "rows")) || st_gguf_set_writable(m->g, 1)) return;
     /* without a ctx, the best table the CPU runs (what a default ctx would pick) */
     const st_kernels *k = st_kernels_get(ctx ? st_ctx_isa(ctx) : st_cpu_best_isa());
-    st_wt *ws[8];
-    for (int il = -1; il < m->hp.n_layer; il++) {
-        int n = 0;
-        if (il < 0) {
-            if (!m->hp.tied_output) ws[n++] = &m->output;
-        } else {
-            st_layer *ly = &m->layers[il];
-            st_wt *lw[7] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
-            for (int i = 0; i < 7; i++) ws[n++] = lw[i];
-        }
-        for (int i = 0; i < n; i++) {
-            st_wt *w = ws[i];
-            if (!w->data || !st_quads_fit(k, w->type, w->ne1, w->ne0)) continue;
-            /* the loader's own copy of the file (ST_GGUF_OPEN_ANON), writable for now */
-            if (st_pack_quads(w->type, (void *)(uintptr_t)w->data, w->ne1, w->ne0) == 0) {
-                w->layout = ST_WLAYOUT_QUADS;
-                m->n_quads++;
-            }
-        }
+    if (!m->hp.tied_output) pack_one(k, m, &m->output);
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        st_layer *ly = &m->layers[il];
+        st_wt *lw[7] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+        for (int i = 0; i < 7; i++) pack_one(k, m, lw[i]);
     }
     st_gguf_set_writable(m->g, 0); /* cannot fail after the same call succeeded */
 }

@@ -77,6 +77,17 @@ static void same_seq(st_kv *a, st_kv_seq_id sa, st_kv *b, st_kv_seq_id sb, int64
     }
 }
 
+/* The end of a restore test: the restoring pool b passes kv_check; everything is freed. */
+static void finish(st_ctx *ctx, st_kv *a, st_kv *b, st_kv_io *io, void *buf) {
+    char msg[256];
+    CHECK_OK(kv_check(b, msg, sizeof msg));
+    free(buf);
+    st_kv_io_mem_release(io);
+    st_kv_destroy(a);
+    st_kv_destroy(b);
+    st_ctx_destroy(ctx);
+}
+
 static void roundtrip(st_type type) {
     st_ctx *ctx;
     REQUIRE(st_ctx_create(NULL, &ctx) == 0);
@@ -105,12 +116,7 @@ static void roundtrip(st_type type) {
     int64_t nc;
     CHECK_OK(st_kv_prefix_lookup(b, toks, 64, &nc));
     CHECK_INT(nc, 24); /* restored keys serve the prefix cache (B sealed its 3rd page) */
-    char msg[256];
-    CHECK_OK(kv_check(b, msg, sizeof msg));
-    st_kv_io_mem_release(&io);
-    st_kv_destroy(a);
-    st_kv_destroy(b);
-    st_ctx_destroy(ctx);
+    finish(ctx, a, b, &io, NULL);
 }
 
 TEST(test_roundtrip_f32) { roundtrip(ST_TYPE_F32); }
@@ -219,13 +225,7 @@ TEST(test_every_truncation_and_flip_rejected) {
     int n;
     CHECK_OK(st_kv_snapshot_read(b, &in, out, 3, &n));
     same_seq(a, ids[2], b, out[2], 30);
-    char msg[256];
-    CHECK_OK(kv_check(b, msg, sizeof msg));
-    free(buf);
-    st_kv_io_mem_release(&io);
-    st_kv_destroy(a);
-    st_kv_destroy(b);
-    st_ctx_destroy(ctx);
+    finish(ctx, a, b, &io, buf);
 }
 
 /* A restore into a pool with fewer free pages than the snapshot has: the first records are
@@ -271,13 +271,7 @@ TEST(test_restore_over_cached_pages) {
     same_seq(a, ids[2], b, out[2], 30);
     st_kv_get_stats(b, &after);
     CHECK(after.cache_evictions > before.cache_evictions);
-    char msg[256];
-    CHECK_OK(kv_check(b, msg, sizeof msg));
-    free(buf);
-    st_kv_io_mem_release(&io);
-    st_kv_destroy(a);
-    st_kv_destroy(b);
-    st_ctx_destroy(ctx);
+    finish(ctx, a, b, &io, buf);
 }
 
 TEST(test_mismatches_and_limits) {

@@ -33,24 +33,33 @@ static st_synth_params tiny(st_arch arch, const char *type) {
     return p;
 }
 
-/* Model from p, KV of kv_type with page size 16, runner with chunk n_batch. */
-static int env_open(env *e, const st_synth_params *p, int n_threads, st_type kv_type, int n_batch) {
+static int env_ctx(env *e, int n_threads) {
     memset(e, 0, sizeof *e);
     st_ctx_params cp = st_ctx_default_params();
     cp.n_threads = n_threads;
-    int rc = st_ctx_create(&cp, &e->ctx);
-    if (!rc) rc = st_synth_write_memory(e->ctx, p, &e->buf, &e->size);
-    if (!rc) rc = st_model_load_memory(e->ctx, e->buf, e->size, "synthetic", &e->m);
-    if (rc) return rc;
+    return st_ctx_create(&cp, &e->ctx);
+}
+
+/* KV of kv_type with page size 16 and a runner with chunk n_batch for e's loaded model. */
+static int env_runner(env *e, st_type kv_type, int n_batch) {
     const st_model_hparams *hp = st_model_get_hparams(e->m);
     st_kv_params kp = st_kv_default_params();
     kp.n_layer = hp->n_layer, kp.n_kv_head = hp->n_head_kv, kp.head_dim = hp->head_dim;
     kp.page_size = 16, kp.type = kv_type, kp.n_pages = 256;
     st_model_fingerprint(e->m, kp.fingerprint.b);
-    if ((rc = st_kv_create(e->ctx, &kp, &e->kv))) return rc;
+    int rc = st_kv_create(e->ctx, &kp, &e->kv);
+    if (rc) return rc;
     st_runner_params rp = st_runner_default_params();
     rp.n_batch = n_batch;
     return st_runner_create(e->ctx, e->m, e->kv, &rp, &e->r);
+}
+
+/* Model from p (loaded from memory: the file's row layout), then env_runner. */
+static int env_open(env *e, const st_synth_params *p, int n_threads, st_type kv_type, int n_batch) {
+    int rc = env_ctx(e, n_threads);
+    if (!rc) rc = st_synth_write_memory(e->ctx, p, &e->buf, &e->size);
+    if (!rc) rc = st_model_load_memory(e->ctx, e->buf, e->size, "synthetic", &e->m);
+    return rc ? rc : env_runner(e, kv_type, n_batch);
 }
 
 static void env_close(env *e) {
@@ -416,21 +425,11 @@ TEST(test_quad_layout_forward) {
         REQUIRE(write(fd, a.buf, a.size) == (ssize_t)a.size);
         close(fd);
         /* b: the same model from the file, its own ctx/kv/runner */
-        memset(&b, 0, sizeof b);
-        st_ctx_params cp = st_ctx_default_params();
-        cp.n_threads = 2;
-        REQUIRE(st_ctx_create(&cp, &b.ctx) == 0);
+        REQUIRE(env_ctx(&b, 2) == 0);
         REQUIRE(st_model_load(b.ctx, path, &b.m) == 0);
         unlink(path);
+        REQUIRE(env_runner(&b, ST_TYPE_F16, 16) == 0);
         const st_model_hparams *hp = st_model_get_hparams(b.m);
-        st_kv_params kp = st_kv_default_params();
-        kp.n_layer = hp->n_layer, kp.n_kv_head = hp->n_head_kv, kp.head_dim = hp->head_dim;
-        kp.page_size = 16, kp.type = ST_TYPE_F16, kp.n_pages = 256;
-        st_model_fingerprint(b.m, kp.fingerprint.b);
-        REQUIRE(st_kv_create(b.ctx, &kp, &b.kv) == 0);
-        st_runner_params rp = st_runner_default_params();
-        rp.n_batch = 16;
-        REQUIRE(st_runner_create(b.ctx, b.m, b.kv, &rp, &b.r) == 0);
 
         const st_kernels *k = st_kernels_get(st_ctx_isa(b.ctx));
         const st_type t = b.m->layers[0].wq.type;
@@ -457,10 +456,7 @@ TEST(test_quad_layout_forward) {
         fprintf(stderr, "  %s: %d matrices in the quad layout, logits identical\n", types[ti],
                 st_model_n_quad_matrices(b.m));
         free(la), free(lb), free(ra), free(rb);
-        st_runner_destroy(b.r);
-        st_kv_destroy(b.kv);
-        st_model_free(b.m);
-        st_ctx_destroy(b.ctx);
+        env_close(&b); /* b.buf is NULL */
         env_close(&a);
     }
 }
