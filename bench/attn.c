@@ -1,5 +1,6 @@
 /* bench/attn: decode attention for a Llama-3.2-1B-like layer (32 query heads, 8 KV heads,
- * head_dim 64, f16 KV, page 16) at 4k, 32k and 128k context.
+ * head_dim 64, f16 KV, page 16 (the KV library's default) or --page P) at 4k, 32k and 128k
+ * context.
  *
  * Prints GB/s of K/V read, the ratio to the read-bandwidth probe measured in the same run,
  * and paged vs contiguous: the same kernel over one big "page" per layer holding
@@ -7,8 +8,8 @@
  * [n_kv_head][ctx][head_dim]. Note that in this layout a block of 16 keys is 64 short runs
  * (one per dimension) ctx * 2 bytes apart, which hardware prefetchers track less well than
  * the 2 KiB runs of a 16-slot page: "contiguous" is the natural contiguous form of this
- * kernel's layout, not a tuned one. Paged pages are 32 KiB slabs (K then V, as
- * the KV library lays out one layer of a page) placed in a shuffled order in one pool, so
+ * kernel's layout, not a tuned one. Paged pages are 32 KiB slabs at page 16 (K then
+ * V, as the KV library lays out one layer of a page) placed in a shuffled order in one pool, so
  * consecutive logical pages are not adjacent in memory. Each measurement rotates over
  * enough layers that the working set is >= 256 MiB, so K/V come from DRAM, not cache.
  *
@@ -23,7 +24,8 @@
  * order (what a pool with a region per layer would give a sequence allocated in order).
  *
  * usage: attn [--threads N] [--ctx 4096,32768,131072] [--isa scalar|avx2|avx512] [--hot]
- *             [--trials N] [--no-thp] [--patterns]
+ *             [--trials N] [--no-thp] [--patterns] [--page P]
+ * (--page: tokens per page, a power of two in 16..256; slabs are then P / 16 times larger)
  * (--hot: one layer only, so small contexts measure the kernel from cache: a diagnostic)
  */
 #include "strata/attn.h"
@@ -38,7 +40,7 @@
 #define N_HEAD 32
 #define N_KV 8
 #define HEAD_DIM 64
-#define PAGE 16
+#define PAGE_DEFAULT 16 /* the KV library's default page size */
 #define MIN_WORKING_SET ((size_t)256 << 20)
 
 /* 2 MiB-aligned buffer, backed by transparent huge pages unless no_thp: with 4 KiB pages
@@ -75,6 +77,7 @@ static void fill_f16(uint16_t *p, size_t n, uint64_t *seed) {
 struct slab_job {
     const st_attn_page *pages; /* [n_layers][n_pages] */
     int64_t n_layers, n_pages;
+    int page;  /* tokens per page */
     int whole; /* read each slab whole, page after page, instead of in decode order */
     double sink[64];
 };
@@ -91,8 +94,8 @@ __attribute__((target("avx2"))) static inline void read_chunk(const uint8_t *c, 
 
 __attribute__((target("avx2"))) static void slab_task(void *arg, int ith, int nth) {
     struct slab_job *j = arg;
-    const size_t chunk = (size_t)PAGE * HEAD_DIM * 2; /* one head of one page, K or V */
-    const int64_t pps = st_attn_pages_per_run(PAGE), runs = (j->n_pages + pps - 1) / pps;
+    const size_t chunk = (size_t)j->page * HEAD_DIM * 2; /* one head of one page, K or V */
+    const int64_t pps = st_attn_pages_per_run(j->page), runs = (j->n_pages + pps - 1) / pps;
     __m256i a0 = _mm256_setzero_si256(), a1 = a0;
     for (int64_t ri = ith; ri < j->n_layers * runs; ri += nth) {
         const st_attn_page *pg = j->pages + (ri / runs) * j->n_pages + (ri % runs) * pps;
@@ -157,11 +160,11 @@ static double time_slabs(st_ctx *ctx, struct slab_job *sj, size_t layer_bytes, i
     return (double)layer_bytes * (double)sj->n_layers / best / 1e9;
 }
 
-static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int hot, int no_thp, int trials,
-                   int patterns, result *res) {
-    const size_t head_page = (size_t)PAGE * HEAD_DIM * 2;   /* bytes, one head of one page */
-    const size_t slab = 2 * N_KV * head_page;               /* K + V of one page: 32 KiB */
-    const int64_t n_pages = n_ctx / PAGE;
+static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int page, int hot, int no_thp,
+                   int trials, int patterns, result *res) {
+    const size_t head_page = (size_t)page * HEAD_DIM * 2;   /* bytes, one head of one page */
+    const size_t slab = 2 * N_KV * head_page;               /* K + V of one page: 32 KiB at 16 */
+    const int64_t n_pages = n_ctx / page;
     const size_t layer_bytes = (size_t)n_pages * slab;
     int n_layers = (int)((MIN_WORKING_SET + layer_bytes - 1) / layer_bytes);
     if (n_layers < 2) n_layers = 2;
@@ -187,7 +190,7 @@ static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int hot, int no_t
         for (int64_t p = 0; p < n_pages; p++) {
             char *s = (char *)paged.mem + (size_t)perm[(size_t)l * n_pages + p] * slab;
             paged.pages[(size_t)l * n_pages + p] = (st_attn_page){
-                .k = s, .v = s + N_KV * head_page, .n_tokens = PAGE, .pos0 = p * PAGE};
+                .k = s, .v = s + N_KV * head_page, .n_tokens = page, .pos0 = p * page};
         }
         paged.seqs[l] = (st_attn_seq){.pages = paged.pages + (size_t)l * n_pages, .n_pages = (int32_t)n_pages};
     }
@@ -207,7 +210,7 @@ static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int hot, int no_t
     }
 
     st_attn_geom gp = {.n_head = N_HEAD, .n_kv_head = N_KV, .head_dim = HEAD_DIM,
-                       .page_size = PAGE, .type = ST_TYPE_F16};
+                       .page_size = page, .type = ST_TYPE_F16};
     st_attn_geom gc = gp;
     gc.page_size = (int32_t)n_ctx;
     float q[N_HEAD * HEAD_DIM], out[N_HEAD * HEAD_DIM], out2[N_HEAD * HEAD_DIM];
@@ -219,7 +222,7 @@ static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int hot, int no_t
     time_decode(ctx, ws, &gp, &paged, q, out, n_layers);
     time_decode(ctx, ws, &gc, &contig, q, out2, n_layers);
     double tp = 1e30, tc = 1e30, ts = 1e30;
-    struct slab_job sj = {.pages = paged.pages, .n_layers = n_layers, .n_pages = n_pages};
+    struct slab_job sj = {.pages = paged.pages, .n_layers = n_layers, .n_pages = n_pages, .page = page};
     for (int t = 0; t < trials; t++) {
         double a = time_decode(ctx, ws, &gp, &paged, q, out, iters);
         double b = time_decode(ctx, ws, &gc, &contig, q, out2, iters);
@@ -243,13 +246,13 @@ static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int hot, int no_t
         if (!ordered) return ST_E_NOMEM;
         for (size_t i = 0; i < total; i++) {
             char *sl = (char *)paged.mem + i * slab;
-            ordered[i] = (st_attn_page){.k = sl, .v = sl + N_KV * head_page, .n_tokens = PAGE,
-                                        .pos0 = (int64_t)(i % (size_t)n_pages) * PAGE};
+            ordered[i] = (st_attn_page){.k = sl, .v = sl + N_KV * head_page, .n_tokens = page,
+                                        .pos0 = (int64_t)(i % (size_t)n_pages) * page};
         }
         for (int o = 0; o < 2; o++)
             for (int w = 0; w < 2; w++) {
                 struct slab_job pj = {.pages = o ? ordered : paged.pages, .n_layers = n_layers,
-                                      .n_pages = n_pages, .whole = w};
+                                      .n_pages = n_pages, .page = page, .whole = w};
                 res->pat[o][w] = time_slabs(ctx, &pj, layer_bytes, trials);
             }
         free(ordered);
@@ -267,7 +270,7 @@ static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int hot, int no_t
 }
 
 int main(int argc, char **argv) {
-    int n_threads = 2, isa = -1, hot = 0, trials = 5, no_thp = 0, patterns = 0;
+    int n_threads = 2, isa = -1, hot = 0, trials = 5, no_thp = 0, patterns = 0, page = PAGE_DEFAULT;
     const char *ctx_list = "4096,32768,131072";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) n_threads = atoi(argv[++i]);
@@ -277,11 +280,16 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-thp")) no_thp = 1;
         else if (!strcmp(argv[i], "--patterns")) patterns = 1;
         else if (!strcmp(argv[i], "--trials") && i + 1 < argc) trials = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--page") && i + 1 < argc) page = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: attn [--threads N] [--ctx 4096,32768,131072] [--isa NAME] [--hot] [--trials N]\n"
-                            "            [--no-thp] [--patterns]\n");
+                            "            [--no-thp] [--patterns] [--page P]\n");
             return 2;
         }
+    }
+    if (page < 16 || page > ST_ATTN_MAX_PAGE_SIZE || (page & (page - 1))) {
+        fprintf(stderr, "attn: --page %d: a power of two in 16..%d\n", page, ST_ATTN_MAX_PAGE_SIZE);
+        return 2;
     }
     st_ctx_params p = st_ctx_default_params();
     p.n_threads = n_threads;
@@ -301,11 +309,11 @@ int main(int argc, char **argv) {
     int n_res = 0;
     for (const char *s = ctx_list; *s && n_res < 16;) {
         int64_t n = strtoll(s, NULL, 10);
-        if (n < PAGE || n % PAGE) {
-            fprintf(stderr, "attn: context %lld must be a positive multiple of %d\n", (long long)n, PAGE);
+        if (n < page || n % page) {
+            fprintf(stderr, "attn: context %lld must be a positive multiple of %d\n", (long long)n, page);
             return 2;
         }
-        if ((rc = run_ctx(ctx, ws, n, hot, no_thp, trials, patterns, &res[n_res++]))) {
+        if ((rc = run_ctx(ctx, ws, n, page, hot, no_thp, trials, patterns, &res[n_res++]))) {
             fprintf(stderr, "attn: %s\n", st_strerror(rc));
             return 1;
         }
@@ -315,7 +323,7 @@ int main(int argc, char **argv) {
     double probe2 = bench_read_bandwidth(st_ctx_threadpool(ctx), (size_t)1 << 30, 3);
     if (probe2 > probe) probe = probe2;
     printf("decode attention: %d q heads, %d kv heads, head_dim %d, f16 KV, page %d, %d threads, %s, "
-           "%s pages%s\n", N_HEAD, N_KV, HEAD_DIM, PAGE, n_threads, st_isa_name(st_ctx_isa(ctx)),
+           "%s pages%s\n", N_HEAD, N_KV, HEAD_DIM, page, n_threads, st_isa_name(st_ctx_isa(ctx)),
            no_thp ? "4 KiB" : "huge (THP)", hot ? ", --hot" : "");
     printf("read-bandwidth probe: %.2f GB/s (best of before/after)\n", probe);
     printf("slabs: the paged layout's slabs read in decode order without the math (GB/s), and\n"

@@ -116,7 +116,7 @@ static inline attn_blk page_blk(const attn_tile *t, const st_attn_geom *g, const
         .v = (const char *)p->v + off + (size_t)s * D * es,
         .ks = g->type == ST_TYPE_Q8_0 ? p->k_scale[h] : 1.0f,
         .vs = g->type == ST_TYPE_Q8_0 ? p->v_scale[h] : 1.0f,
-        .mask = mask, .n = n, .pos0 = p->pos0 + s,
+        .mask = mask, .n = n, .slot = s, .pos0 = p->pos0 + s,
     };
 }
 
