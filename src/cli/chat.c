@@ -326,10 +326,13 @@ int st_cli_chat(st_cli_session *s, const st_cli_chat_opts *o) {
         return st_cli_exit_code(rc);
     }
     bool tty = isatty(fileno(o->in));
-    fprintf(stderr, "strata chat: template %s (%s), context %d tokens, up to %lld tokens a reply; "
+    char limit[64];
+    if (o->n_predict >= N_PREDICT_UNTIL_FULL) snprintf(limit, sizeof limit, "until the context is full");
+    else snprintf(limit, sizeof limit, "up to %lld tokens a reply", o->n_predict);
+    fprintf(stderr, "strata chat: template %s (%s), context %d tokens, %s; "
                     "/reset starts over, /exit or end of input (Ctrl-D) ends\n",
             st_chat_name(c.tmpl), c.retok_family ? "re-tokenized each turn" : "only new text prefilled",
-            s->n_ctx, o->n_predict);
+            s->n_ctx, limit);
     char *line = NULL;
     size_t cap = 0;
     ssize_t len = 0;

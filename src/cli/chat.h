@@ -8,10 +8,14 @@
 
 #include <stdio.h>
 
+/* -n -1 (or -2, as llama.cpp spells "until the context is filled"): generate until the
+ * end of the text or a full context (no context shift: KV positions never move). */
+#define N_PREDICT_UNTIL_FULL (1LL << 40)
+
 typedef struct st_cli_chat_opts {
     const char *template_name; /* --chat-template NAME, or NULL: detected from the GGUF */
     const char *system;        /* --system TEXT, or NULL: no system message */
-    long long n_predict;       /* most tokens generated per reply (-n) */
+    long long n_predict;       /* most tokens generated per reply (-n; N_PREDICT_UNTIL_FULL) */
     int32_t n_batch;           /* prefill chunk (0: 256) */
     st_sampler_params sp;
     FILE *in;                  /* where user lines come from (stdin); borrowed */

@@ -21,7 +21,8 @@ static void usage(FILE *f) {
             "--chat: interactive chat on stdin (one message a line; /reset, /exit); the KV is kept\n"
             "between turns. The template comes from the GGUF unless --chat-template names one.\n"
             "Without -m, runs a built-in synthetic model (random weights, byte-level tokenizer).\n"
-            "--temp 0 is greedy. Defaults: -n 128, -c min(model, 4096), --temp 0.8, --top-k 40,\n"
+            "-n -1 (or -2): until the end of the text or a full context. --temp 0 is greedy.\n"
+            "Defaults: -n 128, -c min(model, 4096), --temp 0.8, --top-k 40,\n"
             "--top-p 0.95, --min-p 0.05, --repeat-penalty 1.0, --kv-page 16, --kv-type f16.\n"
             "--prompt-cache FILE: restore the KV of the longest prefix this prompt shares with FILE\n"
             "(a KV snapshot of an earlier run of the same model and KV settings) and save this\n"
@@ -76,7 +77,8 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--prompt-cache-ro")) o->prompt_cache_ro = 1, takes = 0;
         else if (!strcmp(a, "--prompt-cache-all")) o->prompt_cache_all = 1, takes = 0;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            if (st_cli_int(v, 0, 1 << 30, &o->n_predict)) return bad(a, v);
+            if (st_cli_int(v, -2, 1 << 30, &o->n_predict)) return bad(a, v);
+            if (o->n_predict < 0) o->n_predict = N_PREDICT_UNTIL_FULL; /* llama.cpp's -1 and -2 */
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
             if (st_cli_int(v, 1, 1 << 30, &o->n_ctx)) return bad(a, v);
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
@@ -191,12 +193,17 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
     if (!rc && save && !o->prompt_cache_all && (exit_code = st_cli_prompt_cache_save(s, o->prompt_cache, seq)))
         goto out;
     long long n_gen = 0, max_gen = o->n_predict;
-    if (max_gen > s->n_ctx - n_prompt) max_gen = s->n_ctx - n_prompt;
+    const char *why = "-n reached";
+    if (max_gen > s->n_ctx - n_prompt) max_gen = s->n_ctx - n_prompt, why = "context full";
+    if (max_gen == 0) why = "-n 0";
     while (!rc && n_gen < max_gen) {
         int32_t t = st_sampler_sample(smp, logits);
         st_sampler_accept(smp, t);
         n_gen++;
-        if (st_tok_is_eog(s->tok, t)) break;
+        if (st_tok_is_eog(s->tok, t)) {
+            why = "end of text";
+            break;
+        }
         emit(dt, t);
         if (n_gen == max_gen) break;
         double t1 = st_time_now();
@@ -227,8 +234,12 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
         else
             fprintf(stderr, "prompt tokens: %d   prefill: %.1f tok/s (%.3f s)\n", n_prompt,
                     t_prefill > 0 ? n_prompt / t_prefill : 0.0, t_prefill);
-        fprintf(stderr, "generated tokens: %lld   decode: %.1f tok/s (%.3f s)\n", n_gen,
-                t_decode > 0 ? (n_gen - 1) / t_decode : 0.0, t_decode);
+        fprintf(stderr, "generated tokens: %lld   decode: %.1f tok/s (%.3f s)   stopped: %s", n_gen,
+                t_decode > 0 ? (n_gen - 1) / t_decode : 0.0, t_decode, why);
+        if (!strcmp(why, "context full"))
+            fprintf(stderr, " (%d tokens; -c sets it, up to the model's %d)", s->n_ctx,
+                    st_model_get_hparams(s->model)->n_ctx_train);
+        fprintf(stderr, "\n");
         fprintf(stderr, "KV pages used: %lld of %lld (page %d tokens, %s)\n", (long long)ks.pages_used,
                 (long long)ks.n_pages, st_kv_get_geometry(s->kv)->page_size,
                 st_type_name(st_kv_get_geometry(s->kv)->type));
