@@ -10,15 +10,17 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: strata bench [-m FILE | --preset small|1b|tiny [--type T]] [-p N_PROMPT] [-n N_GEN]\n"
-               "                    [-t THREADS] [--kv-type f16|bf16|f32|q8_0]\n"
-               "Prints prefill tok/s (one N_PROMPT-token batch, default 512), decode tok/s (N_GEN steps,\n"
-               "default 128) and decode's fraction of the read-bandwidth roofline.\n");
+               "                    [-t THREADS] [-b N_BATCH] [--kv-type f16|bf16|f32|q8_0] [--kv-page P]\n"
+               "Prints prefill tok/s (N_PROMPT tokens, default 512, in batches of N_BATCH, default 512),\n"
+               "decode tok/s (N_GEN steps, default 128, after the prompt: -p sets the depth decode runs\n"
+               "at, as llama-bench's -d) and decode's fraction of the read-bandwidth roofline. The\n"
+               "context is N_PROMPT + N_GEN (a model file's own limit applies).\n");
 }
 
 int st_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *preset = "small";
     st_synth_params sp = st_synth_default_params();
-    long long n_pp = 512, n_tg = 128, n_threads = 2;
+    long long n_pp = 512, n_tg = 128, n_threads = 2, n_batch = 512, kv_page = 16;
     st_type kv_type = ST_TYPE_F16;
     for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -32,6 +34,8 @@ int st_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-p")) ok = !st_cli_int(v, 1, 1 << 20, &n_pp);
         else if (!strcmp(a, "-n")) ok = !st_cli_int(v, 1, 1 << 20, &n_tg);
         else if (!strcmp(a, "-t")) ok = !st_cli_int(v, 1, 1024, &n_threads);
+        else if (!strcmp(a, "-b")) ok = !st_cli_int(v, 1, 1 << 16, &n_batch);
+        else if (!strcmp(a, "--kv-page")) ok = !st_cli_int(v, 8, 256, &kv_page) && !(kv_page & (kv_page - 1));
         else if (!strcmp(a, "--kv-type")) ok = v && !st_cli_kv_type(v, &kv_type);
         else {
             fprintf(stderr, "strata bench: unknown option '%s' (strata bench --help lists them)\n", a);
@@ -46,10 +50,11 @@ int st_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "strata bench: unknown preset '%s' (1b, small, tiny)\n", preset);
         return ST_EXIT_INPUT;
     }
+    if (n_batch > n_pp) n_batch = n_pp;
     sp.n_ctx = (int32_t)(n_pp + n_tg + 16);
     st_cli_session_opts so = {.model_path = model, .synth = &sp, .n_threads = (int)n_threads,
-                              .n_ctx = model ? 0 : sp.n_ctx, .n_seqs = 1, .kv_type = kv_type,
-                              .n_batch = (int32_t)n_pp};
+                              .n_ctx = sp.n_ctx, .n_seqs = 1, .page_size = (int)kv_page, .kv_type = kv_type,
+                              .n_batch = (int32_t)n_batch};
     st_cli_session s;
     int rc = st_cli_session_open("bench", &so, &s);
     if (rc) return rc;
@@ -66,8 +71,11 @@ int st_cmd_bench(int argc, char **argv) {
     st_kv_seq_id seq;
     rc = st_kv_seq_create(s.kv, &seq);
     double t0 = st_time_now();
-    st_batch b = {.n_tokens = (int32_t)n_pp, .tokens = tok, .seq_single = seq};
-    if (!rc) rc = st_runner_forward(s.runner, &b, lg);
+    for (long long i = 0; i < n_pp && !rc; i += n_batch) {
+        st_batch b = {.n_tokens = (int32_t)(n_pp - i < n_batch ? n_pp - i : n_batch), .tokens = tok + i,
+                      .seq_single = seq};
+        rc = st_runner_forward(s.runner, &b, lg);
+    }
     double t_pp = st_time_now() - t0;
     int32_t t = 0;
     st_batch d = {.n_tokens = 1, .tokens = &t, .seq_single = seq};
