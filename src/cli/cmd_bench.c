@@ -53,7 +53,7 @@ int st_cmd_bench(int argc, char **argv) {
     if (n_batch > n_pp) n_batch = n_pp;
     sp.n_ctx = (int32_t)(n_pp + n_tg + 16);
     st_cli_session_opts so = {.model_path = model, .synth = &sp, .n_threads = (int)n_threads,
-                              .n_ctx = sp.n_ctx, .n_seqs = 1, .page_size = (int)kv_page, .kv_type = kv_type,
+                              .n_ctx = (int32_t)(n_pp + n_tg + 1), .n_seqs = 1, .page_size = (int)kv_page, .kv_type = kv_type,
                               .n_batch = (int32_t)n_batch};
     st_cli_session s;
     int rc = st_cli_session_open("bench", &so, &s);

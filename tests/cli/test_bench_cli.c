@@ -19,14 +19,14 @@ TEST(test_bench_cli) {
     snprintf(args, sizeof args, "mkmodel -o %s --preset tiny --ctx 256", model);
     REQUIRE(chat_run(args, "", &out, &err) == 0);
     free(out), free(err);
-    /* 200 + 40 tokens (+16 spare) fit the model's 256 once the context is sized from them */
-    snprintf(args, sizeof args, "bench -m %s -p 200 -n 40 -b 64", model);
+    /* 240 prompt + 15 decode steps (+ the token the last one samples) fill the model's 256 */
+    snprintf(args, sizeof args, "bench -m %s -p 240 -n 15 -b 64", model);
     CHECK_INT(chat_run(args, "", &out, &err), 0);
-    CHECK(out && strstr(out, "\npp200 ") && strstr(out, "\ntg40 "));
+    CHECK(out && strstr(out, "\npp240 ") && strstr(out, "\ntg15 "));
     free(out), free(err);
-    snprintf(args, sizeof args, "bench -m %s -p 300 -n 4", model);
+    snprintf(args, sizeof args, "bench -m %s -p 240 -n 16", model);
     CHECK_INT(chat_run(args, "", &out, &err), 2);
-    CHECK(err && strstr(err, "context 320 is larger than the model's 256 tokens"));
+    CHECK(err && strstr(err, "context 257 is larger than the model's 256 tokens"));
     free(out), free(err);
 }
 
