@@ -193,17 +193,14 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
     if (!rc && save && !o->prompt_cache_all && (exit_code = st_cli_prompt_cache_save(s, o->prompt_cache, seq)))
         goto out;
     long long n_gen = 0, max_gen = o->n_predict;
-    const char *why = "-n reached";
-    if (max_gen > s->n_ctx - n_prompt) max_gen = s->n_ctx - n_prompt, why = "context full";
-    if (max_gen == 0) why = "-n 0";
+    const int ctx_limits = max_gen > s->n_ctx - n_prompt;
+    if (ctx_limits) max_gen = s->n_ctx - n_prompt;
+    int eot = 0;
     while (!rc && n_gen < max_gen) {
         int32_t t = st_sampler_sample(smp, logits);
         st_sampler_accept(smp, t);
         n_gen++;
-        if (st_tok_is_eog(s->tok, t)) {
-            why = "end of text";
-            break;
-        }
+        if ((eot = st_tok_is_eog(s->tok, t))) break;
         emit(dt, t);
         if (n_gen == max_gen) break;
         double t1 = st_time_now();
@@ -234,9 +231,11 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
         else
             fprintf(stderr, "prompt tokens: %d   prefill: %.1f tok/s (%.3f s)\n", n_prompt,
                     t_prefill > 0 ? n_prompt / t_prefill : 0.0, t_prefill);
+        const int full = ctx_limits && !eot;
         fprintf(stderr, "generated tokens: %lld   decode: %.1f tok/s (%.3f s)   stopped: %s", n_gen,
-                t_decode > 0 ? (n_gen - 1) / t_decode : 0.0, t_decode, why);
-        if (!strcmp(why, "context full"))
+                t_decode > 0 ? (n_gen - 1) / t_decode : 0.0, t_decode,
+                eot ? "end of text" : full ? "context full" : max_gen ? "-n reached" : "-n 0");
+        if (full)
             fprintf(stderr, " (%d tokens; -c sets it, up to the model's %d)", s->n_ctx,
                     st_model_get_hparams(s->model)->n_ctx_train);
         fprintf(stderr, "\n");

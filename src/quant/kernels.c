@@ -10,10 +10,10 @@
 
 #define ST_KQ_SIMD 1
 
-#define ROW_(vdt, from, to, dot, tl) {.vec_dot_type = (vdt), .from_float = (from), .to_float = (to), .vec_dot = (dot), .tile = (tl)}
 /* with a quad-layout tile (the legacy 32-blocks on AVX2 and AVX-512: bench/matvec measured
  * quads 1.09-1.41x the rows; Q8_0 0.86-0.96x, so it keeps rows) */
 #define ROW4_(vdt, from, to, dot, tl, t4) {.vec_dot_type = (vdt), .from_float = (from), .to_float = (to), .vec_dot = (dot), .tile = (tl), .tile4 = (t4)}
+#define ROW_(vdt, from, to, dot, tl) ROW4_(vdt, from, to, dot, tl, NULL)
 #define NOT_ ST_TYPE_COUNT_
 
 /* Rows every table shares apart from the ISA-specific entries. */
