@@ -138,6 +138,16 @@ static inline bench_paired bench_paired_run(st_threadpool *tp, bench_probe *p, i
 
 /* Where ../shared lives: $STRATA_SHARED, else ../shared beside the source tree (as
  * tests/test.h finds it). */
+/* The next token of a timed decode loop: the first index of the largest logit. The decode
+ * benches time st_runner_forward alone, as llama-bench's tg times llama_decode alone (it
+ * samples nothing); this runs outside the timer. */
+static inline int bench_argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
 static inline const char *bench_shared_dir(void) {
     const char *e = getenv("STRATA_SHARED");
     return e && *e ? e : STRATA_SOURCE_DIR "/../shared";
