@@ -95,7 +95,7 @@ __attribute__((target("avx2"))) static inline void read_chunk(const uint8_t *c, 
 __attribute__((target("avx2"))) static void slab_task(void *arg, int ith, int nth) {
     struct slab_job *j = arg;
     const size_t chunk = (size_t)j->page * HEAD_DIM * 2; /* one head of one page, K or V */
-    const int64_t pps = st_attn_pages_per_run(j->page), runs = (j->n_pages + pps - 1) / pps;
+    const int64_t pps = st_attn_pages_per_run(j->page, j->n_pages), runs = (j->n_pages + pps - 1) / pps;
     __m256i a0 = _mm256_setzero_si256(), a1 = a0;
     for (int64_t ri = ith; ri < j->n_layers * runs; ri += nth) {
         const st_attn_page *pg = j->pages + (ri / runs) * j->n_pages + (ri % runs) * pps;

@@ -116,11 +116,12 @@ void attn_write_row(float *out, const float *acc, float m, const float *l_lanes,
     for (int d = 0; d < D; d++) out[d] = acc[d] * inv;
 }
 
-/* Blocks of the longest decode run: ST_ATTN_SPLIT_TOKENS slots of a sliced page, or pps
- * pages of ceil(P / ATTN_BLK) blocks each. */
+/* Blocks of the longest decode run: ST_ATTN_SPLIT_TOKENS slots of a sliced page, or the
+ * pages of a long list's run, ceil(P / ATTN_BLK) blocks each. */
 static size_t run_blocks_max(const st_attn_geom *g) {
     if (g->page_size > ST_ATTN_MAX_PAGE_SIZE) return ST_ATTN_SPLIT_TOKENS / ATTN_BLK;
-    return (size_t)st_attn_pages_per_run(g->page_size) * (size_t)((g->page_size + ATTN_BLK - 1) / ATTN_BLK);
+    return (size_t)st_attn_pages_per_run(g->page_size, INT64_MAX) *
+           (size_t)((g->page_size + ATTN_BLK - 1) / ATTN_BLK);
 }
 
 int attn_begin_call(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, int R, int decode,

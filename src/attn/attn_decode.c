@@ -57,7 +57,7 @@ static attn_runs runs_for(const st_attn_geom *g, const st_attn_seq *s) {
         r.nsub = (g->page_size + ST_ATTN_SPLIT_TOKENS - 1) / ST_ATTN_SPLIT_TOKENS;
         r.n_runs = n * r.nsub;
     } else {
-        r.pps = st_attn_pages_per_run(g->page_size);
+        r.pps = st_attn_pages_per_run(g->page_size, n);
         r.n_runs = (n + r.pps - 1) / r.pps;
     }
     if (r.n_runs < 1) r.n_runs = 1;

@@ -375,21 +375,25 @@ static int streamer_init(streamer *st, st_kv *kv, int layer, seq_views *sv, int 
     st->kv = kv;
     st->layer = layer;
     st->sv = sv;
-    st->pps = st_attn_pages_per_run(kv->p.page_size);
     st->cap = (int64_t)(KV_STREAM_BYTES / kv->g.layer_bytes);
     if (st->cap < 1) st->cap = 1;
     const size_t nv = (size_t)(sv->n ? sv->n : 1);
     st->stamp = malloc(nv * sizeof *st->stamp);
     st->pos = malloc(nv * sizeof *st->pos);
     if (!st->stamp || !st->pos) return ST_E_NOMEM;
+    int32_t n_list = sv->n; /* the longest per-head list, as st_attn_decode cuts runs by it */
     if (!chunk && sv->sel) {
         const int32_t H = kv->p.n_kv_head;
         st->list = malloc((size_t)H * sizeof *st->list);
         st->len = malloc((size_t)H * sizeof *st->len);
         if (!st->list || !st->len) return ST_E_NOMEM;
-        for (int32_t h = 0; h < H; h++)
+        n_list = 0;
+        for (int32_t h = 0; h < H; h++) {
             st->list[h] = sv->sel_idx + (size_t)h * sv->sel_stride, st->len[h] = sv->sel_n[h];
+            if (st->len[h] > n_list) n_list = st->len[h];
+        }
     }
+    st->pps = st_attn_pages_per_run(kv->p.page_size, n_list);
     return 0;
 }
 

@@ -11,7 +11,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-enum { L = 2, H = 2, NH = 4, D = 16, P = 16, LEN = 2600 };
+/* LEN: 263 pages, past ST_ATTN_LONG_LIST_TOKENS, so dense decode (and the long selection)
+ * cut long runs, the short selection short ones */
+enum { L = 2, H = 2, NH = 4, D = 16, P = 16, LEN = 4200, VIEWS = 300 };
 
 typedef struct rig {
     st_kv *kv;
@@ -84,8 +86,8 @@ TEST(test_attend_bit_identical) {
     rig a, b, c;
     st_kv_seq_id sa, sb, sc, sc2;
     rig_make(ctx, &a, 0, 0, &sa);   /* all in RAM */
-    rig_make(ctx, &b, 6, 0, &sb);   /* 6 hot pages for 163: streams */
-    rig_make(ctx, &c, 200, 0, &sc); /* fits once fetched */
+    rig_make(ctx, &b, 6, 0, &sb);   /* 6 hot pages for 263: streams */
+    rig_make(ctx, &c, 300, 0, &sc); /* fits once fetched */
     /* push most of c's sequence to disk with a second one, so attend must fetch it back */
     REQUIRE(st_kv_seq_create(c.kv, &sc2) == 0);
     REQUIRE(st_kv_seq_reserve(c.kv, sc2, 190 * P, NULL, NULL) == 0);
@@ -103,23 +105,25 @@ TEST(test_attend_bit_identical) {
     const st_attn_geom g = geom();
     st_kv_select *sel;
     REQUIRE(st_kv_select_create(&sel) == 0);
-    st_kv_quest_params qp = st_kv_quest_default_params();
+    st_kv_quest_params qp = st_kv_quest_default_params(), qp_long;
     qp.budget = 40 * P;
     qp.dense_layers = 0;
+    qp_long = qp;
+    qp_long.budget = 258 * P; /* of 262 pages: not dense, lists long enough for long runs */
     uint64_t s = 99;
     float q[NH * D], oa[NH * D], ob[NH * D], oc[NH * D], ref[NH * D];
-    st_attn_page views[200];
+    st_attn_page views[VIEWS];
     for (int l = 0; l < L; l++)
-        for (int with_sel = 0; with_sel < 2; with_sel++) {
+        for (int with_sel = 0; with_sel < 3; with_sel++) {
             for (int i = 0; i < NH * D; i++) q[i] = frand(&s);
             const st_kv_select *sv[1] = {NULL};
             if (with_sel) {
-                CHECK_OK(st_kv_quest_select(a.kv, sa, l, ws, q, NH, &qp, sel));
+                CHECK_OK(st_kv_quest_select(a.kv, sa, l, ws, q, NH, with_sel == 1 ? &qp : &qp_long, sel));
                 CHECK(!st_kv_select_dense(sel));
                 sv[0] = sel;
             }
             int nv = 0;
-            CHECK_OK(st_kv_seq_views(a.kv, sa, l, views, 200, &nv));
+            CHECK_OK(st_kv_seq_views(a.kv, sa, l, views, VIEWS, &nv));
             st_attn_seq as = {.pages = views, .n_pages = nv};
             if (with_sel) CHECK_OK(st_kv_select_apply(sel, &as));
             CHECK_OK(st_attn_decode(ctx, ws, &g, &as, q, ref));
@@ -165,7 +169,7 @@ TEST(test_attend_bit_identical) {
     int64_t len;
     CHECK_OK(st_kv_seq_len(a.kv, fa, &len));
     int nv = 0;
-    CHECK_OK(st_kv_seq_views(a.kv, fa, 0, views, 200, &nv));
+    CHECK_OK(st_kv_seq_views(a.kv, fa, 0, views, VIEWS, &nv));
     st_attn_seq as = {.pages = views, .n_pages = nv};
     CHECK_OK(st_attn_chunk(ctx, ws, &g, &as, qc, NQ, len - NQ, cr));
     CHECK_OK(st_kv_attend_chunk(a.kv, ctx, ws, &g, 0, fa, qc, NQ, len - NQ, ca));
@@ -244,9 +248,9 @@ TEST(test_attend_stale_selection) {
     int32_t n;
     CHECK_OK(st_kv_select_head(sel, 0, &idx, &n));
     REQUIRE(n > 1);
-    st_attn_page views[200];
+    st_attn_page views[VIEWS];
     int nv = 0;
-    CHECK_OK(st_kv_seq_views(r.kv, seq, 1, views, 200, &nv));
+    CHECK_OK(st_kv_seq_views(r.kv, seq, 1, views, VIEWS, &nv));
     REQUIRE(idx[1] < nv);
     const int64_t pos = views[idx[1]].pos0;
     CHECK_OK(st_kv_seq_remove(r.kv, seq, pos, pos + P));
