@@ -186,6 +186,59 @@ ALWAYS_INLINE void tile_impl(int kind, int NR, int NC, int n, float *s, size_t b
         ST_TILE_SWITCH_(kind, x, wk_bytes(kind), 4 * wk_bytes(kind))                        \
     }
 
+/* ---- matvec rows (st_rows_fn): tile_step's activation half done once per product ---- */
+
+/* load_a's result for blocks 2i, 2i+1: st_act_x_bytes gives 256 bytes per pair */
+typedef struct act_x {
+    __m512i q, corr;
+    __m512 d, s;
+} act_x;
+
+ALWAYS_INLINE void expand_impl(int kind, int n, const void *vy, void *xe) {
+    const size_t asz = wk_has_min(kind) ? sizeof(st_block_q8_1) : sizeof(st_block_q8_0);
+    const uint8_t *y = vy;
+    act_x *X = xe;
+    const int nb = n / 32;
+    for (int b = 0; b < nb; b += 2) {
+        const struct av a = load_a(kind, y + (size_t)b * asz, b + 1 >= nb);
+        X[b / 2] = (act_x){a.q, a.corr, a.d, a.s};
+    }
+}
+
+/* tile_step's operations for one row and a stored activation pair, in the same order */
+ALWAYS_INLINE __m512 rows_step(int kind, __m512 acc, const uint8_t *p, size_t bw, const act_x *a,
+                               int half) {
+    const struct wv w = load_w(kind, p, p + bw, half);
+    const __m512i isum = _mm512_dpbusd_epi32(a->corr, w.u, a->q);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(w.d, a->d), acc);
+    if (wk_has_min(kind)) acc = _mm512_fmadd_ps(w.m, a->s, acc);
+    return acc;
+}
+
+ALWAYS_INLINE void rows_impl(int kind, int n, int64_t n_rows, float *s, const void *vx, size_t bx,
+                             const void *xe) {
+    const act_x *X = xe;
+    const size_t bw = wk_bytes(kind);
+    const int nb = n / 32;
+    for (int64_t r = 0; r < n_rows; r++) {
+        const uint8_t *x = (const uint8_t *)vx + (size_t)r * bx;
+        __m512 acc = _mm512_setzero_ps();
+        int b = 0;
+        for (; b + 1 < nb; b += 2) acc = rows_step(kind, acc, x + (size_t)b * bw, bw, &X[b / 2], 0);
+        if (b < nb) acc = rows_step(kind, acc, x + (size_t)b * bw, bw, &X[b / 2], 1);
+        s[r] = _mm512_reduce_add_ps(acc);
+    }
+}
+
+#define ST_DEF_ROWS_(name, kind)                                                            \
+    void st_act_expand_##name##_avx512(int n, const void *y, void *xe) {                    \
+        expand_impl(kind, n, y, xe);                                                        \
+    }                                                                                       \
+    void st_rows_##name##_avx512(int n, int64_t n_rows, float *s, const void *x, size_t bx, \
+                                 const void *xe) {                                          \
+        rows_impl(kind, n, n_rows, s, x, bx, xe);                                           \
+    }
+
 ST_DEF_KIND_(q4_0_q8_0, W_Q4_0)
 ST_DEF_KIND_(q4_1_q8_1, W_Q4_1)
 ST_DEF_KIND_(q5_0_q8_0, W_Q5_0)
@@ -195,6 +248,11 @@ ST_DEF_QUAD_(q4_0_q8_0, W_Q4_0)
 ST_DEF_QUAD_(q4_1_q8_1, W_Q4_1)
 ST_DEF_QUAD_(q5_0_q8_0, W_Q5_0)
 ST_DEF_QUAD_(q5_1_q8_1, W_Q5_1)
+ST_DEF_ROWS_(q4_0_q8_0, W_Q4_0)
+ST_DEF_ROWS_(q4_1_q8_1, W_Q4_1)
+ST_DEF_ROWS_(q5_0_q8_0, W_Q5_0)
+ST_DEF_ROWS_(q5_1_q8_1, W_Q5_1)
+ST_DEF_ROWS_(q8_0_q8_0, W_Q8_0)
 
 /* ---- f32 / bf16 weights . f32 activations: 4 independent accumulators, masked tail ---- */
 ALWAYS_INLINE __m512 ld_f16(const void *p, int64_t i) {

@@ -12,7 +12,8 @@
 
 /* with a quad-layout tile (the legacy 32-blocks on AVX2 and AVX-512: bench/matvec measured
  * quads 1.09-1.41x the rows; Q8_0 0.86-0.96x, so it keeps rows) */
-#define ROW4_(vdt, from, to, dot, tl, t4) {.vec_dot_type = (vdt), .from_float = (from), .to_float = (to), .vec_dot = (dot), .tile = (tl), .tile4 = (t4)}
+#define ROWX_(vdt, from, to, dot, tl, t4, ex, rw) {.vec_dot_type = (vdt), .from_float = (from), .to_float = (to), .vec_dot = (dot), .tile = (tl), .tile4 = (t4), .act_expand = (ex), .rows = (rw)}
+#define ROW4_(vdt, from, to, dot, tl, t4) ROWX_(vdt, from, to, dot, tl, t4, NULL, NULL)
 #define ROW_(vdt, from, to, dot, tl) ROW4_(vdt, from, to, dot, tl, NULL)
 #define NOT_ ST_TYPE_COUNT_
 
@@ -83,11 +84,11 @@ static const st_kernels kernels_avx512 = {
         [ST_TYPE_F32] = ROW_(ST_TYPE_F32, st_quantize_row_f32_ref, st_dequantize_row_f32, st_vec_dot_f32_f32_avx512, st_tile_f32_f32_avx512),
         [ST_TYPE_F16] = ROW_(ST_TYPE_F16, st_quantize_row_f16_avx2, st_dequantize_row_f16_avx2, st_vec_dot_f16_f16_avx512, st_tile_f16_f16_avx512),
         [ST_TYPE_BF16] = ROW_(ST_TYPE_F32, st_quantize_row_bf16_ref, st_dequantize_row_bf16, st_vec_dot_bf16_f32_avx512, st_tile_bf16_f32_avx512),
-        [ST_TYPE_Q4_0] = ROW4_(ST_TYPE_Q8_0, st_quantize_row_q4_0_ref, st_dequantize_row_q4_0, st_vec_dot_q4_0_q8_0_avx512, st_tile_q4_0_q8_0_avx512, st_tile4_q4_0_q8_0_avx512),
-        [ST_TYPE_Q4_1] = ROW4_(ST_TYPE_Q8_1, st_quantize_row_q4_1_ref, st_dequantize_row_q4_1, st_vec_dot_q4_1_q8_1_avx512, st_tile_q4_1_q8_1_avx512, st_tile4_q4_1_q8_1_avx512),
-        [ST_TYPE_Q5_0] = ROW4_(ST_TYPE_Q8_0, st_quantize_row_q5_0_ref, st_dequantize_row_q5_0, st_vec_dot_q5_0_q8_0_avx512, st_tile_q5_0_q8_0_avx512, st_tile4_q5_0_q8_0_avx512),
-        [ST_TYPE_Q5_1] = ROW4_(ST_TYPE_Q8_1, st_quantize_row_q5_1_ref, st_dequantize_row_q5_1, st_vec_dot_q5_1_q8_1_avx512, st_tile_q5_1_q8_1_avx512, st_tile4_q5_1_q8_1_avx512),
-        [ST_TYPE_Q8_0] = ROW_(ST_TYPE_Q8_0, st_quantize_row_q8_0_avx512, st_dequantize_row_q8_0, st_vec_dot_q8_0_q8_0_avx512, st_tile_q8_0_q8_0_avx512),
+        [ST_TYPE_Q4_0] = ROWX_(ST_TYPE_Q8_0, st_quantize_row_q4_0_ref, st_dequantize_row_q4_0, st_vec_dot_q4_0_q8_0_avx512, st_tile_q4_0_q8_0_avx512, st_tile4_q4_0_q8_0_avx512, st_act_expand_q4_0_q8_0_avx512, st_rows_q4_0_q8_0_avx512),
+        [ST_TYPE_Q4_1] = ROWX_(ST_TYPE_Q8_1, st_quantize_row_q4_1_ref, st_dequantize_row_q4_1, st_vec_dot_q4_1_q8_1_avx512, st_tile_q4_1_q8_1_avx512, st_tile4_q4_1_q8_1_avx512, st_act_expand_q4_1_q8_1_avx512, st_rows_q4_1_q8_1_avx512),
+        [ST_TYPE_Q5_0] = ROWX_(ST_TYPE_Q8_0, st_quantize_row_q5_0_ref, st_dequantize_row_q5_0, st_vec_dot_q5_0_q8_0_avx512, st_tile_q5_0_q8_0_avx512, st_tile4_q5_0_q8_0_avx512, st_act_expand_q5_0_q8_0_avx512, st_rows_q5_0_q8_0_avx512),
+        [ST_TYPE_Q5_1] = ROWX_(ST_TYPE_Q8_1, st_quantize_row_q5_1_ref, st_dequantize_row_q5_1, st_vec_dot_q5_1_q8_1_avx512, st_tile_q5_1_q8_1_avx512, st_tile4_q5_1_q8_1_avx512, st_act_expand_q5_1_q8_1_avx512, st_rows_q5_1_q8_1_avx512),
+        [ST_TYPE_Q8_0] = ROWX_(ST_TYPE_Q8_0, st_quantize_row_q8_0_avx512, st_dequantize_row_q8_0, st_vec_dot_q8_0_q8_0_avx512, st_tile_q8_0_q8_0_avx512, NULL, st_act_expand_q8_0_q8_0_avx512, st_rows_q8_0_q8_0_avx512),
         [ST_TYPE_Q8_1] = ROW_(NOT_, st_quantize_row_q8_1_avx512, st_dequantize_row_q8_1, NULL, NULL),
         KQ_AVX512_,
     },
@@ -140,6 +141,10 @@ size_t st_act_bytes(st_type wtype, int64_t cols) {
     const st_type at = st_type_vec_dot_type(wtype);
     if (at == ST_TYPE_COUNT_ || cols <= 0 || cols % st_type_block_size(wtype)) return 0;
     return st_row_bytes(at, cols);
+}
+
+size_t st_act_x_bytes(int64_t n) { /* 256 bytes (act_x in dot_avx512.c) per pair of blocks */
+    return n > 0 ? (size_t)((n / 32 + 1) / 2) * 256 : 0;
 }
 
 int st_quantize_act(const st_kernels *k, st_type wtype, const float *x, void *xq, int64_t cols) {

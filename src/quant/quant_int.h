@@ -135,4 +135,15 @@ void st_tile_bf16_f32_avx512(int n, float *s, size_t bs, const void *x, size_t b
 void st_tile_f16_f16_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
                             size_t by, int nr, int nc);
 
+/* ---- AVX-512 VNNI matvec rows over an expanded activation (st_rows_fn) ---- */
+#define ST_DECL_ROWS_(name)                                                                  \
+    void st_act_expand_##name##_avx512(int n, const void *y, void *xe);                      \
+    void st_rows_##name##_avx512(int n, int64_t n_rows, float *s, const void *x, size_t bx,  \
+                                 const void *xe);
+ST_DECL_ROWS_(q4_0_q8_0)
+ST_DECL_ROWS_(q4_1_q8_1)
+ST_DECL_ROWS_(q5_0_q8_0)
+ST_DECL_ROWS_(q5_1_q8_1)
+ST_DECL_ROWS_(q8_0_q8_0)
+
 #endif

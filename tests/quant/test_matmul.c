@@ -121,6 +121,52 @@ TEST(test_products_deterministic_and_exact) {
     for (int i = 0; i < 3; i++) st_threadpool_destroy(tps[i]);
 }
 
+/* The matvec rows kernels (activation expanded once) give vec_dot's bits for every row, at
+ * one block, an odd block count (a half pair at the end) and long rows; st_matvec, which
+ * uses them, too. */
+TEST(test_rows_kernels_match_vec_dot) {
+    static const int lens[] = {32, 96, 768, 4128};
+    enum { NR = 5 };
+    int n_checked = 0;
+    for (int isa = ST_ISA_SCALAR; isa <= ST_ISA_AVX512; isa++) {
+        const st_kernels *k = st_kernels_get((st_isa)isa);
+        if ((int)k->isa != isa) continue;
+        for (int ti = 0; ti < QT_N_TYPES; ti++) {
+            const st_type t = QT_TYPES[ti].t;
+            const st_type_kernels *tk = &k->type[t];
+            CHECK((tk->rows == NULL) == (tk->act_expand == NULL));
+            if (!tk->rows) continue;
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                const int n = lens[li];
+                const size_t rb = st_row_bytes(t, n), ab = st_act_bytes(t, n);
+                float *tmp = malloc(sizeof(float) * n * NR);
+                uint8_t *W = malloc(rb * NR), *xq = malloc(ab);
+                void *xe = st_alloc_aligned(st_act_x_bytes(n), 64);
+                REQUIRE(tmp && W && xq && xe);
+                qt_rng r = {77 + (uint64_t)n};
+                qt_fill(&r, tmp, (int64_t)n * NR, 0.1f);
+                for (int i = 0; i < NR; i++) REQUIRE(st_quantize_row(t, tmp + i * n, W + i * rb, n) == 0);
+                qt_fill(&r, tmp, n, 2.0f);
+                REQUIRE(st_quantize_act(k, t, tmp, xq, n) == 0);
+                float want[NR], got[NR], mv[NR];
+                for (int i = 0; i < NR; i++) tk->vec_dot(n, &want[i], W + i * rb, xq);
+                tk->act_expand(n, xq, xe);
+                tk->rows(n, NR, got, W, rb, xe);
+                CHECK_OK(st_matvec(NULL, k, t, W, NR, n, xq, mv));
+                if (memcmp(want, got, sizeof want) || memcmp(want, mv, sizeof want))
+                    fprintf(stderr, "  %s %s n=%d: rows %g / matvec %g vs vec_dot %g\n", st_isa_name(k->isa),
+                            st_type_name(t), n, got[0], mv[0], want[0]);
+                CHECK(memcmp(want, got, sizeof want) == 0);
+                CHECK(memcmp(want, mv, sizeof want) == 0);
+                CHECK(want[0] != 0.0f);
+                free(tmp), free(W), free(xq), st_free_aligned(xe);
+                n_checked++;
+            }
+        }
+    }
+    if (!n_checked) test_skip("matvec rows kernels: none on this CPU (AVX-512 VNNI only)");
+}
+
 TEST(test_product_errors) {
     const st_kernels *k = st_kernels_get(ST_ISA_SCALAR);
     uint8_t w[64 * 34] = {0}, xq[64 * 34] = {0};
@@ -218,4 +264,4 @@ TEST(test_quad_layout) {
     st_threadpool_destroy(tp2);
 }
 
-TEST_MAIN(test_products_deterministic_and_exact, test_product_errors, test_quad_layout)
+TEST_MAIN(test_products_deterministic_and_exact, test_rows_kernels_match_vec_dot, test_product_errors, test_quad_layout)
