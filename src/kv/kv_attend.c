@@ -16,7 +16,7 @@
  *                 buffers: window w+1's reads are in flight on the I/O thread while window
  *                 w computes. Nothing is evicted and nothing moves into the hot pool.
  *
- * Exactness. Decode: windows are whole runs of st_attn_pages_per_run(P) list entries
+ * Exactness. Decode: windows are whole runs of st_attn_pages_per_run(P, n_list) list entries
  * (per KV head, for a selection), st_attn_decode_runs leaves each run's partial softmax
  * state exactly as the in-RAM kernel does, and st_attn_merge_runs merges them in run order
  * with the kernel's own formula, so the output is bit-identical to the all-in-RAM call.
