@@ -13,7 +13,8 @@ static void usage(FILE *f) {
                "                    [-t THREADS] [-b N_BATCH] [--kv-type f16|bf16|f32|q8_0] [--kv-page P]\n"
                "Prints prefill tok/s (N_PROMPT tokens, default 512, in batches of N_BATCH, default 512),\n"
                "decode tok/s (N_GEN steps, default 128, after the prompt: -p sets the depth decode runs\n"
-               "at, as llama-bench's -d) and decode's fraction of the read-bandwidth roofline. The\n"
+               "at, as llama-bench's -d; the forward calls are timed, not the choice of each next\n"
+               "token, as llama-bench) and decode's fraction of the read-bandwidth roofline. The\n"
                "context is N_PROMPT + N_GEN (a model file's own limit applies).\n");
 }
 
