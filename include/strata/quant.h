@@ -140,10 +140,11 @@ typedef void (*st_tile4_fn)(int n, float *s, size_t bs, const void *x, const voi
                             int nr, int nc);
 
 /* Matrix-vector rows with the activation side prepared once (a matvec reads one activation
- * row against every weight row, and rebuilding its vectors per row was about a fifth of
- * a q8_0 dot's instructions): act_expand writes y (a row of the vec_dot type, n elements)
- * into xe, st_act_x_bytes(n) bytes at a 64-byte-aligned address; rows computes
- * s[r] = dot(x + r * bx, y) for r < n_rows from xe, each bit-identical to vec_dot. */
+ * row against every weight row; rebuilding its vectors for each row made a q8_0 matvec
+ * 8-26% slower in cache): act_expand writes y (a row of the vec_dot type, n elements)
+ * into xe, st_act_x_bytes(n) bytes at a 64-byte-aligned address that the caller owns;
+ * rows computes s[r] = dot(x + r * bx, y) for r < n_rows from xe, each bit-identical to
+ * vec_dot. */
 typedef void (*st_act_expand_fn)(int n, const void *y, void *xe);
 typedef void (*st_rows_fn)(int n, int64_t n_rows, float *s, const void *x, size_t bx, const void *xe);
 size_t st_act_x_bytes(int64_t n);
@@ -158,8 +159,8 @@ typedef struct st_type_kernels {
     st_tile_fn tile;             /* NULL: products loop over vec_dot */
     st_tile4_fn tile4;           /* quad layout; NULL: this table does not pack the type
                                   * (products over a quad matrix unpack each quad) */
-    st_act_expand_fn act_expand; /* with rows: NULL, or both set; NULL: matvec loops over */
-    st_rows_fn rows;             /* vec_dot */
+    st_act_expand_fn act_expand; /* matvec rows over an expanded activation: both set, */
+    st_rows_fn rows;             /* or both NULL (a matvec loops over vec_dot) */
 } st_type_kernels;
 
 /* f32 element-wise steps of a forward pass. In decode they run on one thread between the
