@@ -136,8 +136,6 @@ static inline bench_paired bench_paired_run(st_threadpool *tp, bench_probe *p, i
     return r;
 }
 
-/* Where ../shared lives: $STRATA_SHARED, else ../shared beside the source tree (as
- * tests/test.h finds it). */
 /* The next token of a timed decode loop: the first index of the largest logit. The decode
  * benches time st_runner_forward alone, as llama-bench's tg times llama_decode alone (it
  * samples nothing); this runs outside the timer. */
@@ -148,6 +146,8 @@ static inline int bench_argmax(const float *x, int n) {
     return b;
 }
 
+/* Where ../shared lives: $STRATA_SHARED, else ../shared beside the source tree (as
+ * tests/test.h finds it). */
 static inline const char *bench_shared_dir(void) {
     const char *e = getenv("STRATA_SHARED");
     return e && *e ? e : STRATA_SOURCE_DIR "/../shared";

@@ -52,9 +52,11 @@ int st_cmd_bench(int argc, char **argv) {
         return ST_EXIT_INPUT;
     }
     if (n_batch > n_pp) n_batch = n_pp;
-    sp.n_ctx = (int32_t)(n_pp + n_tg + 16);
+    /* the prompt, the decode steps and the token the last step samples; a preset is made
+     * with exactly that context, a model file must allow it */
+    sp.n_ctx = (int32_t)(n_pp + n_tg + 1);
     st_cli_session_opts so = {.model_path = model, .synth = &sp, .n_threads = (int)n_threads,
-                              .n_ctx = (int32_t)(n_pp + n_tg + 1), .n_seqs = 1, .page_size = (int)kv_page, .kv_type = kv_type,
+                              .n_ctx = sp.n_ctx, .n_seqs = 1, .page_size = (int)kv_page, .kv_type = kv_type,
                               .n_batch = (int32_t)n_batch};
     st_cli_session s;
     int rc = st_cli_session_open("bench", &so, &s);

@@ -218,6 +218,7 @@ typedef struct streamer {
     int layer;
     seq_views *sv;
     int32_t pps;         /* list entries per run (decode) */
+    int32_t n_list;      /* the longest list: every view, or the longest head's selection */
     const int32_t **list;/* [H] per-head lists (decode with a selection) */
     int32_t *len;        /* [H] */
     int32_t *stamp, *pos;/* [n views] scratch for unions */
@@ -381,19 +382,19 @@ static int streamer_init(streamer *st, st_kv *kv, int layer, seq_views *sv, int 
     st->stamp = malloc(nv * sizeof *st->stamp);
     st->pos = malloc(nv * sizeof *st->pos);
     if (!st->stamp || !st->pos) return ST_E_NOMEM;
-    int32_t n_list = sv->n; /* the longest per-head list, as st_attn_decode cuts runs by it */
+    st->n_list = sv->n; /* st_attn_decode cuts runs by the longest per-head list */
     if (!chunk && sv->sel) {
         const int32_t H = kv->p.n_kv_head;
         st->list = malloc((size_t)H * sizeof *st->list);
         st->len = malloc((size_t)H * sizeof *st->len);
         if (!st->list || !st->len) return ST_E_NOMEM;
-        n_list = 0;
+        st->n_list = 0;
         for (int32_t h = 0; h < H; h++) {
             st->list[h] = sv->sel_idx + (size_t)h * sv->sel_stride, st->len[h] = sv->sel_n[h];
-            if (st->len[h] > n_list) n_list = st->len[h];
+            if (st->len[h] > st->n_list) st->n_list = st->len[h];
         }
     }
-    st->pps = st_attn_pages_per_run(kv->p.page_size, n_list);
+    st->pps = st_attn_pages_per_run(kv->p.page_size, st->n_list);
     return 0;
 }
 
@@ -438,13 +439,7 @@ static int stream_one(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom
     int rc = views ? streamer_init(&st, kv, layer, sv, chunk) : ST_E_NOMEM;
     int32_t n_steps = 0;
     if (!rc && !chunk) {
-        int32_t maxlen = sv->n;
-        if (st.list) {
-            maxlen = 0;
-            for (int32_t h = 0; h < kv->p.n_kv_head; h++)
-                if (st.len[h] > maxlen) maxlen = st.len[h];
-        }
-        n_steps = (maxlen + st.pps - 1) / st.pps;
+        n_steps = (st.n_list + st.pps - 1) / st.pps;
         if (n_steps < 1) n_steps = 1;
     } else {
         n_steps = sv->n;

@@ -102,6 +102,15 @@ ALWAYS_INLINE struct av load_a(int kind, const uint8_t *p, int half) {
     return a;
 }
 
+/* One weight pair into one accumulator: the arithmetic of every product element, whether a
+ * tile (tile_step) or a matvec row over a stored activation (rows_impl) computes it. */
+ALWAYS_INLINE __m512 fold(int kind, __m512 acc, const struct wv *w, const struct av *a) {
+    const __m512i isum = _mm512_dpbusd_epi32(a->corr, w->u, a->q);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(w->d, a->d), acc);
+    if (wk_has_min(kind)) acc = _mm512_fmadd_ps(w->m, a->s, acc);
+    return acc;
+}
+
 /* Weight row r's block b is at x + r * bx + b * bstep: bstep is the block size in a plain
  * row, 4 block sizes in a quad (st_tile4_fn), where bx is one block size. */
 ALWAYS_INLINE void tile_step(int kind, int NR, int NC, __m512 acc[ST_TILE_MAX][ST_TILE_MAX],
@@ -119,11 +128,7 @@ ALWAYS_INLINE void tile_step(int kind, int NR, int NC, __m512 acc[ST_TILE_MAX][S
     for (int c = 0; c < NC; c++) {
         a[c] = load_a(kind, y + c * by + (size_t)b * asz, half);
 #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            const __m512i isum = _mm512_dpbusd_epi32(a[c].corr, w[r].u, a[c].q);
-            acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(w[r].d, a[c].d), acc[r][c]);
-            if (wk_has_min(kind)) acc[r][c] = _mm512_fmadd_ps(w[r].m, a[c].s, acc[r][c]);
-        }
+        for (int r = 0; r < NR; r++) acc[r][c] = fold(kind, acc[r][c], &w[r], &a[c]);
     }
 }
 
@@ -188,36 +193,27 @@ ALWAYS_INLINE void tile_impl(int kind, int NR, int NC, int n, float *s, size_t b
 
 /* ---- matvec rows (st_rows_fn): tile_step's activation half done once per product ---- */
 
-/* load_a's result for blocks 2i, 2i+1: st_act_x_bytes gives 256 bytes per pair */
-typedef struct act_x {
-    __m512i q, corr;
-    __m512 d, s;
-} act_x;
+/* xe holds load_a's result for each pair of blocks: st_act_x_bytes counts 256 bytes a pair */
+_Static_assert(sizeof(struct av) == 256, "st_act_x_bytes assumes 256 bytes per stored pair");
 
 ALWAYS_INLINE void expand_impl(int kind, int n, const void *vy, void *xe) {
     const size_t asz = wk_has_min(kind) ? sizeof(st_block_q8_1) : sizeof(st_block_q8_0);
     const uint8_t *y = vy;
-    act_x *X = xe;
+    struct av *X = xe;
     const int nb = n / 32;
-    for (int b = 0; b < nb; b += 2) {
-        const struct av a = load_a(kind, y + (size_t)b * asz, b + 1 >= nb);
-        X[b / 2] = (act_x){a.q, a.corr, a.d, a.s};
-    }
+    for (int b = 0; b < nb; b += 2) X[b / 2] = load_a(kind, y + (size_t)b * asz, b + 1 >= nb);
 }
 
-/* tile_step's operations for one row and a stored activation pair, in the same order */
-ALWAYS_INLINE __m512 rows_step(int kind, __m512 acc, const uint8_t *p, size_t bw, const act_x *a,
+/* tile_step for one row against the stored pair a */
+ALWAYS_INLINE __m512 rows_step(int kind, __m512 acc, const uint8_t *p, size_t bw, const struct av *a,
                                int half) {
     const struct wv w = load_w(kind, p, p + bw, half);
-    const __m512i isum = _mm512_dpbusd_epi32(a->corr, w.u, a->q);
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(w.d, a->d), acc);
-    if (wk_has_min(kind)) acc = _mm512_fmadd_ps(w.m, a->s, acc);
-    return acc;
+    return fold(kind, acc, &w, a);
 }
 
 ALWAYS_INLINE void rows_impl(int kind, int n, int64_t n_rows, float *s, const void *vx, size_t bx,
                              const void *xe) {
-    const act_x *X = xe;
+    const struct av *X = xe;
     const size_t bw = wk_bytes(kind);
     const int nb = n / 32;
     for (int64_t r = 0; r < n_rows; r++) {

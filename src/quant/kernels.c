@@ -143,7 +143,7 @@ size_t st_act_bytes(st_type wtype, int64_t cols) {
     return st_row_bytes(at, cols);
 }
 
-size_t st_act_x_bytes(int64_t n) { /* 256 bytes (act_x in dot_avx512.c) per pair of blocks */
+size_t st_act_x_bytes(int64_t n) { /* 256 bytes (a struct av of dot_avx512.c) per pair of blocks */
     return n > 0 ? (size_t)((n / 32 + 1) / 2) * 256 : 0;
 }
 

@@ -122,8 +122,8 @@ TEST(test_products_deterministic_and_exact) {
 }
 
 /* The matvec rows kernels (activation expanded once) give vec_dot's bits for every row, at
- * one block, an odd block count (a half pair at the end) and long rows; st_matvec, which
- * uses them, too. */
+ * one block, an odd block count (a half pair at the end) and long rows; so does st_matvec,
+ * which uses them up to 2048 columns (4128 checks its vec_dot path). */
 TEST(test_rows_kernels_match_vec_dot) {
     static const int lens[] = {32, 96, 768, 4128};
     enum { NR = 5 };
