@@ -112,6 +112,8 @@ typedef enum st_isa { ST_ISA_SCALAR = 0, ST_ISA_AVX2 = 1, ST_ISA_AVX512 = 2 } st
 st_isa st_cpu_best_isa(void);
 /* True when the CPU has AVX512-VNNI. */
 int st_cpu_has_vnni(void);
+/* True when the CPU has GFNI (the AVX-512 K-quant dots then split nibbles with it). */
+int st_cpu_has_gfni(void);
 /* Parse "scalar" | "avx2" | "avx512" (case-insensitive); -1 when unknown. */
 int st_isa_parse(const char *s);
 const char *st_isa_name(st_isa isa);

@@ -178,6 +178,7 @@ typedef struct st_vec_ops {
 typedef struct st_kernels {
     st_isa isa;                 /* the ISA this table really uses */
     bool vnni;                  /* AVX512-VNNI kernels in use */
+    bool gfni;                  /* GFNI K-quant dots in use (the same bits as without) */
     st_type_kernels type[ST_TYPE_COUNT_]; /* indexed by st_type; unsupported rows NULL */
     st_vec_ops ops;
 } st_kernels;

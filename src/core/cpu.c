@@ -26,6 +26,15 @@ int st_cpu_has_vnni(void) {
 #endif
 }
 
+int st_cpu_has_gfni(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("gfni");
+#else
+    return 0;
+#endif
+}
+
 int st_isa_parse(const char *s) {
     if (!s) return -1;
     if (!strcasecmp(s, "scalar")) return ST_ISA_SCALAR;

@@ -112,12 +112,15 @@ void st_dequantize_row_q8_K(const void *x, float *y, int64_t k);
 void st_vec_dot_q4_K_q8_K_scalar(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q4_K_q8_K_avx2(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q4_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
+void st_vec_dot_q4_K_q8_K_avx512gfni(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q5_K_q8_K_scalar(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q5_K_q8_K_avx2(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q5_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
+void st_vec_dot_q5_K_q8_K_avx512gfni(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q6_K_q8_K_scalar(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q6_K_q8_K_avx2(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q6_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
+void st_vec_dot_q6_K_q8_K_avx512gfni(int n, float *s, const void *x, const void *y);
 /* Tiles (st_tile_fn in strata/quant.h): each element bit-identical to the same ISA's dot. */
 void st_tile_q4_K_q8_K_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
                             size_t by, int nr, int nc);
@@ -131,6 +134,14 @@ void st_tile_q5_K_q8_K_avx512(int n, float *s, size_t bs, const void *x, size_t 
                               size_t by, int nr, int nc);
 void st_tile_q6_K_q8_K_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
                               size_t by, int nr, int nc);
+/* The same dots and tiles built with GFNI (kquants_avx512gfni.c): bit-identical to the
+ * _avx512 ones; they also need st_cpu_has_gfni(). */
+void st_tile_q4_K_q8_K_avx512gfni(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                                  size_t by, int nr, int nc);
+void st_tile_q5_K_q8_K_avx512gfni(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                                  size_t by, int nr, int nc);
+void st_tile_q6_K_q8_K_avx512gfni(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                                  size_t by, int nr, int nc);
 
 /* ---- for the SIMD files' row kernels ---- */
 #define KQ_AI static inline __attribute__((always_inline))

@@ -516,7 +516,108 @@ TEST(test_q8_K_simd_bytes_equal_ref) {
     free(s);
 }
 
+/* ---- the two AVX-512 builds: with GFNI and without ------------------------------------- */
+
+typedef void (*tile_fn)(int, float *, size_t, const void *, size_t, const void *, size_t, int, int);
+
+/* The GFNI build (picked on Ice Lake, Zen 4 and newer) and the plain one (Cascade Lake)
+ * share their arithmetic: every dot must be bit-identical between them, including blocks
+ * at the extremes (all quants, scales and mins at their maximum against +-127 / -128, where
+ * vpackssdw would saturate if a sum did not fit in int16). This machine's table takes one
+ * build, so the other build's tiles are checked here against its own dot. */
+TEST(test_avx512_gfni_and_plain_same_bits) {
+    if (max_isa() < ST_ISA_AVX512) {
+        test_skip("no AVX-512 with VNNI on this CPU (or STRATA_ISA): AVX-512 K-quant builds untested");
+        return;
+    }
+    if (!st_cpu_has_gfni()) {
+        test_skip("no GFNI on this CPU: the GFNI K-quant dots untested");
+        return;
+    }
+    const struct {
+        const char *name;
+        quant_fn quant;
+        size_t block_bytes;
+        dot_fn plain, gfni;
+        tile_fn tile_plain, tile_gfni;
+    } cases[] = {
+        {"q4_K", st_quantize_row_q4_K_ref, sizeof(st_block_q4_K), st_vec_dot_q4_K_q8_K_avx512,
+         st_vec_dot_q4_K_q8_K_avx512gfni, st_tile_q4_K_q8_K_avx512, st_tile_q4_K_q8_K_avx512gfni},
+        {"q5_K", st_quantize_row_q5_K_ref, sizeof(st_block_q5_K), st_vec_dot_q5_K_q8_K_avx512,
+         st_vec_dot_q5_K_q8_K_avx512gfni, st_tile_q5_K_q8_K_avx512, st_tile_q5_K_q8_K_avx512gfni},
+        {"q6_K", st_quantize_row_q6_K_ref, sizeof(st_block_q6_K), st_vec_dot_q6_K_q8_K_avx512,
+         st_vec_dot_q6_K_q8_K_avx512gfni, st_tile_q6_K_q8_K_avx512, st_tile_q6_K_q8_K_avx512gfni},
+    };
+    enum { NB = 33, NR = 4, NC = 4 };
+    const int n = NB * QK_K;
+    float *x = malloc((size_t)n * sizeof *x);
+    uint8_t *qx = malloc((size_t)NR * NB * sizeof(st_block_q6_K));
+    st_block_q8_K *qa = malloc((size_t)NC * NB * sizeof *qa);
+    REQUIRE(x && qx && qa);
+    for (int c = 0; c < NC; c++) {
+        fill(x, n, c & 1, 700 + c);
+        st_quantize_row_q8_K_ref(x, qa + (size_t)c * NB, n);
+    }
+    /* activation row 3, block 0: all -128 (the largest magnitude a Q8_K byte holds) */
+    for (int j = 0; j < QK_K; j++)
+        qa[3 * NB].qs[j] = -128;
+    for (int g = 0; g < QK_K / 16; g++)
+        qa[3 * NB].bsums[g] = -128 * 16;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const size_t rb = (size_t)NB * cases[k].block_bytes;
+        for (int r = 0; r < NR; r++) {
+            fill(x, n, r & 1, 800 + 10 * k + r);
+            cases[k].quant(x, qx + r * rb, n);
+        }
+        /* row 2, block 0: every quant, scale and min at its maximum, d (and dmin) 1 */
+        uint8_t *ext = qx + 2 * rb;
+        memset(ext, 0xFF, cases[k].block_bytes);
+        const uint8_t one[2] = {0x00, 0x3C};
+        if (k == 2) {
+            memcpy(ext + offsetof(st_block_q6_K, d), one, 2);
+        } else {
+            memcpy(ext, one, 2);
+            memcpy(ext + 2, one, 2);
+        }
+        for (int r = 0; r < NR; r++) {
+            for (int c = 0; c < NC; c++) {
+                const int nbs[2] = {1, NB}; /* one block (the extreme ones where r = 2, c = 3) and all */
+                for (int v = 0; v < 2; v++) {
+                    float a = NAN, b = NAN;
+                    cases[k].plain(nbs[v] * QK_K, &a, qx + r * rb, qa + (size_t)c * NB);
+                    cases[k].gfni(nbs[v] * QK_K, &b, qx + r * rb, qa + (size_t)c * NB);
+                    if (memcmp(&a, &b, sizeof a) || !isfinite(a))
+                        fprintf(stderr, "  %s row %d act %d, %d blocks: plain %.9g gfni %.9g\n", cases[k].name, r,
+                                c, nbs[v], a, b);
+                    CHECK(memcmp(&a, &b, sizeof a) == 0 && isfinite(a));
+                }
+            }
+        }
+        /* every tile shape of each build equals that build's dot, element by element */
+        for (int b = 0; b < 2; b++) {
+            const dot_fn dot = b ? cases[k].gfni : cases[k].plain;
+            const tile_fn tile = b ? cases[k].tile_gfni : cases[k].tile_plain;
+            for (int nr = 1; nr <= NR; nr++) {
+                for (int nc = 1; nc <= NC; nc++) {
+                    float t[NR * NC];
+                    tile(n, t, NR, qx, rb, qa, NB * sizeof *qa, nr, nc);
+                    for (int r = 0; r < nr; r++) {
+                        for (int c = 0; c < nc; c++) {
+                            float d = NAN;
+                            dot(n, &d, qx + r * rb, qa + (size_t)c * NB);
+                            CHECK(memcmp(&d, &t[c * NR + r], sizeof d) == 0);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    free(x);
+    free(qx);
+    free(qa);
+}
+
 TEST_MAIN(test_block_layouts, test_scale_min_unpack, test_q4_K_known_block, test_q5_K_known_block,
           test_q6_K_known_block, test_q8_K_known_block_and_rounding, test_quantize_rmse,
           test_q4_K_search_beats_minmax, test_quantize_degenerate_blocks, test_dots_against_reference,
-          test_dots_extreme_values, test_q8_K_simd_bytes_equal_ref)
+          test_dots_extreme_values, test_q8_K_simd_bytes_equal_ref, test_avx512_gfni_and_plain_same_bits)

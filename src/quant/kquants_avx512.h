@@ -1,0 +1,192 @@
+/*
+ * The AVX-512 (F, BW, VL, DQ + VNNI) K-quant row kernels, included by two files:
+ * kquants_avx512.c compiles them as they are, kquants_avx512gfni.c with GFNI, where one
+ * affine instruction per 64 weights replaces a shift and a mask (kq_nibbles64). Both
+ * give the same bytes to the same arithmetic, so a GFNI and a non-GFNI CPU compute the
+ * same bits. Dispatch must only pick them when st_cpu_has_vnni() (and, for the GFNI
+ * build, st_cpu_has_gfni()).
+ *
+ * Shape of the Q4_K / Q5_K dots: per 64 weights one vpdpbusd (u8 weights x s8
+ * activations, 4 products per int32 lane), two such results packed into int16 words
+ * (vpackssdw, exact: see kq_pack_scale_pick) and per 128 weights one vpmaddwd / vpdpwssd
+ * that multiplies by the sub-block scales into 16 int32 lanes; one int->float convert
+ * and FMA per 256-weight block. Q6_K the same with its 16 sub-blocks of 16. The mins (Q4_K, Q5_K) and the -32 offset (Q6_K)
+ * are applied through the Q8_K bsums, so the weights are touched once. Elements are
+ * never reordered: a 64-weight group is built from a 32-byte broadcast load, its low
+ * nibbles in the low half and its high nibbles in the high half.
+ */
+#ifndef STRATA_QUANT_KQUANTS_AVX512_H
+#define STRATA_QUANT_KQUANTS_AVX512_H
+
+#include "quant/kquants.h"
+
+#include "strata/core.h"
+#include "strata/quant.h"
+
+#include <immintrin.h>
+
+/* 16-bit lanes 0-15 (the low 32 bytes) shift by lo, lanes 16-31 by hi. */
+static inline __m512i kq_halves16(uint64_t lo, uint64_t hi) {
+    const long long l = (long long)(lo * 0x0001000100010001ull), h = (long long)(hi * 0x0001000100010001ull);
+    return _mm512_set_epi64(h, h, h, h, l, l, l, l);
+}
+
+/* 64 weights from 32 quant bytes: the low nibbles (sub-block 2k) in the low 256 bits,
+ * the high nibbles (sub-block 2k + 1) in the high 256 bits; element order is kept, so
+ * the matching activations are one contiguous 64-byte load. With GFNI one affine
+ * transform per byte does it (a bit matrix per qword: the low qwords keep bits 0-3, the
+ * high ones move bits 4-7 down); without it a shift by 0 / 4 and a mask. Both give the
+ * same bytes. */
+KQ_AI __m512i kq_nibbles64(const uint8_t *q32) {
+    const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)q32));
+#ifdef __GFNI__
+    const long long lo = 0x0102040800000000ll, hi = 0x1020408000000000ll;
+    return _mm512_gf2p8affine_epi64_epi8(b, _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo), 0);
+#else
+    return _mm512_and_si512(_mm512_srlv_epi16(b, kq_halves16(0, 4)), _mm512_set1_epi8(0x0F));
+#endif
+}
+
+/* vpdpbusd of group g (64 weights x 64 activations) leaves sub-block 2g's 4-product sums
+ * in dword lanes 0-7 and 2g + 1's in lanes 8-15, each within +-4 * 31 * 128 (Q5_K), so
+ * vpackssdw of groups 2p and 2p + 1 packs them into words exactly (no saturation): in
+ * 128-bit lane k, words 0-3 come from group 2p, words 4-7 from group 2p + 1, of
+ * sub-blocks 4p + k/2 and 4p + 2 + k/2. This vpshufb control turns the broadcast 8-byte
+ * scale vector into the matching int16 scale words, for one vpmaddwd / vpdpwssd. */
+static inline __m512i kq_pack_scale_pick(int p) {
+    const long long a = (long long)((uint64_t)(0x8000 | (4 * p)) * 0x0001000100010001ull);
+    const long long b = (long long)((uint64_t)(0x8000 | (4 * p + 1)) * 0x0001000100010001ull);
+    const long long c = (long long)((uint64_t)(0x8000 | (4 * p + 2)) * 0x0001000100010001ull);
+    const long long d = (long long)((uint64_t)(0x8000 | (4 * p + 3)) * 0x0001000100010001ull);
+    return _mm512_set_epi64(d, b, d, b, c, a, c, a);
+}
+
+/* ---- row x NC-token dots ------------------------------------------------------------
+ * A tile of NR weight rows x NC activation rows runs NR passes of one weight row against
+ * NC activation rows: per super-block the weights are unpacked (nibbles, high bits,
+ * scales) once and serve every activation row, which is where a K-quant dot spends most
+ * of its µops; the activation rows stay in L1 between passes. vec_dot is the 1 x 1
+ * instance, and every (row, activation) pair sees the same operations in the same order
+ * whatever NC is, so a tile element equals vec_dot bit for bit. */
+
+/* Q4_K (Q5 = 0) and Q5_K (Q5 = 1: vx holds st_block_q5_K, whose qh adds the 5th bit);
+ * both blocks start with d, dmin and the packed scales. */
+KQ_AI void q45k_row(const int Q5, const int NC, int nb, const void *vx, const void *y, size_t by,
+                    float *s, size_t bs) {
+    const __m512i b16 = _mm512_set1_epi8(16);
+    const __m512i pick[2] = {kq_pack_scale_pick(0), kq_pack_scale_pick(1)};
+    /* qh bit 2k is the 5th bit of sub-block 2k (low half), bit 2k+1 of sub-block 2k+1 */
+    const __m512i hb[4] = {kq_halves16(0x0101, 0x0202), kq_halves16(0x0404, 0x0808),
+                           kq_halves16(0x1010, 0x2020), kq_halves16(0x4040, 0x8080)};
+    __m512 acc[ST_TILE_MAX];
+    __m256 accm[ST_TILE_MAX];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps(), accm[c] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const st_block_q4_K *x4 = (const st_block_q4_K *)vx + i;
+        const st_block_q5_K *x5 = (const st_block_q5_K *)vx + i;
+        __m128 dmx; /* d, dmin */
+        __m256i M;
+        const uint64_t sc = kq_q45k_head(Q5 ? &x5->d : &x4->d, Q5 ? x5->scales : x4->scales, &dmx, &M);
+        const __m512i S = _mm512_set1_epi64((long long)sc);
+        const uint8_t *q = Q5 ? x5->qs : x4->qs;
+        __m512i w[4];
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) w[g] = kq_nibbles64(q + 32 * g);
+        const __m512i sp0 = _mm512_shuffle_epi8(S, pick[0]), sp1 = _mm512_shuffle_epi8(S, pick[1]);
+        if (Q5) { /* a set qh bit adds 16 (the quant's 5th bit) to the nibble below it */
+            const __m512i QH = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x5->qh));
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) w[g] = _mm512_mask_add_epi8(w[g], _mm512_test_epi8_mask(QH, hb[g]), w[g], b16);
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const st_block_q8_K *yc = kq_act(y, by, c, i);
+            const __m128 dm = _mm_mul_ps(dmx, _mm_set1_ps(yc->d));
+            const int8_t *a = yc->qs;
+            __m512i p[4];
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++)
+                p[g] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[g], _mm512_loadu_si512(a + 64 * g));
+            __m512i sumi = _mm512_madd_epi16(_mm512_packs_epi32(p[0], p[1]), sp0);
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(p[2], p[3]), sp1);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(dm), acc[c]);
+            const __m256i pm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)yc->bsums), M);
+            accm[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm),
+                                      _mm256_permutexvar_ps(_mm256_set1_epi32(1), _mm256_castps128_ps256(dm)),
+                                      accm[c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) s[(size_t)c * bs] = _mm512_reduce_add_ps(acc[c]) - kq_hsum256(accm[c]);
+}
+
+/* The high nibbles of 64 bytes moved down to bits 0-3 (with GFNI one affine op). */
+KQ_AI __m512i kq_high_nibbles(__m512i v) {
+#ifdef __GFNI__
+    return _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64(0x1020408000000000ll), 0);
+#else
+    return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
+#endif
+}
+
+/* Q6_K: vpdpbusd of group g leaves sub-block 4g + i's sums in dword lanes 4i..4i+3
+ * (within +-4 * 63 * 128, so vpackssdw keeps them exact); packing groups 2p and 2p + 1
+ * puts sub-blocks 8p + k (words 0-3) and 8p + 4 + k (words 4-7) in 128-bit lane k. This
+ * vpermw index picks the matching words of the 16 sign-extended scales. */
+static inline __m512i kq6_pack_scale_idx(int p) {
+    long long q[8];
+    for (int k = 0; k < 4; k++) {
+        q[2 * k] = (long long)((uint64_t)(8 * p + k) * 0x0001000100010001ull);
+        q[2 * k + 1] = (long long)((uint64_t)(8 * p + 4 + k) * 0x0001000100010001ull);
+    }
+    return _mm512_set_epi64(q[7], q[6], q[5], q[4], q[3], q[2], q[1], q[0]);
+}
+
+KQ_AI void q6k_row(const int NC, int nb, const st_block_q6_K *x, const void *y, size_t by, float *s,
+                   size_t bs) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    /* In a half (128 weights): ql byte l low nibble = element l (l < 64), high nibble =
+     * element 64 + l; qh byte l holds bits 4-5 of elements l, 32 + l, 64 + l, 96 + l in
+     * its bit pairs 0-1, 2-3, 4-5, 6-7. These shifts move each pair to bits 4-5. */
+    const __m512i shl_a = kq_halves16(4, 2), shr_b = kq_halves16(0, 2);
+    const __m512i pick[2] = {kq6_pack_scale_idx(0), kq6_pack_scale_idx(1)};
+    __m512 acc[ST_TILE_MAX];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const float dx = _cvtsh_ss(x[i].d);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
+        const __m512i sp0 = _mm512_permutexvar_epi16(pick[0], _mm512_zextsi256_si512(sc16));
+        const __m512i sp1 = _mm512_permutexvar_epi16(pick[1], _mm512_zextsi256_si512(sc16));
+        __m512i w[4];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m512i L = _mm512_loadu_si512(x[i].ql + 64 * h);
+            const __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h)));
+            /* A | (B & C) */
+            w[2 * h] = _mm512_ternarylogic_epi32(_mm512_and_si512(L, m4), _mm512_sllv_epi16(H, shl_a), m30, 0xF8);
+            w[2 * h + 1] = _mm512_ternarylogic_epi32(kq_high_nibbles(L), _mm512_srlv_epi16(H, shr_b), m30, 0xF8);
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const st_block_q8_K *yc = kq_act(y, by, c, i);
+            const float d = yc->d * dx;
+            const int8_t *a = yc->qs;
+            __m512i p[4];
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++)
+                p[g] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[g], _mm512_loadu_si512(a + 64 * g));
+            __m512i sumi = _mm512_madd_epi16(_mm512_packs_epi32(p[0], p[1]), sp0);
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(p[2], p[3]), sp1);
+            /* the stored quants are q + 32: subtract 32 * sum_j scale_j * bsum_j */
+            const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)yc->bsums), sc16);
+            sumi = _mm512_sub_epi32(sumi, _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(d), acc[c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) s[(size_t)c * bs] = _mm512_reduce_add_ps(acc[c]);
+}
+
+#endif /* STRATA_QUANT_KQUANTS_AVX512_H */
