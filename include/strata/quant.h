@@ -185,7 +185,8 @@ typedef struct st_kernels {
 
 /* The immutable kernel table for isa (pass st_ctx_isa(ctx)). Never NULL. An ISA the CPU
  * cannot run falls back to the best one it can (AVX-512 kernels need VNNI besides
- * F/BW/VL/DQ; without it the AVX2 table is returned); ->isa says which.
+ * F/BW/VL/DQ; without it the AVX2 table is returned); ->isa says which. On a CPU with GFNI
+ * the AVX-512 table's K-quant dots use it (->gfni), with the same results as without.
  * Valid for the life of the process; shared by all threads. */
 const st_kernels *st_kernels_get(st_isa isa);
 
