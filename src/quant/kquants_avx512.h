@@ -61,6 +61,17 @@ static inline __m512i kq_pack_scale_pick(int p) {
     return _mm512_set_epi64(d, b, d, b, c, a, c, a);
 }
 
+/* The scaled integer dot of a super-block: the 4 groups of 64 unsigned weights w against
+ * the 256 activations a, the two packed pairs of groups multiplied by their scale words
+ * sp0 / sp1 (kq_pack_scale_pick, kq6_pack_scale_idx); 16 int32 lanes. */
+KQ_AI __m512i kq_scaled_dot256(const __m512i w[4], const int8_t *a, __m512i sp0, __m512i sp1) {
+    __m512i p[4];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) p[g] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[g], _mm512_loadu_si512(a + 64 * g));
+    const __m512i sumi = _mm512_madd_epi16(_mm512_packs_epi32(p[0], p[1]), sp0);
+    return _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(p[2], p[3]), sp1);
+}
+
 /* ---- row x NC-token dots ------------------------------------------------------------
  * A tile of NR weight rows x NC activation rows runs NR passes of one weight row against
  * NC activation rows: per super-block the weights are unpacked (nibbles, high bits,
@@ -103,13 +114,7 @@ KQ_AI void q45k_row(const int Q5, const int NC, int nb, const void *vx, const vo
         for (int c = 0; c < NC; c++) {
             const st_block_q8_K *yc = kq_act(y, by, c, i);
             const __m128 dm = _mm_mul_ps(dmx, _mm_set1_ps(yc->d));
-            const int8_t *a = yc->qs;
-            __m512i p[4];
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; g++)
-                p[g] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[g], _mm512_loadu_si512(a + 64 * g));
-            __m512i sumi = _mm512_madd_epi16(_mm512_packs_epi32(p[0], p[1]), sp0);
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(p[2], p[3]), sp1);
+            __m512i sumi = kq_scaled_dot256(w, yc->qs, sp0, sp1);
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(dm), acc[c]);
             const __m256i pm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)yc->bsums), M);
             accm[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pm),
@@ -172,13 +177,7 @@ KQ_AI void q6k_row(const int NC, int nb, const st_block_q6_K *x, const void *y, 
         for (int c = 0; c < NC; c++) {
             const st_block_q8_K *yc = kq_act(y, by, c, i);
             const float d = yc->d * dx;
-            const int8_t *a = yc->qs;
-            __m512i p[4];
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; g++)
-                p[g] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[g], _mm512_loadu_si512(a + 64 * g));
-            __m512i sumi = _mm512_madd_epi16(_mm512_packs_epi32(p[0], p[1]), sp0);
-            sumi = _mm512_dpwssd_epi32(sumi, _mm512_packs_epi32(p[2], p[3]), sp1);
+            __m512i sumi = kq_scaled_dot256(w, yc->qs, sp0, sp1);
             /* the stored quants are q + 32: subtract 32 * sum_j scale_j * bsum_j */
             const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)yc->bsums), sc16);
             sumi = _mm512_sub_epi32(sumi, _mm512_zextsi256_si512(_mm256_slli_epi32(corr, 5)));
