@@ -18,10 +18,12 @@
  * itself allows, so "%slabs" separates the kernel's cost from the layout's.
  *
  * --patterns (a diagnostic) adds what the memory gives the same slabs read without math in
- * two orders over two placements: decode's order (per run of pages, head after head, each
- * head's 2 KiB K chunk of every page, then its V chunks) or each slab whole (K half, V half,
- * page after page); slabs shuffled (as "paged" above) or one layer's slabs adjacent in page
- * order (what a pool with a region per layer would give a sequence allocated in order).
+ * three orders over two placements: decode's order (per run of pages, head after head, each
+ * head's 2 KiB K chunk of every page, then its V chunks), each slab whole (K half, V half,
+ * page after page), or a run's K halves page after page and then its V halves (a
+ * page-major kernel that keeps two passes per run); slabs shuffled (as "paged" above) or one
+ * layer's slabs adjacent in page order (what a pool with a region per layer would give a
+ * sequence allocated in order).
  *
  * usage: attn [--threads N] [--ctx 4096,32768,131072] [--isa scalar|avx2|avx512] [--hot]
  *             [--trials N] [--no-thp] [--patterns] [--page P]
@@ -78,7 +80,9 @@ struct slab_job {
     const st_attn_page *pages; /* [n_layers][n_pages] */
     int64_t n_layers, n_pages;
     int page;  /* tokens per page */
-    int whole; /* read each slab whole, page after page, instead of in decode order */
+    int whole; /* 0: decode's order; 1: each slab whole, page after page; 2: a run's pages
+                * page after page twice, every head's K the first time and V the second (the
+                * order of a page-major kernel that keeps decode's two passes per run) */
     double sink[64];
 };
 
@@ -100,6 +104,14 @@ __attribute__((target("avx2"))) static void slab_task(void *arg, int ith, int nt
     for (int64_t ri = ith; ri < j->n_layers * runs; ri += nth) {
         const st_attn_page *pg = j->pages + (ri / runs) * j->n_pages + (ri % runs) * pps;
         const int64_t np = j->n_pages - (ri % runs) * pps < pps ? j->n_pages - (ri % runs) * pps : pps;
+        if (j->whole == 2) {
+            for (int kv = 0; kv < 2; kv++)
+                for (int64_t i = 0; i < np; i++) {
+                    const st_attn_page *nx = &pg[i + 1 < np ? i + 1 : i];
+                    read_chunk(kv ? pg[i].v : pg[i].k, kv ? nx->v : nx->k, N_KV * chunk, &a0, &a1);
+                }
+            continue;
+        }
         if (j->whole) {
             for (int64_t i = 0; i < np; i++) {
                 const st_attn_page *nx = &pg[i + 1 < np ? i + 1 : i];
@@ -145,7 +157,7 @@ typedef struct result {
     int64_t n_ctx;
     int n_layers;
     double mib, gbp, gbc, us, gbs; /* gbs: the slab-pattern probe */
-    double pat[2][2]; /* --patterns: [in order][whole slabs] GB/s */
+    double pat[2][3]; /* --patterns: [in order][slab_job.whole] GB/s */
 } result;
 
 /* GB/s of the best of `trials` reads of every slab of the job's layers. */
@@ -250,7 +262,7 @@ static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int page, int hot
                                         .pos0 = (int64_t)(i % (size_t)n_pages) * page};
         }
         for (int o = 0; o < 2; o++)
-            for (int w = 0; w < 2; w++) {
+            for (int w = 0; w < 3; w++) {
                 struct slab_job pj = {.pages = o ? ordered : paged.pages, .n_layers = n_layers,
                                       .n_pages = n_pages, .page = page, .whole = w};
                 res->pat[o][w] = time_slabs(ctx, &pj, layer_bytes, trials);
@@ -337,12 +349,12 @@ int main(int argc, char **argv) {
                res[i].gbp / res[i].gbc, res[i].us, res[i].gbs, 100 * res[i].gbp / res[i].gbs);
     if (patterns) {
         printf("\n--patterns: the slabs read without math (GB/s, %% of the probe)\n");
-        printf("%8s %18s %18s %18s %18s\n", "context", "shuffled, decode", "shuffled, whole",
-               "in order, decode", "in order, whole");
+        printf("%8s %18s %18s %18s %18s %18s %18s\n", "context", "shuffled, decode", "shuffled, whole",
+               "shuffled, K then V", "in order, decode", "in order, whole", "in order, K then V");
         for (int i = 0; i < n_res; i++) {
             printf("%7lldk", (long long)(res[i].n_ctx / 1024));
             for (int o = 0; o < 2; o++)
-                for (int w = 0; w < 2; w++)
+                for (int w = 0; w < 3; w++)
                     printf(" %10.2f (%4.0f%%)", res[i].pat[o][w], 100 * res[i].pat[o][w] / probe);
             printf("\n");
         }
