@@ -4,6 +4,7 @@
 #include "../test.h"
 #include "quant/kquants.h"
 #include "strata/core.h"
+#include "strata/quant.h"
 
 #include <stddef.h>
 
@@ -548,6 +549,12 @@ TEST(test_avx512_gfni_and_plain_same_bits) {
         {"q6_K", st_quantize_row_q6_K_ref, sizeof(st_block_q6_K), st_vec_dot_q6_K_q8_K_avx512,
          st_vec_dot_q6_K_q8_K_avx512gfni, st_tile_q6_K_q8_K_avx512, st_tile_q6_K_q8_K_avx512gfni},
     };
+    /* dispatch: this CPU's AVX-512 table takes the GFNI build, for every K-quant */
+    const st_kernels *kt = st_kernels_get(ST_ISA_AVX512);
+    CHECK(kt->isa == ST_ISA_AVX512 && kt->gfni);
+    CHECK(kt->type[ST_TYPE_Q4_K].vec_dot == st_vec_dot_q4_K_q8_K_avx512gfni);
+    CHECK(kt->type[ST_TYPE_Q5_K].tile == st_tile_q5_K_q8_K_avx512gfni);
+    CHECK(kt->type[ST_TYPE_Q6_K].vec_dot == st_vec_dot_q6_K_q8_K_avx512gfni);
     enum { NB = 33, NR = 4, NC = 4 };
     const int n = NB * QK_K;
     float *x = malloc((size_t)n * sizeof *x);
