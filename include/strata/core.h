@@ -114,6 +114,8 @@ st_isa st_cpu_best_isa(void);
 int st_cpu_has_vnni(void);
 /* True when the CPU has GFNI (the AVX-512 K-quant dots then split nibbles with it). */
 int st_cpu_has_gfni(void);
+/* True when the CPU has AVX-VNNI (VEX vpdpbusd: the AVX2 table's K-quant dots then use it). */
+int st_cpu_has_avxvnni(void);
 /* Parse "scalar" | "avx2" | "avx512" (case-insensitive); -1 when unknown. */
 int st_isa_parse(const char *s);
 const char *st_isa_name(st_isa isa);

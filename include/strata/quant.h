@@ -177,7 +177,7 @@ typedef struct st_vec_ops {
 
 typedef struct st_kernels {
     st_isa isa;                 /* the ISA this table really uses */
-    bool vnni;                  /* AVX512-VNNI kernels in use */
+    bool vnni;                  /* VNNI dots in use: AVX512-VNNI, or AVX-VNNI on the AVX2 table */
     bool gfni;                  /* GFNI K-quant dots in use (the same bits as without) */
     st_type_kernels type[ST_TYPE_COUNT_]; /* indexed by st_type; unsupported rows NULL */
     st_vec_ops ops;
@@ -186,7 +186,8 @@ typedef struct st_kernels {
 /* The immutable kernel table for isa (pass st_ctx_isa(ctx)). Never NULL. An ISA the CPU
  * cannot run falls back to the best one it can (AVX-512 kernels need VNNI besides
  * F/BW/VL/DQ; without it the AVX2 table is returned); ->isa says which. On a CPU with GFNI
- * the AVX-512 table's K-quant dots use it (->gfni), with the same results as without.
+ * the AVX-512 table's K-quant dots use it (->gfni), with the same results as without; on a
+ * CPU with AVX-VNNI the AVX2 table's K-quant dots use vpdpbusd (->vnni), in their own order.
  * Valid for the life of the process; shared by all threads. */
 const st_kernels *st_kernels_get(st_isa isa);
 

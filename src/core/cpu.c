@@ -5,6 +5,9 @@
 #include <strings.h>
 #include <sys/mman.h>
 #include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 st_isa st_cpu_best_isa(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -30,6 +33,18 @@ int st_cpu_has_gfni(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     return __builtin_cpu_supports("gfni");
+#else
+    return 0;
+#endif
+}
+
+int st_cpu_has_avxvnni(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    /* CPUID leaf 7 subleaf 1, EAX bit 4 (the compilers' cpu_supports does not all know it);
+     * the VEX encoding needs the AVX state, which st_cpu_best_isa's AVX2 check implies */
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
+    return (a >> 4) & 1;
 #else
     return 0;
 #endif

@@ -45,37 +45,43 @@ static const st_kernels kernels_scalar = {
 };
 
 #if ST_KQ_SIMD
-#define KQ_AVX2_                                                                                   \
-    KQ_ROWS_T_(st_quantize_row_q8_K_avx2, st_vec_dot_q4_K_q8_K_avx2, st_vec_dot_q5_K_q8_K_avx2,     \
-               st_vec_dot_q6_K_q8_K_avx2, st_tile_q4_K_q8_K_avx2, st_tile_q5_K_q8_K_avx2,           \
-               st_tile_q6_K_q8_K_avx2)
+/* kq: the K-quant dots' suffix, avx2 or avx2vnni (kquants_avx2vnni.c) */
+#define KQ_AVX2_(kq)                                                                               \
+    KQ_ROWS_T_(st_quantize_row_q8_K_avx2, st_vec_dot_q4_K_q8_K_##kq, st_vec_dot_q5_K_q8_K_##kq,     \
+               st_vec_dot_q6_K_q8_K_##kq, st_tile_q4_K_q8_K_##kq, st_tile_q5_K_q8_K_##kq,           \
+               st_tile_q6_K_q8_K_##kq)
 /* nib: the K-quant dots' suffix, avx512 or avx512gfni (kquants_avx512gfni.c) */
 #define KQ_AVX512_(nib)                                                                                \
     KQ_ROWS_T_(st_quantize_row_q8_K_avx512, st_vec_dot_q4_K_q8_K_##nib, st_vec_dot_q5_K_q8_K_##nib,    \
                st_vec_dot_q6_K_q8_K_##nib, st_tile_q4_K_q8_K_##nib, st_tile_q5_K_q8_K_##nib,           \
                st_tile_q6_K_q8_K_##nib)
 #else
-#define KQ_AVX2_ KQ_ROWS_(st_quantize_row_q8_K_ref, st_vec_dot_q4_K_q8_K_scalar, st_vec_dot_q5_K_q8_K_scalar, st_vec_dot_q6_K_q8_K_scalar)
-#define KQ_AVX512_(nib) KQ_AVX2_
+#define KQ_AVX2_(kq) KQ_ROWS_(st_quantize_row_q8_K_ref, st_vec_dot_q4_K_q8_K_scalar, st_vec_dot_q5_K_q8_K_scalar, st_vec_dot_q6_K_q8_K_scalar)
+#define KQ_AVX512_(nib) KQ_AVX2_(avx2)
 #endif
 
-static const st_kernels kernels_avx2 = {
-    .isa = ST_ISA_AVX2,
-    .ops = ST_VEC_OPS_(avx2),
-    .vnni = false,
-    .type = {
-        [ST_TYPE_F32] = ROW_(ST_TYPE_F32, st_quantize_row_f32_ref, st_dequantize_row_f32, st_vec_dot_f32_f32_avx2, st_tile_f32_f32_avx2),
-        [ST_TYPE_F16] = ROW_(ST_TYPE_F16, st_quantize_row_f16_avx2, st_dequantize_row_f16_avx2, st_vec_dot_f16_f16_avx2, st_tile_f16_f16_avx2),
-        [ST_TYPE_BF16] = ROW_(ST_TYPE_F32, st_quantize_row_bf16_ref, st_dequantize_row_bf16, st_vec_dot_bf16_f32_avx2, st_tile_bf16_f32_avx2),
-        [ST_TYPE_Q4_0] = ROW4_(ST_TYPE_Q8_0, st_quantize_row_q4_0_ref, st_dequantize_row_q4_0, st_vec_dot_q4_0_q8_0_avx2, st_tile_q4_0_q8_0_avx2, st_tile4_q4_0_q8_0_avx2),
-        [ST_TYPE_Q4_1] = ROW4_(ST_TYPE_Q8_1, st_quantize_row_q4_1_ref, st_dequantize_row_q4_1, st_vec_dot_q4_1_q8_1_avx2, st_tile_q4_1_q8_1_avx2, st_tile4_q4_1_q8_1_avx2),
-        [ST_TYPE_Q5_0] = ROW4_(ST_TYPE_Q8_0, st_quantize_row_q5_0_ref, st_dequantize_row_q5_0, st_vec_dot_q5_0_q8_0_avx2, st_tile_q5_0_q8_0_avx2, st_tile4_q5_0_q8_0_avx2),
-        [ST_TYPE_Q5_1] = ROW4_(ST_TYPE_Q8_1, st_quantize_row_q5_1_ref, st_dequantize_row_q5_1, st_vec_dot_q5_1_q8_1_avx2, st_tile_q5_1_q8_1_avx2, st_tile4_q5_1_q8_1_avx2),
-        [ST_TYPE_Q8_0] = ROW_(ST_TYPE_Q8_0, st_quantize_row_q8_0_avx2, st_dequantize_row_q8_0, st_vec_dot_q8_0_q8_0_avx2, st_tile_q8_0_q8_0_avx2),
-        [ST_TYPE_Q8_1] = ROW_(NOT_, st_quantize_row_q8_1_avx2, st_dequantize_row_q8_1, NULL, NULL),
-        KQ_AVX2_,
-    },
-};
+/* The AVX2 table; kq as in KQ_AVX2_. */
+#define KERNELS_AVX2_(kq, use_vnni) { \
+    .isa = ST_ISA_AVX2, \
+    .ops = ST_VEC_OPS_(avx2), \
+    .vnni = (use_vnni), \
+    .type = { \
+        [ST_TYPE_F32] = ROW_(ST_TYPE_F32, st_quantize_row_f32_ref, st_dequantize_row_f32, st_vec_dot_f32_f32_avx2, st_tile_f32_f32_avx2), \
+        [ST_TYPE_F16] = ROW_(ST_TYPE_F16, st_quantize_row_f16_avx2, st_dequantize_row_f16_avx2, st_vec_dot_f16_f16_avx2, st_tile_f16_f16_avx2), \
+        [ST_TYPE_BF16] = ROW_(ST_TYPE_F32, st_quantize_row_bf16_ref, st_dequantize_row_bf16, st_vec_dot_bf16_f32_avx2, st_tile_bf16_f32_avx2), \
+        [ST_TYPE_Q4_0] = ROW4_(ST_TYPE_Q8_0, st_quantize_row_q4_0_ref, st_dequantize_row_q4_0, st_vec_dot_q4_0_q8_0_avx2, st_tile_q4_0_q8_0_avx2, st_tile4_q4_0_q8_0_avx2), \
+        [ST_TYPE_Q4_1] = ROW4_(ST_TYPE_Q8_1, st_quantize_row_q4_1_ref, st_dequantize_row_q4_1, st_vec_dot_q4_1_q8_1_avx2, st_tile_q4_1_q8_1_avx2, st_tile4_q4_1_q8_1_avx2), \
+        [ST_TYPE_Q5_0] = ROW4_(ST_TYPE_Q8_0, st_quantize_row_q5_0_ref, st_dequantize_row_q5_0, st_vec_dot_q5_0_q8_0_avx2, st_tile_q5_0_q8_0_avx2, st_tile4_q5_0_q8_0_avx2), \
+        [ST_TYPE_Q5_1] = ROW4_(ST_TYPE_Q8_1, st_quantize_row_q5_1_ref, st_dequantize_row_q5_1, st_vec_dot_q5_1_q8_1_avx2, st_tile_q5_1_q8_1_avx2, st_tile4_q5_1_q8_1_avx2), \
+        [ST_TYPE_Q8_0] = ROW_(ST_TYPE_Q8_0, st_quantize_row_q8_0_avx2, st_dequantize_row_q8_0, st_vec_dot_q8_0_q8_0_avx2, st_tile_q8_0_q8_0_avx2), \
+        [ST_TYPE_Q8_1] = ROW_(NOT_, st_quantize_row_q8_1_avx2, st_dequantize_row_q8_1, NULL, NULL), \
+        KQ_AVX2_(kq), \
+    }, \
+}
+
+static const st_kernels kernels_avx2 = KERNELS_AVX2_(avx2, false);
+/* Alder Lake and newer, Zen 5 with AVX2 forced: the K-quant dots with AVX-VNNI */
+static const st_kernels kernels_avx2vnni = KERNELS_AVX2_(avx2vnni, true);
 
 /* The AVX-512 table; nib as in KQ_AVX512_. */
 #define KERNELS_AVX512_(nib, use_gfni) { \
@@ -106,7 +112,7 @@ static bool cpu_has_avx2(void) { return st_cpu_best_isa() >= ST_ISA_AVX2; }
 const st_kernels *st_kernels_get(st_isa isa) {
     if (isa == ST_ISA_AVX512 && st_cpu_best_isa() == ST_ISA_AVX512 && st_cpu_has_vnni())
         return st_cpu_has_gfni() ? &kernels_avx512gfni : &kernels_avx512;
-    if (isa >= ST_ISA_AVX2 && cpu_has_avx2()) return &kernels_avx2;
+    if (isa >= ST_ISA_AVX2 && cpu_has_avx2()) return st_cpu_has_avxvnni() ? &kernels_avx2vnni : &kernels_avx2;
     return &kernels_scalar;
 }
 

@@ -111,14 +111,17 @@ void st_dequantize_row_q8_K(const void *x, float *y, int64_t k);
 /* ---- dot products: *s = dot(weight row x, Q8_K activations y), n elements ----------- */
 void st_vec_dot_q4_K_q8_K_scalar(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q4_K_q8_K_avx2(int n, float *s, const void *x, const void *y);
+void st_vec_dot_q4_K_q8_K_avx2vnni(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q4_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q4_K_q8_K_avx512gfni(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q5_K_q8_K_scalar(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q5_K_q8_K_avx2(int n, float *s, const void *x, const void *y);
+void st_vec_dot_q5_K_q8_K_avx2vnni(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q5_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q5_K_q8_K_avx512gfni(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q6_K_q8_K_scalar(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q6_K_q8_K_avx2(int n, float *s, const void *x, const void *y);
+void st_vec_dot_q6_K_q8_K_avx2vnni(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q6_K_q8_K_avx512(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q6_K_q8_K_avx512gfni(int n, float *s, const void *x, const void *y);
 /* Tiles (st_tile_fn in strata/quant.h): each element bit-identical to the same ISA's dot. */
@@ -128,6 +131,14 @@ void st_tile_q5_K_q8_K_avx2(int n, float *s, size_t bs, const void *x, size_t bx
                             size_t by, int nr, int nc);
 void st_tile_q6_K_q8_K_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
                             size_t by, int nr, int nc);
+/* The AVX2 dots and tiles built with AVX-VNNI (kquants_avx2vnni.c; need st_cpu_has_avxvnni()):
+ * their own arithmetic order, checked against the scalar reference like the others. */
+void st_tile_q4_K_q8_K_avx2vnni(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                                size_t by, int nr, int nc);
+void st_tile_q5_K_q8_K_avx2vnni(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                                size_t by, int nr, int nc);
+void st_tile_q6_K_q8_K_avx2vnni(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
+                                size_t by, int nr, int nc);
 void st_tile_q4_K_q8_K_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
                               size_t by, int nr, int nc);
 void st_tile_q5_K_q8_K_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,

@@ -1,17 +1,9 @@
 /*
- * K-quant kernels for AVX2 + FMA + F16C.
- *
- * Per 32 weights: one maddubs (u8 weights x s8 activations -> int16 pairs) and one
- * madd with the sub-block scale as int16 words (-> int32), added into 8 int32 lanes;
- * one int->float convert and FMA per 256-weight block. Mins (Q4_K, Q5_K) and the -32
- * offset of Q6_K are applied through the Q8_K bsums. A 32-weight sub-block is exactly
- * one register, so no lane shuffles are needed on the weights.
+ * K-quant kernels for AVX2 + FMA + F16C without AVX-VNNI: the row kernels of
+ * kquants_avx2.h, and the Q8_K activation quantizer.
  */
-#include "quant/kquants.h"
+#include "quant/kquants_avx2.h"
 
-#include "strata/core.h"
-
-#include <immintrin.h>
 #include <math.h>
 
 static inline int kq_hsum256_epi32(__m256i v) {
@@ -19,122 +11,6 @@ static inline int kq_hsum256_epi32(__m256i v) {
     s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
     return _mm_cvtsi128_si32(s);
-}
-
-/* vpshufb control: int16 words holding byte j of a broadcast 8-byte scale vector */
-#define KQ_WORD_PICK(j) _mm256_set1_epi16((short)(0x8000 | (j)))
-
-/* ---- row x NC-token dots ------------------------------------------------------------
- * As in the AVX-512 file: a tile of NR weight rows x NC activation rows is NR passes of
- * one weight row against NC activation rows; per super-block the weights and their
- * sub-block scales are unpacked once (into w[8] / sc[8], which spill to the stack when
- * NC > 1: 16 ymm registers do not hold them and NC accumulators) and serve every
- * activation row. vec_dot is the 1 x 1 instance and each (row, activation) pair runs the
- * same operations in the same order whatever NC is, so a tile element equals vec_dot
- * bit for bit. */
-
-/* sum over the 8 sub-blocks of 32 of scale * (w . a), as 8 int32 lanes */
-KQ_AI __m256i kq_sum8(const __m256i *w, const __m256i *sc, const int8_t *a) {
-    __m256i sumi = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++)
-        sumi = _mm256_add_epi32(
-            sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(w[j], _mm256_loadu_si256((const __m256i *)(a + 32 * j))),
-                                    sc[j]));
-    return sumi;
-}
-
-/* Q4_K (Q5 = 0) and Q5_K (Q5 = 1: vx holds st_block_q5_K, whose qh adds the 5th bit);
- * both blocks start with d, dmin and the packed scales. Byte l of quant group g holds
- * element 64g + l (low nibble) and 64g + 32 + l (high). */
-KQ_AI void q45k_row(const int Q5, const int NC, int nb, const void *vx, const void *y, size_t by,
-                    float *s, size_t bs) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), b16 = _mm256_set1_epi8(0x10);
-    __m256 acc[4], accm[4];
-#pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) acc[c] = accm[c] = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        const st_block_q4_K *x4 = (const st_block_q4_K *)vx + i;
-        const st_block_q5_K *x5 = (const st_block_q5_K *)vx + i;
-        __m128 dmx; /* d, dmin */
-        __m256i M;
-        const uint64_t scm = kq_q45k_head(Q5 ? &x5->d : &x4->d, Q5 ? x5->scales : x4->scales, &dmx, &M);
-        const __m256i S = _mm256_set1_epi64x((long long)scm);
-        const uint8_t *q = Q5 ? x5->qs : x4->qs;
-        /* Q5: bit 2g / 2g+1 of qh byte l is the 5th bit of element 64g + l / 64g + 32 + l;
-         * qhs is shifted right by 2 per pair so the wanted bits are always 0 and 1 */
-        __m256i qhs = Q5 ? _mm256_loadu_si256((const __m256i *)x5->qh) : _mm256_setzero_si256();
-        __m256i w[8], sc[8];
-#pragma GCC unroll 4
-        for (int g = 0; g < 4; g++) {
-            const __m256i qv = _mm256_loadu_si256((const __m256i *)(q + 32 * g));
-            w[2 * g] = _mm256_and_si256(qv, m4);
-            w[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m4);
-            if (Q5) {
-                w[2 * g] = _mm256_or_si256(w[2 * g], _mm256_and_si256(_mm256_slli_epi16(qhs, 4), b16));
-                w[2 * g + 1] = _mm256_or_si256(w[2 * g + 1], _mm256_and_si256(_mm256_slli_epi16(qhs, 3), b16));
-                qhs = _mm256_srli_epi16(qhs, 2);
-            }
-        }
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) sc[j] = _mm256_shuffle_epi8(S, KQ_WORD_PICK(j));
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) {
-            const st_block_q8_K *yc = kq_act(y, by, c, i);
-            const __m128 dm = _mm_mul_ps(dmx, _mm_set1_ps(yc->d));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(kq_sum8(w, sc, yc->qs)), _mm256_broadcastss_ps(dm), acc[c]);
-            accm[c] = _mm256_fmadd_ps(
-                _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)yc->bsums), M)),
-                _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dm), _mm256_set1_epi32(1)), accm[c]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) s[(size_t)c * bs] = kq_hsum256(acc[c]) - kq_hsum256(accm[c]);
-}
-
-KQ_AI void q6k_row(const int NC, int nb, const st_block_q6_K *x, const void *y, size_t by, float *s,
-                   size_t bs) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256 acc[4];
-#pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) acc[c] = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        const float dx = _cvtsh_ss(x[i].d);
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-        __m256i w[8], sc[8];
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const __m256i L0 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h));
-            const __m256i L1 = _mm256_loadu_si256((const __m256i *)(x[i].ql + 64 * h + 32));
-            const __m256i H = _mm256_loadu_si256((const __m256i *)(x[i].qh + 32 * h));
-            __m256i *q = w + 4 * h;
-            q[0] = _mm256_or_si256(_mm256_and_si256(L0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
-            q[1] = _mm256_or_si256(_mm256_and_si256(L1, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4), _mm256_and_si256(H, m30));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4),
-                                   _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) {
-                /* register v holds sub-blocks j and j + 1 (one per 128-bit lane) */
-                const int j = 8 * h + 2 * v;
-                const __m128i pick = _mm_set_epi64x(0x0101010101010101ll * (j + 1), 0x0101010101010101ll * j);
-                sc[4 * h + v] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick));
-            }
-        }
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) {
-            const st_block_q8_K *yc = kq_act(y, by, c, i);
-            const float d = yc->d * dx;
-            __m256i sumi = kq_sum8(w, sc, yc->qs);
-            /* the stored quants are q + 32: subtract 32 * sum_j scale_j * bsum_j */
-            const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)yc->bsums), sc16);
-            sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(d), acc[c]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) s[(size_t)c * bs] = kq_hsum256(acc[c]);
 }
 
 ST_KQ_DEF_DOT_TILE_(q4_K_q8_K, avx2, st_block_q4_K, KQ_Q4K_ROW_)

@@ -517,50 +517,60 @@ TEST(test_q8_K_simd_bytes_equal_ref) {
     free(s);
 }
 
-/* ---- the two AVX-512 builds: with GFNI and without ------------------------------------- */
+/* ---- the SIMD builds of each ISA: AVX-512 with GFNI and without, AVX2 with AVX-VNNI and without */
 
 typedef void (*tile_fn)(int, float *, size_t, const void *, size_t, const void *, size_t, int, int);
 
-/* The GFNI build (picked on Ice Lake, Zen 4 and newer) and the plain one (Cascade Lake)
- * share their arithmetic: every dot must be bit-identical between them, including blocks
- * at the extremes (all quants, scales and mins at their maximum against +-127 / -128, where
- * vpackssdw would saturate if a sum did not fit in int16). This machine's table takes one
- * build, so the other build's tiles are checked here against its own dot. */
-TEST(test_avx512_gfni_and_plain_same_bits) {
-    if (max_isa() < ST_ISA_AVX512) {
-        test_skip("no AVX-512 with VNNI on this CPU (or STRATA_ISA): AVX-512 K-quant builds untested");
-        return;
-    }
-    if (!st_cpu_has_gfni()) {
-        test_skip("no GFNI on this CPU: the GFNI K-quant dots untested");
-        return;
-    }
-    const struct {
-        const char *name;
-        quant_fn quant;
-        size_t block_bytes;
-        dot_fn plain, gfni;
-        tile_fn tile_plain, tile_gfni;
-    } cases[] = {
-        {"q4_K", st_quantize_row_q4_K_ref, sizeof(st_block_q4_K), st_vec_dot_q4_K_q8_K_avx512,
-         st_vec_dot_q4_K_q8_K_avx512gfni, st_tile_q4_K_q8_K_avx512, st_tile_q4_K_q8_K_avx512gfni},
-        {"q5_K", st_quantize_row_q5_K_ref, sizeof(st_block_q5_K), st_vec_dot_q5_K_q8_K_avx512,
-         st_vec_dot_q5_K_q8_K_avx512gfni, st_tile_q5_K_q8_K_avx512, st_tile_q5_K_q8_K_avx512gfni},
-        {"q6_K", st_quantize_row_q6_K_ref, sizeof(st_block_q6_K), st_vec_dot_q6_K_q8_K_avx512,
-         st_vec_dot_q6_K_q8_K_avx512gfni, st_tile_q6_K_q8_K_avx512, st_tile_q6_K_q8_K_avx512gfni},
-    };
-    /* dispatch: this CPU's AVX-512 table takes the GFNI build, for every K-quant */
-    const st_kernels *kt = st_kernels_get(ST_ISA_AVX512);
-    CHECK(kt->isa == ST_ISA_AVX512 && kt->gfni);
-    CHECK(kt->type[ST_TYPE_Q4_K].vec_dot == st_vec_dot_q4_K_q8_K_avx512gfni);
-    CHECK(kt->type[ST_TYPE_Q5_K].tile == st_tile_q5_K_q8_K_avx512gfni);
-    CHECK(kt->type[ST_TYPE_Q6_K].vec_dot == st_vec_dot_q6_K_q8_K_avx512gfni);
+typedef struct {
+    const char *name;
+    dot_fn dot[3];   /* q4_K, q5_K, q6_K */
+    tile_fn tile[3];
+} kq_build;
+
+static const kq_build k_builds[] = {
+    {"avx2",
+     {st_vec_dot_q4_K_q8_K_avx2, st_vec_dot_q5_K_q8_K_avx2, st_vec_dot_q6_K_q8_K_avx2},
+     {st_tile_q4_K_q8_K_avx2, st_tile_q5_K_q8_K_avx2, st_tile_q6_K_q8_K_avx2}},
+    {"avx2vnni",
+     {st_vec_dot_q4_K_q8_K_avx2vnni, st_vec_dot_q5_K_q8_K_avx2vnni, st_vec_dot_q6_K_q8_K_avx2vnni},
+     {st_tile_q4_K_q8_K_avx2vnni, st_tile_q5_K_q8_K_avx2vnni, st_tile_q6_K_q8_K_avx2vnni}},
+    {"avx512",
+     {st_vec_dot_q4_K_q8_K_avx512, st_vec_dot_q5_K_q8_K_avx512, st_vec_dot_q6_K_q8_K_avx512},
+     {st_tile_q4_K_q8_K_avx512, st_tile_q5_K_q8_K_avx512, st_tile_q6_K_q8_K_avx512}},
+    {"avx512gfni",
+     {st_vec_dot_q4_K_q8_K_avx512gfni, st_vec_dot_q5_K_q8_K_avx512gfni, st_vec_dot_q6_K_q8_K_avx512gfni},
+     {st_tile_q4_K_q8_K_avx512gfni, st_tile_q5_K_q8_K_avx512gfni, st_tile_q6_K_q8_K_avx512gfni}},
+};
+
+/* Whether this CPU (and STRATA_ISA) lets build bi run; a loud skip when not. */
+static int build_runs(int bi) {
+    const int isa = bi < 2 ? ST_ISA_AVX2 : ST_ISA_AVX512;
+    const int extra = bi == 1 ? st_cpu_has_avxvnni() : bi == 3 ? st_cpu_has_gfni() : 1;
+    if (max_isa() >= isa && extra) return 1;
+    char why[128];
+    snprintf(why, sizeof why, "the %s K-quant build cannot run on this CPU (or STRATA_ISA): untested", k_builds[bi].name);
+    test_skip(why);
+    return 0;
+}
+
+/* Every build against the scalar reference (random rows, and blocks with every quant,
+ * scale and min at its maximum against -128 activations, where a vpackssdw would saturate
+ * if a sum did not fit in int16), each build's tiles against its own dot bit for bit, the
+ * two AVX-512 builds against each other bit for bit (same arithmetic), and the dispatch:
+ * each ISA's table carries the build this CPU can run best. The builds the CPU's tables do
+ * not pick (plain AVX2 beside AVX-VNNI, plain AVX-512 beside GFNI) are only reached here. */
+TEST(test_kquant_simd_builds) {
+    const quant_fn quant[3] = {st_quantize_row_q4_K_ref, st_quantize_row_q5_K_ref, st_quantize_row_q6_K_ref};
+    const dot_fn ref[3] = {st_vec_dot_q4_K_q8_K_scalar, st_vec_dot_q5_K_q8_K_scalar, st_vec_dot_q6_K_q8_K_scalar};
+    const dequant_fn deq[3] = {st_dequantize_row_q4_K, st_dequantize_row_q5_K, st_dequantize_row_q6_K};
+    const size_t bbytes[3] = {sizeof(st_block_q4_K), sizeof(st_block_q5_K), sizeof(st_block_q6_K)};
+    const st_type types[3] = {ST_TYPE_Q4_K, ST_TYPE_Q5_K, ST_TYPE_Q6_K};
     enum { NB = 33, NR = 4, NC = 4 };
     const int n = NB * QK_K;
-    float *x = malloc((size_t)n * sizeof *x);
+    float *x = malloc((size_t)n * sizeof *x), *xd = malloc((size_t)n * sizeof *xd), *ad = malloc((size_t)n * sizeof *ad);
     uint8_t *qx = malloc((size_t)NR * NB * sizeof(st_block_q6_K));
     st_block_q8_K *qa = malloc((size_t)NC * NB * sizeof *qa);
-    REQUIRE(x && qx && qa);
+    REQUIRE(x && xd && ad && qx && qa);
     for (int c = 0; c < NC; c++) {
         fill(x, n, c & 1, 700 + c);
         st_quantize_row_q8_K_ref(x, qa + (size_t)c * NB, n);
@@ -570,15 +580,18 @@ TEST(test_avx512_gfni_and_plain_same_bits) {
         qa[3 * NB].qs[j] = -128;
     for (int g = 0; g < QK_K / 16; g++)
         qa[3 * NB].bsums[g] = -128 * 16;
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        const size_t rb = (size_t)NB * cases[k].block_bytes;
+    int runs[4];
+    for (int bi = 0; bi < 4; bi++)
+        runs[bi] = build_runs(bi);
+    for (int k = 0; k < 3; k++) {
+        const size_t rb = (size_t)NB * bbytes[k];
         for (int r = 0; r < NR; r++) {
             fill(x, n, r & 1, 800 + 10 * k + r);
-            cases[k].quant(x, qx + r * rb, n);
+            quant[k](x, qx + r * rb, n);
         }
         /* row 2, block 0: every quant, scale and min at its maximum, d (and dmin) 1 */
         uint8_t *ext = qx + 2 * rb;
-        memset(ext, 0xFF, cases[k].block_bytes);
+        memset(ext, 0xFF, bbytes[k]);
         const uint8_t one[2] = {0x00, 0x3C};
         if (k == 2) {
             memcpy(ext + offsetof(st_block_q6_K, d), one, 2);
@@ -590,36 +603,56 @@ TEST(test_avx512_gfni_and_plain_same_bits) {
             for (int c = 0; c < NC; c++) {
                 const int nbs[2] = {1, NB}; /* one block (the extreme ones where r = 2, c = 3) and all */
                 for (int v = 0; v < 2; v++) {
-                    float a = NAN, b = NAN;
-                    cases[k].plain(nbs[v] * QK_K, &a, qx + r * rb, qa + (size_t)c * NB);
-                    cases[k].gfni(nbs[v] * QK_K, &b, qx + r * rb, qa + (size_t)c * NB);
-                    if (memcmp(&a, &b, sizeof a) || !isfinite(a))
-                        fprintf(stderr, "  %s row %d act %d, %d blocks: plain %.9g gfni %.9g\n", cases[k].name, r,
-                                c, nbs[v], a, b);
-                    CHECK(memcmp(&a, &b, sizeof a) == 0 && isfinite(a));
+                    const int m = nbs[v] * QK_K;
+                    deq[k](qx + r * rb, xd, m);
+                    st_dequantize_row_q8_K(qa + (size_t)c * NB, ad, m);
+                    double mag = 0;
+                    for (int i = 0; i < m; i++)
+                        mag += fabs((double)xd[i] * ad[i]);
+                    float want = NAN, got[4];
+                    ref[k](m, &want, qx + r * rb, qa + (size_t)c * NB);
+                    for (int bi = 0; bi < 4; bi++) {
+                        if (!runs[bi]) continue;
+                        got[bi] = NAN;
+                        k_builds[bi].dot[k](m, &got[bi], qx + r * rb, qa + (size_t)c * NB);
+                        if (!(fabs(got[bi] - want) <= DOT_SIMD_REL_TOL * mag))
+                            fprintf(stderr, "  q%d_K %s row %d act %d, %d blocks: %.9g vs scalar %.9g\n", 4 + k,
+                                    k_builds[bi].name, r, c, nbs[v], got[bi], want);
+                        CHECK_NEAR(got[bi], want, DOT_SIMD_REL_TOL * mag);
+                    }
+                    if (runs[2] && runs[3]) CHECK(memcmp(&got[2], &got[3], sizeof got[2]) == 0);
                 }
             }
         }
         /* every tile shape of each build equals that build's dot, element by element */
-        for (int b = 0; b < 2; b++) {
-            const dot_fn dot = b ? cases[k].gfni : cases[k].plain;
-            const tile_fn tile = b ? cases[k].tile_gfni : cases[k].tile_plain;
+        for (int bi = 0; bi < 4; bi++) {
+            if (!runs[bi]) continue;
             for (int nr = 1; nr <= NR; nr++) {
                 for (int nc = 1; nc <= NC; nc++) {
                     float t[NR * NC];
-                    tile(n, t, NR, qx, rb, qa, NB * sizeof *qa, nr, nc);
+                    k_builds[bi].tile[k](n, t, NR, qx, rb, qa, NB * sizeof *qa, nr, nc);
                     for (int r = 0; r < nr; r++) {
                         for (int c = 0; c < nc; c++) {
                             float d = NAN;
-                            dot(n, &d, qx + r * rb, qa + (size_t)c * NB);
+                            k_builds[bi].dot[k](n, &d, qx + r * rb, qa + (size_t)c * NB);
                             CHECK(memcmp(&d, &t[c * NR + r], sizeof d) == 0);
                         }
                     }
                 }
             }
         }
+        /* dispatch: the best build this CPU runs, in each ISA's table */
+        const st_kernels *k2 = st_kernels_get(ST_ISA_AVX2), *k5 = st_kernels_get(ST_ISA_AVX512);
+        if (runs[0] && k2->isa == ST_ISA_AVX2)
+            CHECK(k2->type[types[k]].vec_dot == k_builds[runs[1] ? 1 : 0].dot[k] &&
+                  k2->type[types[k]].tile == k_builds[runs[1] ? 1 : 0].tile[k]);
+        if (runs[2] && k5->isa == ST_ISA_AVX512)
+            CHECK(k5->type[types[k]].vec_dot == k_builds[runs[3] ? 3 : 2].dot[k] &&
+                  k5->type[types[k]].tile == k_builds[runs[3] ? 3 : 2].tile[k]);
     }
     free(x);
+    free(xd);
+    free(ad);
     free(qx);
     free(qa);
 }
@@ -627,4 +660,4 @@ TEST(test_avx512_gfni_and_plain_same_bits) {
 TEST_MAIN(test_block_layouts, test_scale_min_unpack, test_q4_K_known_block, test_q5_K_known_block,
           test_q6_K_known_block, test_q8_K_known_block_and_rounding, test_quantize_rmse,
           test_q4_K_search_beats_minmax, test_quantize_degenerate_blocks, test_dots_against_reference,
-          test_dots_extreme_values, test_q8_K_simd_bytes_equal_ref, test_avx512_gfni_and_plain_same_bits)
+          test_dots_extreme_values, test_q8_K_simd_bytes_equal_ref, test_kquant_simd_builds)
