@@ -21,6 +21,7 @@
 #include "bench_common.h"
 #include "strata/kv.h"
 #include "strata/model.h"
+#include "strata/quant.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -154,6 +155,8 @@ int main(int argc, char **argv) {
     cp.n_threads = n_threads;
     st_ctx *ctx = NULL;
     if (st_ctx_create(&cp, &ctx)) return 1;
+    const st_kernels *kt = st_kernels_get(st_ctx_isa(ctx));
+    printf("kernels: %s%s%s\n", st_isa_name(kt->isa), kt->vnni ? " (VNNI)" : "", kt->gfni ? " (GFNI)" : "");
     double bw = bench_read_bandwidth(st_ctx_threadpool(ctx), 0, 5);
     printf("read bandwidth probe (%d threads, 1 GiB, best of 5): %.1f GB/s (for reference; the "
            "roofline uses the probes around each decode round)\n", n_threads, bw);
