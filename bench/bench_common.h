@@ -4,6 +4,7 @@
 #define STRATA_BENCH_COMMON_H
 
 #include "strata/core.h"
+#include "strata/quant.h"
 
 #include <immintrin.h>
 #include <stdio.h>
@@ -144,6 +145,12 @@ static inline int bench_argmax(const float *x, int n) {
     for (int i = 1; i < n; i++)
         if (x[i] > x[b]) b = i;
     return b;
+}
+
+/* "avx512 (VNNI) (GFNI)": the kernel table a bench runs on, for its header line. */
+static inline const char *bench_kernels_name(const st_kernels *k, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s%s%s", st_isa_name(k->isa), k->vnni ? " (VNNI)" : "", k->gfni ? " (GFNI)" : "");
+    return buf;
 }
 
 /* Where ../shared lives: $STRATA_SHARED, else ../shared beside the source tree (as

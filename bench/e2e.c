@@ -21,7 +21,6 @@
 #include "bench_common.h"
 #include "strata/kv.h"
 #include "strata/model.h"
-#include "strata/quant.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -155,8 +154,8 @@ int main(int argc, char **argv) {
     cp.n_threads = n_threads;
     st_ctx *ctx = NULL;
     if (st_ctx_create(&cp, &ctx)) return 1;
-    const st_kernels *kt = st_kernels_get(st_ctx_isa(ctx));
-    printf("kernels: %s%s%s\n", st_isa_name(kt->isa), kt->vnni ? " (VNNI)" : "", kt->gfni ? " (GFNI)" : "");
+    char kname[64];
+    printf("kernels: %s\n", bench_kernels_name(st_kernels_get(st_ctx_isa(ctx)), kname, sizeof kname));
     double bw = bench_read_bandwidth(st_ctx_threadpool(ctx), 0, 5);
     printf("read bandwidth probe (%d threads, 1 GiB, best of 5): %.1f GB/s (for reference; the "
            "roofline uses the probes around each decode round)\n", n_threads, bw);

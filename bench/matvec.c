@@ -227,8 +227,8 @@ int main(int argc, char **argv) {
     }
     st_threadpool *tp = st_ctx_threadpool(ctx);
     const st_kernels *k = st_kernels_get(st_ctx_isa(ctx));
-    printf("kernels: %s%s%s, threads: %d\n", st_isa_name(k->isa), k->vnni ? " (VNNI)" : "", k->gfni ? " (GFNI)" : "",
-           st_threadpool_n_threads(tp));
+    char kname[64];
+    printf("kernels: %s, threads: %d\n", bench_kernels_name(k, kname, sizeof kname), st_threadpool_n_threads(tp));
     printf("read-bandwidth probe (1 GiB, best of 3): %.2f GB/s\n", bench_read_bandwidth(tp, (size_t)1 << 30, 3));
     printf("each line: %d rounds of (probe %zu MiB, matvec pass >= %zu MiB); ratio = matvec / mean of adjacent probes\n",
            rounds, PROBE_BYTES >> 20, MIN_PASS_BYTES >> 20);

@@ -157,6 +157,12 @@ void st_tile_q6_K_q8_K_avx512gfni(int n, float *s, size_t bs, const void *x, siz
 /* ---- for the SIMD files' row kernels ---- */
 #define KQ_AI static inline __attribute__((always_inline))
 
+/* A qword of four int16 words w: the SIMD files build their word constants from it. */
+static inline long long kq_words4(uint64_t w) { return (long long)(w * 0x0001000100010001ull); }
+/* Four words of a vpshufb control picking byte j into the low half of each word (the high
+ * byte zeroed by 0x80): byte j of a scale vector as int16 words. */
+static inline long long kq_pick4(int j) { return kq_words4(0x8000u | (unsigned)j); }
+
 /* Block i of activation row c of a tile (rows by bytes apart). */
 static inline const st_block_q8_K *kq_act(const void *y, size_t by, int c, int i) {
     return (const st_block_q8_K *)((const uint8_t *)y + (size_t)c * by) + i;

@@ -23,10 +23,8 @@
 /* vpshufb control: int16 words holding byte j of a broadcast 8-byte scale vector */
 #define KQ_WORD_PICK(j) _mm256_set1_epi16((short)(0x8000 | (j)))
 /* the same with words 0-3 of each 128-bit lane holding byte a and words 4-7 byte b */
-static inline __m256i KQ_PAIR_PICK(int a, int b) {
-    const long long wa = (long long)((uint64_t)(0x8000 | a) * 0x0001000100010001ull);
-    const long long wb = (long long)((uint64_t)(0x8000 | b) * 0x0001000100010001ull);
-    return _mm256_set_epi64x(wb, wa, wb, wa);
+static inline __m256i kq_pair_pick(int a, int b) {
+    return _mm256_set_epi64x(kq_pick4(b), kq_pick4(a), kq_pick4(b), kq_pick4(a));
 }
 
 /* ---- row x NC-token dots ------------------------------------------------------------
@@ -98,7 +96,7 @@ KQ_AI void q45k_row(const int Q5, const int NC, int nb, const void *vx, const vo
         }
 #ifdef __AVXVNNI__
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) sc[k] = _mm256_shuffle_epi8(S, KQ_PAIR_PICK(2 * k, 2 * k + 1));
+        for (int k = 0; k < 4; k++) sc[k] = _mm256_shuffle_epi8(S, kq_pair_pick(2 * k, 2 * k + 1));
 #else
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) sc[j] = _mm256_shuffle_epi8(S, KQ_WORD_PICK(j));

@@ -30,7 +30,7 @@
 
 /* 16-bit lanes 0-15 (the low 32 bytes) shift by lo, lanes 16-31 by hi. */
 static inline __m512i kq_halves16(uint64_t lo, uint64_t hi) {
-    const long long l = (long long)(lo * 0x0001000100010001ull), h = (long long)(hi * 0x0001000100010001ull);
+    const long long l = kq_words4(lo), h = kq_words4(hi);
     return _mm512_set_epi64(h, h, h, h, l, l, l, l);
 }
 
@@ -57,10 +57,7 @@ KQ_AI __m512i kq_nibbles64(const uint8_t *q32) {
  * sub-blocks 4p + k/2 and 4p + 2 + k/2. This vpshufb control turns the broadcast 8-byte
  * scale vector into the matching int16 scale words, for one vpmaddwd / vpdpwssd. */
 static inline __m512i kq_pack_scale_pick(int p) {
-    const long long a = (long long)((uint64_t)(0x8000 | (4 * p)) * 0x0001000100010001ull);
-    const long long b = (long long)((uint64_t)(0x8000 | (4 * p + 1)) * 0x0001000100010001ull);
-    const long long c = (long long)((uint64_t)(0x8000 | (4 * p + 2)) * 0x0001000100010001ull);
-    const long long d = (long long)((uint64_t)(0x8000 | (4 * p + 3)) * 0x0001000100010001ull);
+    const long long a = kq_pick4(4 * p), b = kq_pick4(4 * p + 1), c = kq_pick4(4 * p + 2), d = kq_pick4(4 * p + 3);
     return _mm512_set_epi64(d, b, d, b, c, a, c, a);
 }
 
@@ -145,8 +142,8 @@ KQ_AI __m512i kq_high_nibbles(__m512i v) {
 static inline __m512i kq6_pack_scale_idx(int p) {
     long long q[8];
     for (int k = 0; k < 4; k++) {
-        q[2 * k] = (long long)((uint64_t)(8 * p + k) * 0x0001000100010001ull);
-        q[2 * k + 1] = (long long)((uint64_t)(8 * p + 4 + k) * 0x0001000100010001ull);
+        q[2 * k] = kq_words4((uint64_t)(8 * p + k));
+        q[2 * k + 1] = kq_words4((uint64_t)(8 * p + 4 + k));
     }
     return _mm512_set_epi64(q[7], q[6], q[5], q[4], q[3], q[2], q[1], q[0]);
 }
