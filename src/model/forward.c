@@ -52,6 +52,14 @@ struct st_runner {
     double *qfrac;          /* [n_head] audit scratch */
     double mass_sum;
     st_runner_quest_stats qst;
+    /* test hook (st_runner_set_act_tap): where the projection in flight reads its input */
+    st_act_tap_fn tap;
+    void *tap_user;
+    int tap_layer;
+    st_act_site tap_site;
+    int32_t tap_row0;       /* chunk token of the projection's first row */
+    st_kv_seq_id *tap_seq;  /* [n_batch] sequence and position of each chunk token */
+    int64_t *tap_pos;
 };
 
 st_runner_params st_runner_default_params(void) {
@@ -90,7 +98,25 @@ void st_runner_destroy(st_runner *r) {
     for (int32_t i = 0; r->qsel && i < r->n_batch; i++) st_kv_select_destroy(r->qsel[i]);
     free(r->qsel);
     free(r->qfrac);
+    free(r->tap_seq);
+    free(r->tap_pos);
     free(r);
+}
+
+int st_runner_set_act_tap(st_runner *r, st_act_tap_fn fn, void *user) {
+    if (fn && !r->tap_pos) {
+        r->tap_seq = malloc((size_t)r->n_batch * sizeof *r->tap_seq);
+        r->tap_pos = malloc((size_t)r->n_batch * sizeof *r->tap_pos);
+        if (!r->tap_seq || !r->tap_pos) return ST_E_NOMEM;
+    }
+    r->tap = fn;
+    r->tap_user = user;
+    return 0;
+}
+
+/* The projection about to run reads its rows for `site` of layer il, from chunk token row0. */
+static inline void tap_at(st_runner *r, int il, st_act_site site, int32_t row0) {
+    r->tap_layer = il, r->tap_site = site, r->tap_row0 = row0;
 }
 
 static float *falloc(size_t n) { return st_alloc_aligned((n ? n : 1) * sizeof(float), 64); }
@@ -203,6 +229,11 @@ static int project(st_runner *r, int32_t n_tok, const float *X, int64_t cols, co
             if (rc) return st_seterr(r->ctx, rc, "quantizing activations for %s: %s", w->name, st_strerror(rc));
             have = vdt;
             arow = st_act_bytes(w->type, cols);
+            for (int32_t t = 0; r->tap && vdt != ST_TYPE_F32 && t < n_tok; t++) {
+                const int32_t c = r->tap_row0 + t;
+                r->tap(r->tap_user, r->tap_layer, r->tap_site, r->tap_seq[c], r->tap_pos[c], vdt,
+                       r->actq + (size_t)t * arow, arow);
+            }
         }
         if (n_tok == 1) {
             int j = i + 1;
@@ -226,7 +257,6 @@ static int project(st_runner *r, int32_t n_tok, const float *X, int64_t cols, co
             i++;
         }
     }
-    (void)arow;
     return 0;
 }
 
@@ -394,6 +424,7 @@ static int layer_forward(st_runner *r, int il, const span *sp, int n_sp, int32_t
     /* x already holds this layer's input; the previous layer left its FFN output in tmp */
     const st_wt *wqkv[3] = {&ly->wq, &ly->wk, &ly->wv};
     float *yqkv[3] = {r->q, r->k, r->v};
+    tap_at(r, il, ST_ACT_ATTN_IN, 0);
     if ((rc = project(r, n, r->xn, E, wqkv, yqkv, 3))) return rc;
     rows(r, ly, OP_QK, NULL, NULL, n);
     for (int s = 0; s < n_sp; s++) {
@@ -404,14 +435,17 @@ static int layer_forward(st_runner *r, int il, const span *sp, int n_sp, int32_t
     if ((rc = attention(r, il, sp, n_sp, decode))) return rc;
     const st_wt *wo[1] = {&ly->wo};
     float *yo[1] = {r->tmp};
+    tap_at(r, il, ST_ACT_ATTN_OUT, 0);
     if ((rc = project(r, n, r->att, HQ, wo, yo, 1))) return rc;
     rows(r, ly, OP_ADD_NORM, ly->ffn_norm.data, &ly->bo, n);
     const st_wt *wgu[2] = {&ly->w_gate, &ly->w_up};
     float *ygu[2] = {r->g, r->u};
+    tap_at(r, il, ST_ACT_FFN_IN, 0);
     if ((rc = project(r, n, r->xn, E, wgu, ygu, 2))) return rc;
     rows(r, ly, OP_SWIGLU, NULL, NULL, n);
     const st_wt *wd[1] = {&ly->w_down};
     float *yd[1] = {r->tmp};
+    tap_at(r, il, ST_ACT_FFN_MID, 0);
     if ((rc = project(r, n, r->g, F, wd, yd, 1))) return rc;
     /* the residual add fused with the next layer's attention norm */
     static const st_wt no_bias;
@@ -436,6 +470,7 @@ static int output(st_runner *r, int32_t n, const int32_t *out_row, float *logits
             rmsnorm(r, r->xn + (size_t)(j - t) * r->E, r->x + (size_t)j * r->E, r->m->output_norm.data, r->E);
         float *y[1] = {logits + (size_t)out_row[t] * hp->n_vocab};
         /* project writes [n][n_vocab] packed: exactly consecutive logits rows */
+        tap_at(r, hp->n_layer, ST_ACT_OUTPUT, t);
         int rc = project(r, t1 - t, r->xn, r->E, wout, y, 1);
         if (rc) return rc;
         t = t1;
@@ -453,6 +488,10 @@ static int run_chunk(st_runner *r, const int32_t *tokens, span *sp, int n_sp, in
         if (rc) return st_seterr(r->ctx, rc, "KV reserve of %d tokens: %s", sp[s].n, st_strerror(rc));
         for (int32_t t = 0; t < sp[s].n; t++)
             st_rope_cache(hp, r->m->rope_freqs.data, sp[s].pos0 + t, r->rope + (size_t)(sp[s].i0 + t) * hp->n_rot);
+        for (int32_t t = 0; r->tap && t < sp[s].n; t++) {
+            r->tap_seq[sp[s].i0 + t] = sp[s].seq;
+            r->tap_pos[sp[s].i0 + t] = sp[s].pos0 + t;
+        }
     }
     embed(r, tokens, n);
     rows(r, NULL, OP_NORM, r->m->layers[0].attn_norm.data, NULL, n);

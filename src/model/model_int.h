@@ -48,6 +48,23 @@ void st_rope_cache(const st_model_hparams *hp, const float *freq_factors, int64_
 /* Rotates the first n_rot dims of each of n_heads heads of x[n_heads][head_dim] in place. */
 void st_rope_apply(const st_model_hparams *hp, const float *cs, float *x, int n_heads);
 
+/* Where a quantized activation enters the products of a layer (test hook, below). */
+typedef enum st_act_site {
+    ST_ACT_ATTN_IN,  /* normed x into wq, wk, wv */
+    ST_ACT_ATTN_OUT, /* attention output into wo */
+    ST_ACT_FFN_IN,   /* normed x into w_gate, w_up */
+    ST_ACT_FFN_MID,  /* silu(gate) * up into w_down */
+    ST_ACT_OUTPUT,   /* normed x into the output matrix (layer = n_layer) */
+} st_act_site;
+
+/* Called by the forward pass with each activation row it quantized (row: `bytes` bytes of
+ * act_type, borrowed for the call) for the token of sequence seq at position pos. For tests:
+ * the reference adopts the engine's rounding where its own value sits on a rounding boundary. */
+typedef void (*st_act_tap_fn)(void *user, int layer, st_act_site site, st_kv_seq_id seq, int64_t pos,
+                              st_type act_type, const void *row, size_t bytes);
+/* Installs (fn non-NULL) or removes the hook. 0 or ST_E_NOMEM. */
+int st_runner_set_act_tap(st_runner *r, st_act_tap_fn fn, void *user);
+
 /* Reference forward (ref.c): logits[n][n_vocab] of tokens[0..n) as one sequence from position
  * 0, computed naively in f64 (see ref.c for what is rounded). Returns 0, ST_E_NOMEM, or a
  * quant error for a type without kernels. For tests. */
@@ -55,7 +72,16 @@ typedef struct st_ref_opts {
     st_type kv_type;  /* K/V rounded to this type (f16 / bf16; anything else: f32) */
     int emulate_act;  /* round activations through the weight's activation format */
     st_isa isa;       /* whose activation quantizer */
-    double perturb;   /* 0, or a relative nudge of every activation (stability probe) */
+    /* Optional, with emulate_act: the engine's quantized row for (layer, site, pos, type)
+     * (st_act_tap_fn's record, NULL when none). Where it differs from the reference's own
+     * rounding only in elements (or a block scale) whose exact value lies within tie_tol
+     * (relative to the block's largest magnitude) of a rounding boundary, the reference takes
+     * the engine's block: either rounding is right there, and the one chosen propagates. */
+    const void *(*engine_act)(void *user, int layer, st_act_site site, int64_t pos, st_type act_type);
+    void *engine_user;
+    double tie_tol;
+    int64_t *n_adopted; /* if set: += blocks taken from the engine */
+    int64_t *n_blocks;  /* if set: += blocks compared with the engine's */
 } st_ref_opts;
 int st_model_ref_forward(const st_model *m, const st_ref_opts *o, const int32_t *tokens, int n, float *logits);
 
