@@ -87,7 +87,7 @@ int st_cmd_mkmodel(int argc, char **argv) {
     int rc = st_ctx_create(&cp, &ctx);
     if (rc) {
         fprintf(stderr, "strata mkmodel: %s\n", st_strerror(rc));
-        return ST_EXIT_INTERNAL;
+        return st_cli_exit_code(rc);
     }
     double t0 = st_time_now();
     rc = st_synth_write(ctx, &p, out);

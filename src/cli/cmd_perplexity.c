@@ -75,7 +75,7 @@ int st_cmd_perplexity(int argc, char **argv) {
     int rc = st_cli_read_file(file, &text, &len);
     if (rc) {
         fprintf(stderr, "strata perplexity: cannot read %s: %s\n", file, st_strerror(rc));
-        return ST_EXIT_INPUT;
+        return st_cli_exit_code(rc);
     }
     st_cli_session_opts so = {.model_path = model, .n_threads = (int)n_threads, .n_ctx = (int32_t)n_ctx,
                               .n_seqs = 1, .page_size = (int)kv_page, .kv_type = kv_type,

@@ -266,7 +266,7 @@ int st_cmd_run(int argc, char **argv) {
     size_t text_len = 0;
     if (o.prompt_file && (rc = st_cli_read_file(o.prompt_file, &text, &text_len))) {
         fprintf(stderr, "strata run: cannot read %s: %s\n", o.prompt_file, st_strerror(rc));
-        return ST_EXIT_INPUT;
+        return st_cli_exit_code(rc);
     }
     st_synth_params synth = builtin_model();
     st_cli_session_opts so = {.model_path = o.model, .synth = &synth, .n_threads = (int)o.n_threads,

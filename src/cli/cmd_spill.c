@@ -24,7 +24,7 @@ int st_cmd_spill(int argc, char **argv) {
     int rc = st_ctx_create(NULL, &ctx);
     if (rc) {
         fprintf(stderr, "strata spill: %s\n", st_strerror(rc));
-        return ST_EXIT_INTERNAL;
+        return st_cli_exit_code(rc);
     }
     int removed = 0, live = 0, failed = 0;
     rc = st_spill_gc(argv[2], ctx, &removed, &live, &failed);
