@@ -183,9 +183,9 @@ typedef struct st_kernels {
     st_vec_ops ops;
 } st_kernels;
 
-/* The immutable kernel table for isa (pass st_ctx_isa(ctx)). Never NULL. An ISA the CPU
- * cannot run falls back to the best one it can (AVX-512 kernels need VNNI besides
- * F/BW/VL/DQ; without it the AVX2 table is returned); ->isa says which. On a CPU with GFNI
+/* The immutable kernel table for isa (pass st_ctx_isa(ctx), which the CPU always runs: the
+ * table's ->isa is then isa). Never NULL. An isa the CPU cannot run (st_cpu_isa_missing)
+ * falls back to the best one it can; ->isa says which. On a CPU with GFNI
  * the AVX-512 table's K-quant dots use it (->gfni), with the same results as without; on a
  * CPU with AVX-VNNI the AVX2 table's K-quant dots use vpdpbusd (->vnni), in their own order.
  * Valid for the life of the process; shared by all threads. */

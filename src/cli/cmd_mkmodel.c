@@ -81,14 +81,9 @@ int st_cmd_mkmodel(int argc, char **argv) {
                         "sets the size)\n");
         return ST_EXIT_INPUT;
     }
-    st_ctx_params cp = st_ctx_default_params();
-    cp.n_threads = (int)n_threads;
     st_ctx *ctx = NULL;
-    int rc = st_ctx_create(&cp, &ctx);
-    if (rc) {
-        fprintf(stderr, "strata mkmodel: %s\n", st_strerror(rc));
-        return st_cli_exit_code(rc);
-    }
+    int rc = st_cli_ctx_create("mkmodel", (int)n_threads, &ctx);
+    if (rc) return rc;
     double t0 = st_time_now();
     rc = st_synth_write(ctx, &p, out);
     if (rc) {

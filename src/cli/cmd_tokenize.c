@@ -84,12 +84,16 @@ int st_cmd_tokenize(int argc, char **argv) {
         len = strlen(text);
     }
     st_ctx *ctx = NULL;
+    int rc = st_cli_ctx_create("tokenize", 1, &ctx);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
     st_gguf *g = NULL;
     st_tok *tok = NULL;
     int32_t *ids = NULL;
     int n = 0;
-    int rc = st_ctx_create(NULL, &ctx);
-    if (!rc) rc = st_gguf_open(ctx, model, &g);
+    rc = st_gguf_open(ctx, model, &g);
     if (!rc) {
         st_tok_params p = st_tok_default_params();
         p.pre_override = pre;
@@ -98,7 +102,7 @@ int st_cmd_tokenize(int argc, char **argv) {
     }
     if (!rc) rc = st_tok_encode_alloc(tok, text, len, add_special, parse_special, &ids, &n);
     if (rc) {
-        const char *detail = ctx ? st_ctx_error(ctx) : "";
+        const char *detail = st_ctx_error(ctx);
         fprintf(stderr, "strata tokenize: %s%s%s\n", st_strerror(rc), *detail ? ": " : "", detail);
     } else if (ids_only) {
         printf("[");

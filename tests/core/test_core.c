@@ -1,7 +1,9 @@
 #include "strata/core.h"
+#include "strata/quant.h"
 #include "../test.h"
 
 #include <errno.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <time.h>
 
@@ -174,6 +176,75 @@ TEST(test_isa_parse) {
     CHECK_INT(st_isa_parse("sse"), -1);
 }
 
+/* Runs st_ctx_create_msg with STRATA_ISA=env (NULL: unset) and stderr captured; returns its
+ * code, the reason in why, and whether anything was printed in *printed. */
+static int ctx_create_env(const char *env, int isa, st_ctx **ctx, char *why, size_t why_len, int *printed) {
+    const char *old = getenv("STRATA_ISA");
+    char saved[64] = "";
+    if (old) snprintf(saved, sizeof saved, "%s", old);
+    if (env) setenv("STRATA_ISA", env, 1);
+    else unsetenv("STRATA_ISA");
+    fflush(stderr);
+    FILE *cap = tmpfile();
+    int fd = dup(2);
+    if (cap) dup2(fileno(cap), 2);
+    st_ctx_params p = st_ctx_default_params();
+    p.n_threads = 1;
+    p.isa = isa;
+    int rc = st_ctx_create_msg(&p, ctx, why, why_len);
+    fflush(stderr);
+    dup2(fd, 2);
+    close(fd);
+    *printed = cap ? lseek(fileno(cap), 0, SEEK_END) > 0 : -1;
+    if (cap) fclose(cap);
+    if (old) setenv("STRATA_ISA", saved, 1);
+    else unsetenv("STRATA_ISA");
+    return rc;
+}
+
+/* The context's ISA is one the CPU runs entirely (st_cpu_isa_missing NULL), so the kernel
+ * table it gets is that ISA's own; an ISA it cannot run is refused, with the missing
+ * feature named in the reason, and nothing printed (library code reports, the CLI prints). */
+TEST(test_ctx_isa_is_what_runs) {
+    const st_isa best = st_cpu_best_isa();
+    CHECK(st_cpu_isa_missing(ST_ISA_SCALAR) == NULL);
+    CHECK(st_cpu_isa_missing(best) == NULL);
+    st_ctx *ctx = NULL;
+    char why[256];
+    int printed = 0;
+    for (int isa = ST_ISA_SCALAR; isa <= ST_ISA_AVX512; isa++) {
+        const char *missing = st_cpu_isa_missing((st_isa)isa);
+        CHECK_INT(missing == NULL, isa <= (int)best);
+        int rc = ctx_create_env(st_isa_name((st_isa)isa), -1, &ctx, why, sizeof why, &printed);
+        CHECK_INT(printed, 0);
+        if (missing) {
+            CHECK_INT(rc, ST_E_UNSUPPORTED);
+            CHECK(ctx == NULL);
+            CHECK(strstr(why, "STRATA_ISA") && strstr(why, missing));
+            rc = ctx_create_env(NULL, isa, &ctx, why, sizeof why, &printed);
+            CHECK_INT(rc, ST_E_UNSUPPORTED);
+            CHECK(strstr(why, missing) != NULL);
+            continue;
+        }
+        CHECK_OK(rc);
+        CHECK_STR(why, "");
+        REQUIRE(ctx);
+        CHECK_INT(st_ctx_isa(ctx), isa);
+        CHECK_INT(st_kernels_get(st_ctx_isa(ctx))->isa, isa);
+        st_ctx_destroy(ctx);
+    }
+    if (best < ST_ISA_AVX512) fprintf(stderr, "  (this CPU runs at most %s: the refusal was checked)\n", st_isa_name(best));
+    else test_skip("this CPU runs every ISA: a forced ISA it lacks cannot be checked here");
+    CHECK_INT(ctx_create_env("avx1024", -1, &ctx, why, sizeof why, &printed), ST_E_INVAL);
+    CHECK(ctx == NULL);
+    CHECK_INT(printed, 0);
+    CHECK(strstr(why, "STRATA_ISA=avx1024") != NULL);
+    CHECK_INT(ctx_create_env(NULL, 7, &ctx, why, sizeof why, &printed), ST_E_INVAL);
+    CHECK_INT(ctx_create_env(NULL, -1, &ctx, why, sizeof why, &printed), 0);
+    CHECK_INT(st_ctx_isa(ctx), best);
+    st_ctx_destroy(ctx);
+}
+
 TEST(test_type_geometry) {
     CHECK_INT(st_type_size(ST_TYPE_Q4_K), 144);
     CHECK_INT(st_type_block_size(ST_TYPE_Q8_0), 32);
@@ -187,4 +258,4 @@ TEST(test_type_geometry) {
 TEST_MAIN(test_type_geometry, test_strerror_table, test_ctx_error_detail, test_fp16_roundtrip,
           test_threadpool_runs_each_thread_once, test_threadpool_wakes_sleeping_workers,
           test_threadpool_range_covers_and_shares,
-          test_split_range_covers, test_isa_parse)
+          test_split_range_covers, test_isa_parse, test_ctx_isa_is_what_runs)

@@ -19,7 +19,7 @@ static int simd_isas(st_isa out[2]) {
     if (cap >= ST_ISA_AVX2 && st_kernels_get(ST_ISA_AVX2)->isa == ST_ISA_AVX2)
         out[n++] = ST_ISA_AVX2;
     else
-        test_skip("AVX2 kernels: CPU lacks AVX2+FMA+F16C (or STRATA_ISA=scalar)");
+        test_skip("AVX2 kernels: CPU lacks AVX2+FMA+F16C+BMI2 (or STRATA_ISA=scalar)");
     if (cap >= ST_ISA_AVX512 && st_kernels_get(ST_ISA_AVX512)->isa == ST_ISA_AVX512)
         out[n++] = ST_ISA_AVX512;
     else
