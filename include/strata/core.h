@@ -133,6 +133,13 @@ int st_isa_parse(const char *s);
 const char *st_isa_name(st_isa isa);
 
 /* ---- thread pool --------------------------------------------------------------- */
+/* The most threads a context or pool takes. */
+#define ST_THREADS_MAX 1024
+/* The default thread count: the CPUs online (sysconf(_SC_NPROCESSORS_ONLN)), or fewer when
+ * the process's affinity mask (taskset, a container's cpuset) allows fewer; in [1,
+ * ST_THREADS_MAX]. */
+int st_cpu_default_threads(void);
+
 typedef struct st_threadpool st_threadpool;
 
 /* Called once per thread: ith in [0, nth). The calling thread runs ith == 0. */
@@ -175,17 +182,18 @@ static inline void st_split_range(int64_t n, int ith, int nth, int64_t *i0, int6
 typedef struct st_ctx st_ctx;
 
 typedef struct st_ctx_params {
-    int n_threads;  /* 0 = 2 (or STRATA_THREADS from the environment) */
+    int n_threads;  /* 0 = STRATA_THREADS if set, else st_cpu_default_threads() */
     int isa;        /* -1 = best supported, or STRATA_ISA from the environment */
 } st_ctx_params;
 
 st_ctx_params st_ctx_default_params(void);
 /* Creates a context (params NULL: the defaults). Honors STRATA_ISA=scalar|avx2|avx512
  * (forcing a path, e.g. for valgrind) and STRATA_THREADS=N when the params leave them at
- * default. An ISA the CPU cannot run (st_cpu_isa_missing), forced or passed, is refused
- * with ST_E_UNSUPPORTED: st_ctx_isa() always names the kernels that run. *out owned by
- * caller. Returns 0, ST_E_INVAL (bad STRATA_ISA / isa), ST_E_UNSUPPORTED, ST_E_LIMIT,
- * ST_E_NOMEM or -errno (threads). Prints nothing. */
+ * default. STRATA_THREADS must be a whole number in 1..ST_THREADS_MAX (else ST_E_INVAL, or
+ * ST_E_LIMIT above the cap). An ISA the CPU cannot run (st_cpu_isa_missing), forced or
+ * passed, is refused with ST_E_UNSUPPORTED: st_ctx_isa() always names the kernels that run.
+ * *out owned by caller. Returns 0, ST_E_INVAL (bad STRATA_ISA / STRATA_THREADS / isa),
+ * ST_E_UNSUPPORTED, ST_E_LIMIT (threads), ST_E_NOMEM or -errno (threads). Prints nothing. */
 int st_ctx_create(const st_ctx_params *params, st_ctx **out);
 /* As st_ctx_create; on failure, when why != NULL, writes a one-line reason into
  * why[why_len] (the variable and its value, the CPU feature missing...), "" on success. */

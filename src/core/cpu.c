@@ -1,10 +1,12 @@
 /* CPU feature detection for the kernel dispatch tables. */
 #include "strata/core.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <strings.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -82,6 +84,14 @@ int st_cpu_has_avxvnni(void) {
 #else
     return 0;
 #endif
+}
+
+int st_cpu_default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    /* a process pinned to fewer CPUs (taskset, a container's cpuset) gets those */
+    cpu_set_t set;
+    if (!sched_getaffinity(0, sizeof set, &set) && CPU_COUNT(&set) > 0 && CPU_COUNT(&set) < n) n = CPU_COUNT(&set);
+    return n < 1 ? 1 : n > ST_THREADS_MAX ? ST_THREADS_MAX : (int)n;
 }
 
 int st_isa_parse(const char *s) {

@@ -8,7 +8,6 @@
 #include <strings.h>
 
 #define ST_ERRMSG_MAX 1024
-#define ST_THREADS_MAX 1024
 
 struct st_ctx {
     st_threadpool *tp;
@@ -40,10 +39,20 @@ int st_ctx_create_msg(const st_ctx_params *params, st_ctx **out, char *why, size
     st_ctx_params p = params ? *params : st_ctx_default_params();
     if (p.n_threads <= 0) {
         const char *env = getenv("STRATA_THREADS");
-        p.n_threads = env ? atoi(env) : 2;
-        if (p.n_threads <= 0) p.n_threads = 2;
+        if (env && *env) {
+            char *end;
+            errno = 0;
+            long v = strtol(env, &end, 10);
+            if (errno || *end || end == env || v < 1 || v > ST_THREADS_MAX)
+                return why_fail(why, why_len, v > ST_THREADS_MAX && !*end ? ST_E_LIMIT : ST_E_INVAL,
+                                "STRATA_THREADS=%s is not a thread count in 1..%d", env, ST_THREADS_MAX);
+            p.n_threads = (int)v;
+        } else {
+            p.n_threads = st_cpu_default_threads();
+        }
     }
-    if (p.n_threads > ST_THREADS_MAX) return ST_E_LIMIT;
+    if (p.n_threads > ST_THREADS_MAX)
+        return why_fail(why, why_len, ST_E_LIMIT, "%d threads asked for; at most %d", p.n_threads, ST_THREADS_MAX);
     const char *isa_from = "the caller";
     if (p.isa < 0) {
         const char *env = getenv("STRATA_ISA");

@@ -3,6 +3,7 @@
 #include "../test.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <unistd.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -176,20 +177,21 @@ TEST(test_isa_parse) {
     CHECK_INT(st_isa_parse("sse"), -1);
 }
 
-/* Runs st_ctx_create_msg with STRATA_ISA=env (NULL: unset) and stderr captured; returns its
- * code, the reason in why, and whether anything was printed in *printed. */
-static int ctx_create_env(const char *env, int isa, st_ctx **ctx, char *why, size_t why_len, int *printed) {
-    const char *old = getenv("STRATA_ISA");
+/* Runs st_ctx_create_msg with var=env (NULL: unset) and stderr captured; returns its code,
+ * the reason in why, and whether anything was printed in *printed. */
+static int ctx_create_var(const char *var, const char *env, int n_threads, int isa, st_ctx **ctx, char *why,
+                          size_t why_len, int *printed) {
+    const char *old = getenv(var);
     char saved[64] = "";
     if (old) snprintf(saved, sizeof saved, "%s", old);
-    if (env) setenv("STRATA_ISA", env, 1);
-    else unsetenv("STRATA_ISA");
+    if (env) setenv(var, env, 1);
+    else unsetenv(var);
     fflush(stderr);
     FILE *cap = tmpfile();
     int fd = dup(2);
     if (cap) dup2(fileno(cap), 2);
     st_ctx_params p = st_ctx_default_params();
-    p.n_threads = 1;
+    p.n_threads = n_threads;
     p.isa = isa;
     int rc = st_ctx_create_msg(&p, ctx, why, why_len);
     fflush(stderr);
@@ -197,9 +199,13 @@ static int ctx_create_env(const char *env, int isa, st_ctx **ctx, char *why, siz
     close(fd);
     *printed = cap ? lseek(fileno(cap), 0, SEEK_END) > 0 : -1;
     if (cap) fclose(cap);
-    if (old) setenv("STRATA_ISA", saved, 1);
-    else unsetenv("STRATA_ISA");
+    if (old) setenv(var, saved, 1);
+    else unsetenv(var);
     return rc;
+}
+
+static int ctx_create_env(const char *env, int isa, st_ctx **ctx, char *why, size_t why_len, int *printed) {
+    return ctx_create_var("STRATA_ISA", env, 1, isa, ctx, why, why_len, printed);
 }
 
 /* The context's ISA is one the CPU runs entirely (st_cpu_isa_missing NULL), so the kernel
@@ -245,6 +251,65 @@ TEST(test_ctx_isa_is_what_runs) {
     st_ctx_destroy(ctx);
 }
 
+/* The default thread count is the CPUs this process may run on, not a constant; STRATA_THREADS
+ * must be a whole number in range, and a bad one is named in the reason. */
+TEST(test_ctx_threads) {
+    const int def = st_cpu_default_threads();
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+    long want = CPU_COUNT(&set) < online ? CPU_COUNT(&set) : online;
+    CHECK_INT(def, want < 1 ? 1 : want > ST_THREADS_MAX ? ST_THREADS_MAX : want);
+    st_ctx *ctx = NULL;
+    char why[256];
+    int printed = 0;
+    CHECK_OK(ctx_create_var("STRATA_THREADS", NULL, 0, -1, &ctx, why, sizeof why, &printed));
+    REQUIRE(ctx);
+    CHECK_INT(st_threadpool_n_threads(st_ctx_threadpool(ctx)), def);
+    st_ctx_destroy(ctx);
+    /* pinned to one CPU, the default follows (whatever this machine's size) */
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set)) {
+            CPU_SET(c, &one);
+            break;
+        }
+    REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
+    CHECK_INT(st_cpu_default_threads(), 1);
+    int rc = ctx_create_var("STRATA_THREADS", NULL, 0, -1, &ctx, why, sizeof why, &printed);
+    REQUIRE(sched_setaffinity(0, sizeof set, &set) == 0);
+    CHECK_OK(rc);
+    REQUIRE(ctx);
+    CHECK_INT(st_threadpool_n_threads(st_ctx_threadpool(ctx)), 1);
+    st_ctx_destroy(ctx);
+    CHECK_OK(ctx_create_var("STRATA_THREADS", "3", 0, -1, &ctx, why, sizeof why, &printed));
+    REQUIRE(ctx);
+    CHECK_INT(st_threadpool_n_threads(st_ctx_threadpool(ctx)), 3);
+    st_ctx_destroy(ctx);
+    /* an explicit count wins over the variable, even a bad one */
+    CHECK_OK(ctx_create_var("STRATA_THREADS", "abc", 1, -1, &ctx, why, sizeof why, &printed));
+    REQUIRE(ctx);
+    CHECK_INT(st_threadpool_n_threads(st_ctx_threadpool(ctx)), 1);
+    st_ctx_destroy(ctx);
+    const struct { const char *v; int rc; } bad[] = {
+        {"abc", ST_E_INVAL}, {"0", ST_E_INVAL}, {"-2", ST_E_INVAL}, {"4x", ST_E_INVAL}, {" ", ST_E_INVAL},
+        {"1025", ST_E_LIMIT}, {"99999999999999999999", ST_E_LIMIT},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK_INT(ctx_create_var("STRATA_THREADS", bad[i].v, 0, -1, &ctx, why, sizeof why, &printed), bad[i].rc);
+        CHECK(ctx == NULL);
+        CHECK_INT(printed, 0);
+        char want_msg[64];
+        snprintf(want_msg, sizeof want_msg, "STRATA_THREADS=%s ", bad[i].v);
+        if (!strstr(why, want_msg)) fprintf(stderr, "  reason: '%s'\n", why);
+        CHECK(strstr(why, want_msg) != NULL);
+    }
+    CHECK_INT(ctx_create_var("STRATA_THREADS", NULL, ST_THREADS_MAX + 1, -1, &ctx, why, sizeof why, &printed),
+              ST_E_LIMIT);
+    CHECK(strstr(why, "1025") != NULL);
+}
+
 TEST(test_type_geometry) {
     CHECK_INT(st_type_size(ST_TYPE_Q4_K), 144);
     CHECK_INT(st_type_block_size(ST_TYPE_Q8_0), 32);
@@ -258,4 +323,5 @@ TEST(test_type_geometry) {
 TEST_MAIN(test_type_geometry, test_strerror_table, test_ctx_error_detail, test_fp16_roundtrip,
           test_threadpool_runs_each_thread_once, test_threadpool_wakes_sleeping_workers,
           test_threadpool_range_covers_and_shares,
-          test_split_range_covers, test_isa_parse, test_ctx_isa_is_what_runs)
+          test_split_range_covers, test_isa_parse, test_ctx_isa_is_what_runs,
+          test_ctx_threads)
