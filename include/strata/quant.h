@@ -112,11 +112,21 @@ bool st_type_has_kernels(st_type t);
 st_type st_type_vec_dot_type(st_type t);
 /* Elements per block and bytes per block: st_type_block_size / st_type_size (core.h). */
 
-/* ---- reference conversions (scalar, exact ggml semantics) ------------------------- */
-/* Quantizes n floats of x into y (st_row_bytes(t, n) bytes, caller-owned) with the
- * scalar reference quantizer (as ggml's quantize_row_*_ref). F32/F16/BF16 convert.
- * Returns 0; ST_E_UNSUPPORTED when t has no kernels; ST_E_INVAL when n < 0, n is not
- * a multiple of the block size, or a pointer is NULL. */
+/* ---- reference conversions (scalar) ----------------------------------------------- */
+/* What matches ggml exactly and what does not:
+ *   - block layouts (the structs above, src/quant/kquants.h) are ggml's byte for byte;
+ *   - dequantization of every type is ggml's formula, so a llama.cpp file decodes to the
+ *     same floats;
+ *   - F16 / BF16 conversion, and the Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 and Q8_K quantizers
+ *     (the weights' legacy types and the activation types), follow ggml's
+ *     quantize_row_*_ref step by step: same bytes as ggml's reference where its build
+ *     does not contract the multiply-adds into FMAs (ours never does);
+ *   - the Q4_K, Q5_K and Q6_K quantizers are NOT ggml's: a weighted least-squares search
+ *     for the sub-block scales in the spirit of ggml's make_qkx / make_qx (kquants.c), so
+ *     their bytes can differ from llama-quantize's (same layout, similar error).
+ * Quantizes n floats of x into y (st_row_bytes(t, n) bytes, caller-owned) with the
+ * scalar reference quantizer. Returns 0; ST_E_UNSUPPORTED when t has no kernels;
+ * ST_E_INVAL when n < 0, n is not a multiple of the block size, or a pointer is NULL. */
 int st_quantize_row(st_type t, const float *x, void *y, int64_t n);
 /* Dequantizes n elements of x (type t) into y[n]. Same errors as st_quantize_row. */
 int st_dequantize_row(st_type t, const void *x, float *y, int64_t n);
