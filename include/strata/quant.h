@@ -164,7 +164,8 @@ typedef struct st_type_kernels {
     st_from_float_fn from_float; /* f32 -> this type (SIMD where it exists; used for
                                   * activations; may round ties differently from
                                   * the reference quantizer) */
-    st_to_float_fn to_float;     /* this type -> f32 */
+    st_to_float_fn to_float;     /* this type -> f32: the same bits as st_dequantize_row
+                                  * in every table (f16: SIMD on AVX2/AVX-512) */
     st_vec_dot_fn vec_dot;       /* weight row of this type . row of vec_dot_type */
     st_tile_fn tile;             /* NULL: products loop over vec_dot */
     st_tile4_fn tile4;           /* quad layout; NULL: this table does not pack the type
