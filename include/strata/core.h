@@ -108,7 +108,19 @@ size_t st_row_bytes(st_type t, int64_t ne);
 /* ---- ISA selection ----------------------------------------------------------- */
 typedef enum st_isa { ST_ISA_SCALAR = 0, ST_ISA_AVX2 = 1, ST_ISA_AVX512 = 2 } st_isa;
 
-/* Best ISA this CPU supports (AVX512 needs F, BW, VL, DQ; AVX2 needs FMA and F16C). */
+/* What an ISA needs is what its files are compiled for (CMakeLists.txt ST_AVX2_FLAGS /
+ * ST_AVX512_FLAGS), all of it, with the OS saving the vector state:
+ *   AVX2:   AVX2, FMA, F16C, BMI2;
+ *   AVX512: the AVX2 set and AVX-512 F, BW, VL, DQ and VNNI. VNNI is part of the level, not an
+ *           option inside it: the AVX-512 quant dots are vpdpbusd, and one level for every
+ *           kernel family (quant, attention, vector ops) keeps st_ctx_isa() naming what runs.
+ *           A CPU with AVX-512 but no VNNI (Skylake-SP/X) therefore runs the AVX2 level.
+ * Optional extras inside a level (GFNI, AVX-VNNI) are picked per table, with the same or
+ * documented results.
+ * st_cpu_isa_missing: NULL when this CPU can run isa, else the name of a feature it lacks
+ * ("avx512vnni", ...; "x86-64" off x86). Static strings; thread-safe. */
+const char *st_cpu_isa_missing(st_isa isa);
+/* Best ISA this CPU runs: the highest isa for which st_cpu_isa_missing() is NULL. */
 st_isa st_cpu_best_isa(void);
 /* True when the CPU has AVX512-VNNI. */
 int st_cpu_has_vnni(void);
@@ -121,6 +133,13 @@ int st_isa_parse(const char *s);
 const char *st_isa_name(st_isa isa);
 
 /* ---- thread pool --------------------------------------------------------------- */
+/* The most threads a context or pool takes. */
+#define ST_THREADS_MAX 1024
+/* The default thread count: the CPUs online (sysconf(_SC_NPROCESSORS_ONLN)), or fewer when
+ * the process's affinity mask (taskset, a container's cpuset) allows fewer; in [1,
+ * ST_THREADS_MAX]. */
+int st_cpu_default_threads(void);
+
 typedef struct st_threadpool st_threadpool;
 
 /* Called once per thread: ith in [0, nth). The calling thread runs ith == 0. */
@@ -163,15 +182,22 @@ static inline void st_split_range(int64_t n, int ith, int nth, int64_t *i0, int6
 typedef struct st_ctx st_ctx;
 
 typedef struct st_ctx_params {
-    int n_threads;  /* 0 = 2 (or STRATA_THREADS from the environment) */
+    int n_threads;  /* 0 = STRATA_THREADS if set, else st_cpu_default_threads() */
     int isa;        /* -1 = best supported, or STRATA_ISA from the environment */
 } st_ctx_params;
 
 st_ctx_params st_ctx_default_params(void);
-/* Creates a context. Honors STRATA_ISA=scalar|avx2|avx512 (forcing a path, e.g. for
- * valgrind) and STRATA_THREADS=N when the params leave them at default. An ISA the
- * CPU lacks is refused with ST_E_UNSUPPORTED. *out owned by caller. */
+/* Creates a context (params NULL: the defaults). Honors STRATA_ISA=scalar|avx2|avx512
+ * (forcing a path, e.g. for valgrind) and STRATA_THREADS=N when the params leave them at
+ * default. STRATA_THREADS must be a whole number in 1..ST_THREADS_MAX (else ST_E_INVAL, or
+ * ST_E_LIMIT above the cap). An ISA the CPU cannot run (st_cpu_isa_missing), forced or
+ * passed, is refused with ST_E_UNSUPPORTED: st_ctx_isa() always names the kernels that run.
+ * *out owned by caller. Returns 0, ST_E_INVAL (bad STRATA_ISA / STRATA_THREADS / isa),
+ * ST_E_UNSUPPORTED, ST_E_LIMIT (threads), ST_E_NOMEM or -errno (threads). Prints nothing. */
 int st_ctx_create(const st_ctx_params *params, st_ctx **out);
+/* As st_ctx_create; on failure, when why != NULL, writes a one-line reason into
+ * why[why_len] (the variable and its value, the CPU feature missing...), "" on success. */
+int st_ctx_create_msg(const st_ctx_params *params, st_ctx **out, char *why, size_t why_len);
 void st_ctx_destroy(st_ctx *ctx); /* NULL is a no-op */
 st_threadpool *st_ctx_threadpool(st_ctx *ctx);
 st_isa st_ctx_isa(const st_ctx *ctx);

@@ -112,11 +112,21 @@ bool st_type_has_kernels(st_type t);
 st_type st_type_vec_dot_type(st_type t);
 /* Elements per block and bytes per block: st_type_block_size / st_type_size (core.h). */
 
-/* ---- reference conversions (scalar, exact ggml semantics) ------------------------- */
-/* Quantizes n floats of x into y (st_row_bytes(t, n) bytes, caller-owned) with the
- * scalar reference quantizer (as ggml's quantize_row_*_ref). F32/F16/BF16 convert.
- * Returns 0; ST_E_UNSUPPORTED when t has no kernels; ST_E_INVAL when n < 0, n is not
- * a multiple of the block size, or a pointer is NULL. */
+/* ---- reference conversions (scalar) ----------------------------------------------- */
+/* What matches ggml exactly and what does not:
+ *   - block layouts (the structs above, src/quant/kquants.h) are ggml's byte for byte;
+ *   - dequantization of every type is ggml's formula, so a llama.cpp file decodes to the
+ *     same floats;
+ *   - F16 / BF16 conversion, and the Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 and Q8_K quantizers
+ *     (the weights' legacy types and the activation types), follow ggml's
+ *     quantize_row_*_ref step by step: same bytes as ggml's reference where its build
+ *     does not contract the multiply-adds into FMAs (ours never does);
+ *   - the Q4_K, Q5_K and Q6_K quantizers are NOT ggml's: a weighted least-squares search
+ *     for the sub-block scales in the spirit of ggml's make_qkx / make_qx (kquants.c), so
+ *     their bytes can differ from llama-quantize's (same layout, similar error).
+ * Quantizes n floats of x into y (st_row_bytes(t, n) bytes, caller-owned) with the
+ * scalar reference quantizer. Returns 0; ST_E_UNSUPPORTED when t has no kernels;
+ * ST_E_INVAL when n < 0, n is not a multiple of the block size, or a pointer is NULL. */
 int st_quantize_row(st_type t, const float *x, void *y, int64_t n);
 /* Dequantizes n elements of x (type t) into y[n]. Same errors as st_quantize_row. */
 int st_dequantize_row(st_type t, const void *x, float *y, int64_t n);
@@ -154,7 +164,8 @@ typedef struct st_type_kernels {
     st_from_float_fn from_float; /* f32 -> this type (SIMD where it exists; used for
                                   * activations; may round ties differently from
                                   * the reference quantizer) */
-    st_to_float_fn to_float;     /* this type -> f32 */
+    st_to_float_fn to_float;     /* this type -> f32: the same bits as st_dequantize_row
+                                  * in every table (f16: SIMD on AVX2/AVX-512) */
     st_vec_dot_fn vec_dot;       /* weight row of this type . row of vec_dot_type */
     st_tile_fn tile;             /* NULL: products loop over vec_dot */
     st_tile4_fn tile4;           /* quad layout; NULL: this table does not pack the type
@@ -183,9 +194,9 @@ typedef struct st_kernels {
     st_vec_ops ops;
 } st_kernels;
 
-/* The immutable kernel table for isa (pass st_ctx_isa(ctx)). Never NULL. An ISA the CPU
- * cannot run falls back to the best one it can (AVX-512 kernels need VNNI besides
- * F/BW/VL/DQ; without it the AVX2 table is returned); ->isa says which. On a CPU with GFNI
+/* The immutable kernel table for isa (pass st_ctx_isa(ctx), which the CPU always runs: the
+ * table's ->isa is then isa). Never NULL. An isa the CPU cannot run (st_cpu_isa_missing)
+ * falls back to the best one it can; ->isa says which. On a CPU with GFNI
  * the AVX-512 table's K-quant dots use it (->gfni), with the same results as without; on a
  * CPU with AVX-VNNI the AVX2 table's K-quant dots use vpdpbusd (->vnni), in their own order.
  * Valid for the life of the process; shared by all threads. */

@@ -71,6 +71,16 @@ unsigned long long st_cli_mem_available(void) {
     return kb * 1024ull;
 }
 
+int st_cli_ctx_create(const char *cmd, int n_threads, st_ctx **out) {
+    st_ctx_params cp = st_ctx_default_params();
+    cp.n_threads = n_threads;
+    char why[256];
+    int rc = st_ctx_create_msg(&cp, out, why, sizeof why);
+    if (!rc) return 0;
+    fprintf(stderr, "strata %s: %s\n", cmd, *why ? why : st_strerror(rc));
+    return st_cli_exit_code(rc);
+}
+
 void st_cli_progress_begin(st_cli_progress *p, const char *label) {
     p->t0 = st_time_now();
     p->active = isatty(2);
@@ -127,10 +137,8 @@ static int fail(const char *cmd, st_cli_session *s, int rc, const char *what) {
 
 int st_cli_session_open(const char *cmd, const st_cli_session_opts *o, st_cli_session *s) {
     memset(s, 0, sizeof *s);
-    st_ctx_params cp = st_ctx_default_params();
-    cp.n_threads = o->n_threads;
-    int rc = st_ctx_create(&cp, &s->ctx);
-    if (rc) return fail(cmd, s, rc, "creating the context");
+    int rc = st_cli_ctx_create(cmd, o->n_threads, &s->ctx);
+    if (rc) return rc;
     if (o->model_path) {
         rc = st_model_load(s->ctx, o->model_path, &s->model);
     } else {

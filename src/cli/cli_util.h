@@ -17,6 +17,11 @@ int st_cli_read_file(const char *path, char **out, size_t *len);
 /* MemAvailable from /proc/meminfo in bytes (0 when unknown). */
 unsigned long long st_cli_mem_available(void);
 
+/* Creates the context (n_threads 0: the default, STRATA_THREADS / STRATA_ISA honored). On
+ * failure prints "strata CMD: <reason>" to stderr and returns the exit code (2 for a bad
+ * variable or an ISA this CPU cannot run). */
+int st_cli_ctx_create(const char *cmd, int n_threads, st_ctx **out);
+
 /* A progress bar on stderr, drawn only when stderr is a terminal and the job has run for
  * more than a second. */
 typedef struct st_cli_progress {

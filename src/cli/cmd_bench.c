@@ -15,13 +15,14 @@ static void usage(FILE *f) {
                "decode tok/s (N_GEN steps, default 128, after the prompt: -p sets the depth decode runs\n"
                "at, as llama-bench's -d; the forward calls are timed, not the choice of each next\n"
                "token, as llama-bench) and decode's fraction of the read-bandwidth roofline. The\n"
-               "context is N_PROMPT + N_GEN (a model file's own limit applies).\n");
+               "context is N_PROMPT + N_GEN (a model file's own limit applies). THREADS: default\n"
+               "$STRATA_THREADS, else the CPUs this process may run on.\n");
 }
 
 int st_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *preset = "small";
     st_synth_params sp = st_synth_default_params();
-    long long n_pp = 512, n_tg = 128, n_threads = 2, n_batch = 512, kv_page = 16;
+    long long n_pp = 512, n_tg = 128, n_threads = 0, n_batch = 512, kv_page = 16;
     st_type kv_type = ST_TYPE_F16;
     for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -34,7 +35,7 @@ int st_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--type")) ok = v && !st_synth_parse_type(v, &sp);
         else if (!strcmp(a, "-p")) ok = !st_cli_int(v, 1, 1 << 20, &n_pp);
         else if (!strcmp(a, "-n")) ok = !st_cli_int(v, 1, 1 << 20, &n_tg);
-        else if (!strcmp(a, "-t")) ok = !st_cli_int(v, 1, 1024, &n_threads);
+        else if (!strcmp(a, "-t")) ok = !st_cli_int(v, 1, ST_THREADS_MAX, &n_threads);
         else if (!strcmp(a, "-b")) ok = !st_cli_int(v, 1, 1 << 16, &n_batch);
         else if (!strcmp(a, "--kv-page")) ok = !st_cli_int(v, 8, 256, &kv_page) && !(kv_page & (kv_page - 1));
         else if (!strcmp(a, "--kv-type")) ok = v && !st_cli_kv_type(v, &kv_type);
@@ -99,7 +100,7 @@ int st_cmd_bench(int argc, char **argv) {
         double bytes = (double)st_model_weight_bytes(s.model) + kv, tg = n_tg / t_tg;
         printf("%s\nthreads %lld, read bandwidth %.1f GB/s\npp%lld %.1f tok/s\ntg%lld %.1f tok/s "
                "(%.0f MB/token at depth %lld: %.0f%% of roofline)\n",
-               st_model_desc(s.model), n_threads, bw, n_pp, n_pp / t_pp, n_tg, tg, bytes / 1e6, n_pp,
+               st_model_desc(s.model), (long long)st_threadpool_n_threads(st_ctx_threadpool(s.ctx)), bw, n_pp, n_pp / t_pp, n_tg, tg, bytes / 1e6, n_pp,
                100 * bytes * tg / (bw * 1e9));
     }
     free(tok);

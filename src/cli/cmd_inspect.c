@@ -2,6 +2,7 @@
  * Everything printed comes from the validated st_gguf; a malformed file is one line on
  * stderr (the reader's message: file, field, byte offset) and exit code 2. */
 #include "strata/gguf.h"
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 
 #include <inttypes.h>
@@ -220,14 +221,9 @@ int st_cmd_inspect(int argc, char **argv) {
         usage(stderr);
         return ST_EXIT_INPUT;
     }
-    st_ctx_params cp = st_ctx_default_params();
-    cp.n_threads = 1;
     st_ctx *ctx = NULL;
-    int rc = st_ctx_create(&cp, &ctx);
-    if (rc) {
-        fprintf(stderr, "strata inspect: cannot create context: %s\n", st_strerror(rc));
-        return st_cli_exit_code(rc);
-    }
+    int rc = st_cli_ctx_create("inspect", 1, &ctx);
+    if (rc) return rc;
     st_gguf *g = NULL;
     rc = st_gguf_open(ctx, path, &g);
     if (rc) {

@@ -15,7 +15,8 @@ static void usage(FILE *f) {
             "q4_k_m mimics llama.cpp's mix: Q6_K for output.weight and for attn_v / ffn_down of the\n"
             "layers llama.cpp's use_more_bits picks (first and last eighth, every third between);\n"
             "Q4_K elsewhere, token_embd included. Weights N(0, 0.02), norms 1; deterministic from --seed.\n"
-            "Without --vocab-from the tokenizer is a built-in byte-level SPM vocabulary (vocab >= 259).\n");
+            "Without --vocab-from the tokenizer is a built-in byte-level SPM vocabulary (vocab >= 259).\n"
+            "-t: default $STRATA_THREADS, else the CPUs this process may run on.\n");
 }
 
 int st_cmd_mkmodel(int argc, char **argv) {
@@ -52,7 +53,7 @@ int st_cmd_mkmodel(int argc, char **argv) {
         } else if (!strcmp(a, "--seed")) {
             ok = !st_cli_int(val, 0, (long long)(~0ull >> 1), &v);
             p.seed = (uint64_t)v;
-        } else if (!strcmp(a, "-t")) ok = !st_cli_int(val, 1, 1024, &n_threads);
+        } else if (!strcmp(a, "-t")) ok = !st_cli_int(val, 1, ST_THREADS_MAX, &n_threads);
         else {
             int32_t *dst = !strcmp(a, "--layers") ? &p.n_layer : !strcmp(a, "--dim") ? &p.n_embd
                          : !strcmp(a, "--heads") ? &p.n_head : !strcmp(a, "--kv-heads") ? &p.n_head_kv
@@ -81,14 +82,9 @@ int st_cmd_mkmodel(int argc, char **argv) {
                         "sets the size)\n");
         return ST_EXIT_INPUT;
     }
-    st_ctx_params cp = st_ctx_default_params();
-    cp.n_threads = (int)n_threads;
     st_ctx *ctx = NULL;
-    int rc = st_ctx_create(&cp, &ctx);
-    if (rc) {
-        fprintf(stderr, "strata mkmodel: %s\n", st_strerror(rc));
-        return ST_EXIT_INTERNAL;
-    }
+    int rc = st_cli_ctx_create("mkmodel", (int)n_threads, &ctx);
+    if (rc) return rc;
     double t0 = st_time_now();
     rc = st_synth_write(ctx, &p, out);
     if (rc) {

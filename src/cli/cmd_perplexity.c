@@ -13,6 +13,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: strata perplexity -m FILE -f TEXT [-c CTX] [-t THREADS] [-b N_BATCH] [--chunks N]\n"
                "                         [--kv-page P] [--kv-type f16|bf16|f32|q8_0] [--kv-budget N ...]\n"
+               "-t: default $STRATA_THREADS, else the CPUs this process may run on.\n"
                "With any --kv-* Quest flag every token is run as a decode step (token by token), so it\n"
                "is scored with exactly the attention sparse decode gives it (--kv-budget 0: dense).\n"
                ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
@@ -51,7 +52,7 @@ int st_cmd_perplexity(int argc, char **argv) {
         } else if (!strcmp(a, "-m")) model = v;
         else if (!strcmp(a, "-f")) file = v;
         else if (!strcmp(a, "-c")) ok = !st_cli_int(v, 4, 1 << 24, &n_ctx);
-        else if (!strcmp(a, "-t")) ok = !st_cli_int(v, 1, 1024, &n_threads);
+        else if (!strcmp(a, "-t")) ok = !st_cli_int(v, 1, ST_THREADS_MAX, &n_threads);
         else if (!strcmp(a, "-b")) ok = !st_cli_int(v, 1, 1 << 16, &n_batch);
         else if (!strcmp(a, "--chunks")) ok = !st_cli_int(v, 1, 1 << 30, &max_chunks);
         else if (!strcmp(a, "--kv-page")) ok = !st_cli_int(v, 8, 256, &kv_page) && !(kv_page & (kv_page - 1));
@@ -75,7 +76,7 @@ int st_cmd_perplexity(int argc, char **argv) {
     int rc = st_cli_read_file(file, &text, &len);
     if (rc) {
         fprintf(stderr, "strata perplexity: cannot read %s: %s\n", file, st_strerror(rc));
-        return ST_EXIT_INPUT;
+        return st_cli_exit_code(rc);
     }
     st_cli_session_opts so = {.model_path = model, .n_threads = (int)n_threads, .n_ctx = (int32_t)n_ctx,
                               .n_seqs = 1, .page_size = (int)kv_page, .kv_type = kv_type,

@@ -22,8 +22,9 @@ static void usage(FILE *f) {
             "between turns. The template comes from the GGUF unless --chat-template names one.\n"
             "Without -m, runs a built-in synthetic model (random weights, byte-level tokenizer).\n"
             "-n -1 (or -2): until the end of the text or a full context. --temp 0 is greedy.\n"
-            "Defaults: -n 128, -c min(model, 4096), --temp 0.8, --top-k 40,\n"
-            "--top-p 0.95, --min-p 0.05, --repeat-penalty 1.0, --kv-page 16, --kv-type f16.\n"
+            "Defaults: -n 128, -c min(model, 4096), -t $STRATA_THREADS or the CPUs this process may\n"
+            "run on, --temp 0.8, --top-k 40, --top-p 0.95, --min-p 0.05, --repeat-penalty 1.0,\n"
+            "--kv-page 16, --kv-type f16.\n"
             "--prompt-cache FILE: restore the KV of the longest prefix this prompt shares with FILE\n"
             "(a KV snapshot of an earlier run of the same model and KV settings) and save this\n"
             "prompt's KV there when it went further; -ro: never write FILE; -all: save after the\n"
@@ -82,7 +83,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
             if (st_cli_int(v, 1, 1 << 30, &o->n_ctx)) return bad(a, v);
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (st_cli_int(v, 1, 1024, &o->n_threads)) return bad(a, v);
+            if (st_cli_int(v, 1, ST_THREADS_MAX, &o->n_threads)) return bad(a, v);
         } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
             if (st_cli_int(v, 1, 1 << 16, &o->n_batch)) return bad(a, v);
         } else if (!strcmp(a, "--temp")) {
@@ -266,7 +267,7 @@ int st_cmd_run(int argc, char **argv) {
     size_t text_len = 0;
     if (o.prompt_file && (rc = st_cli_read_file(o.prompt_file, &text, &text_len))) {
         fprintf(stderr, "strata run: cannot read %s: %s\n", o.prompt_file, st_strerror(rc));
-        return ST_EXIT_INPUT;
+        return st_cli_exit_code(rc);
     }
     st_synth_params synth = builtin_model();
     st_cli_session_opts so = {.model_path = o.model, .synth = &synth, .n_threads = (int)o.n_threads,

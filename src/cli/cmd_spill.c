@@ -1,4 +1,5 @@
 /* strata spill gc DIR: remove the spill directories of dead instances. */
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "strata/tier.h"
 
@@ -21,11 +22,8 @@ int st_cmd_spill(int argc, char **argv) {
         return ST_EXIT_INPUT;
     }
     st_ctx *ctx = NULL;
-    int rc = st_ctx_create(NULL, &ctx);
-    if (rc) {
-        fprintf(stderr, "strata spill: %s\n", st_strerror(rc));
-        return ST_EXIT_INTERNAL;
-    }
+    int rc = st_cli_ctx_create("spill", 1, &ctx);
+    if (rc) return rc;
     int removed = 0, live = 0, failed = 0;
     rc = st_spill_gc(argv[2], ctx, &removed, &live, &failed);
     if (rc) {

@@ -1,4 +1,5 @@
 /* strata tokenize: print the pieces and ids of a text, like llama.cpp's llama-tokenize. */
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "strata/gguf.h"
 #include "strata/tok.h"
@@ -18,29 +19,6 @@ static void usage(FILE *f) {
             "  --pre NAME           use pre-tokenizer NAME instead of tokenizer.ggml.pre\n"
             "  --force-default-pre  accept an unknown tokenizer.ggml.pre (use the default one)\n"
             "  --show-count         print the number of tokens at the end\n");
-}
-
-static char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, k = 0;
-    char *b = malloc(cap);
-    while (b) {
-        size_t r = fread(b + k, 1, cap - k, f);
-        k += r;
-        if (k < cap) break;
-        char *nb = realloc(b, cap * 2);
-        if (!nb) {
-            free(b);
-            b = NULL;
-            break;
-        }
-        b = nb;
-        cap *= 2;
-    }
-    fclose(f);
-    *n = k;
-    return b;
 }
 
 /* Writes a piece between quotes; bytes that are not valid UTF-8 (a byte token alone) as \xNN. */
@@ -96,21 +74,26 @@ int st_cmd_tokenize(int argc, char **argv) {
     char *buf = NULL;
     size_t len = 0;
     if (file) {
-        if (!(buf = read_file(file, &len))) {
-            fprintf(stderr, "strata tokenize: cannot read %s\n", file);
-            return ST_EXIT_INPUT;
+        int rc = st_cli_read_file(file, &buf, &len);
+        if (rc) {
+            fprintf(stderr, "strata tokenize: cannot read %s: %s\n", file, st_strerror(rc));
+            return st_cli_exit_code(rc);
         }
         text = buf;
     } else {
         len = strlen(text);
     }
     st_ctx *ctx = NULL;
+    int rc = st_cli_ctx_create("tokenize", 1, &ctx);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
     st_gguf *g = NULL;
     st_tok *tok = NULL;
     int32_t *ids = NULL;
     int n = 0;
-    int rc = st_ctx_create(NULL, &ctx);
-    if (!rc) rc = st_gguf_open(ctx, model, &g);
+    rc = st_gguf_open(ctx, model, &g);
     if (!rc) {
         st_tok_params p = st_tok_default_params();
         p.pre_override = pre;
@@ -119,7 +102,7 @@ int st_cmd_tokenize(int argc, char **argv) {
     }
     if (!rc) rc = st_tok_encode_alloc(tok, text, len, add_special, parse_special, &ids, &n);
     if (rc) {
-        const char *detail = ctx ? st_ctx_error(ctx) : "";
+        const char *detail = st_ctx_error(ctx);
         fprintf(stderr, "strata tokenize: %s%s%s\n", st_strerror(rc), *detail ? ": " : "", detail);
     } else if (ids_only) {
         printf("[");

@@ -7,7 +7,9 @@
 #define ST_EXIT_INTERNAL 1
 #define ST_EXIT_INPUT 2
 
-/* Maps an st_err code to the CLI exit code (bad input/usage -> 2, the rest -> 1). */
+/* Maps an st_err code or -errno to the CLI exit code (exit_code.c): 0 -> 0; codes that say
+ * the user's input is wrong (usage, arguments, malformed / missing / unreadable files) -> 2;
+ * the rest (out of memory, I/O, disk full, bad state) -> 1. */
 int st_cli_exit_code(int err);
 
 /* Declared weak so the table below links while a command's file is not part of the build. */

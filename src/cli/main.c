@@ -5,26 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-int st_cli_exit_code(int err) {
-    switch (err) {
-    case 0:
-        return ST_EXIT_OK;
-    case ST_E_INVAL:
-    case ST_E_FORMAT:
-    case ST_E_VERSION:
-    case ST_E_TYPE:
-    case ST_E_NOT_FOUND:
-    case ST_E_LIMIT:
-    case ST_E_UNSUPPORTED:
-    case ST_E_USAGE:
-    case ST_E_CORRUPT:
-    case ST_E_BUSY:
-        return ST_EXIT_INPUT;
-    default:
-        return err > -4096 && err < 0 ? ST_EXIT_INPUT : ST_EXIT_INTERNAL;
-    }
-}
-
 struct command {
     const char *name;
     const char *help;

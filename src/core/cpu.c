@@ -1,22 +1,58 @@
 /* CPU feature detection for the kernel dispatch tables. */
 #include "strata/core.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <strings.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
 
-st_isa st_cpu_best_isa(void) {
+/* The features each SIMD build is compiled for (CMakeLists.txt: ST_AVX2_FLAGS, ST_AVX512_FLAGS):
+ * the compiler may emit any of them anywhere in those files (BMI2 shifts in plain C, say),
+ * so an ISA is chosen only when the CPU has every one. libgcc's and compiler-rt's
+ * __builtin_cpu_supports also check that the OS saves the AVX / AVX-512 state (XCR0). */
+#define ST_NEED_(feat)                                                                  \
+    do {                                                                                \
+        if (!__builtin_cpu_supports(feat)) return feat;                                 \
+    } while (0)
+
+#if defined(__x86_64__) || defined(__i386__)
+/* CPUID leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports does not know "f16c"); F16C is
+ * VEX-encoded, so it also needs the AVX state that the "avx2" check confirms. */
+static int cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1);
+}
+#endif
+
+const char *st_cpu_isa_missing(st_isa isa) {
+    if (isa == ST_ISA_SCALAR) return NULL;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-        return ST_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ST_ISA_AVX2;
+    ST_NEED_("avx2");
+    ST_NEED_("fma");
+    if (!cpu_has_f16c()) return "f16c";
+    ST_NEED_("bmi2");
+    if (isa == ST_ISA_AVX2) return NULL;
+    if (isa != ST_ISA_AVX512) return "?";
+    ST_NEED_("avx512f");
+    ST_NEED_("avx512bw");
+    ST_NEED_("avx512vl");
+    ST_NEED_("avx512dq");
+    ST_NEED_("avx512vnni");
+    return NULL;
+#else
+    return "x86-64";
 #endif
+}
+
+st_isa st_cpu_best_isa(void) {
+    if (!st_cpu_isa_missing(ST_ISA_AVX512)) return ST_ISA_AVX512;
+    if (!st_cpu_isa_missing(ST_ISA_AVX2)) return ST_ISA_AVX2;
     return ST_ISA_SCALAR;
 }
 
@@ -41,13 +77,21 @@ int st_cpu_has_gfni(void) {
 int st_cpu_has_avxvnni(void) {
 #if defined(__x86_64__) || defined(__i386__)
     /* CPUID leaf 7 subleaf 1, EAX bit 4 (the compilers' cpu_supports does not all know it);
-     * the VEX encoding needs the AVX state, which st_cpu_best_isa's AVX2 check implies */
+     * the VEX encoding needs the AVX state, which st_cpu_isa_missing's AVX2 check implies */
     unsigned a, b, c, d;
     if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
     return (a >> 4) & 1;
 #else
     return 0;
 #endif
+}
+
+int st_cpu_default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    /* a process pinned to fewer CPUs (taskset, a container's cpuset) gets those */
+    cpu_set_t set;
+    if (!sched_getaffinity(0, sizeof set, &set) && CPU_COUNT(&set) > 0 && CPU_COUNT(&set) < n) n = CPU_COUNT(&set);
+    return n < 1 ? 1 : n > ST_THREADS_MAX ? ST_THREADS_MAX : (int)n;
 }
 
 int st_isa_parse(const char *s) {

@@ -8,7 +8,6 @@
 #include <strings.h>
 
 #define ST_ERRMSG_MAX 1024
-#define ST_THREADS_MAX 1024
 
 struct st_ctx {
     st_threadpool *tp;
@@ -22,45 +21,70 @@ st_ctx_params st_ctx_default_params(void) {
     return p;
 }
 
-int st_ctx_create(const st_ctx_params *params, st_ctx **out) {
-    if (!out) return ST_E_INVAL;
+/* The reason for a failed creation, into the caller's buffer (there is no ctx to hold it). */
+__attribute__((format(printf, 4, 5))) static int why_fail(char *why, size_t why_len, int err, const char *fmt, ...) {
+    if (why && why_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, why_len, fmt, ap);
+        va_end(ap);
+    }
+    return err;
+}
+
+int st_ctx_create_msg(const st_ctx_params *params, st_ctx **out, char *why, size_t why_len) {
+    if (why && why_len) why[0] = '\0';
+    if (!out) return why_fail(why, why_len, ST_E_INVAL, "st_ctx_create: out is NULL");
     *out = NULL;
     st_ctx_params p = params ? *params : st_ctx_default_params();
     if (p.n_threads <= 0) {
         const char *env = getenv("STRATA_THREADS");
-        p.n_threads = env ? atoi(env) : 2;
-        if (p.n_threads <= 0) p.n_threads = 2;
+        if (env && *env) {
+            char *end;
+            errno = 0;
+            long v = strtol(env, &end, 10);
+            if (errno || *end || end == env || v < 1 || v > ST_THREADS_MAX)
+                return why_fail(why, why_len, v > ST_THREADS_MAX && !*end ? ST_E_LIMIT : ST_E_INVAL,
+                                "STRATA_THREADS=%s is not a thread count in 1..%d", env, ST_THREADS_MAX);
+            p.n_threads = (int)v;
+        } else {
+            p.n_threads = st_cpu_default_threads();
+        }
     }
-    if (p.n_threads > ST_THREADS_MAX) return ST_E_LIMIT;
-    st_isa best = st_cpu_best_isa();
+    if (p.n_threads > ST_THREADS_MAX)
+        return why_fail(why, why_len, ST_E_LIMIT, "%d threads asked for; at most %d", p.n_threads, ST_THREADS_MAX);
+    const char *isa_from = "the caller";
     if (p.isa < 0) {
         const char *env = getenv("STRATA_ISA");
         if (env && *env) {
             p.isa = st_isa_parse(env);
-            if (p.isa < 0) {
-                fprintf(stderr, "strata: STRATA_ISA=%s is not one of scalar, avx2, avx512\n", env);
-                return ST_E_INVAL;
-            }
+            if (p.isa < 0)
+                return why_fail(why, why_len, ST_E_INVAL, "STRATA_ISA=%s is not one of scalar, avx2, avx512", env);
+            isa_from = "STRATA_ISA";
         } else {
-            p.isa = (int)best;
+            p.isa = (int)st_cpu_best_isa();
         }
     }
-    if (p.isa > (int)best) {
-        fprintf(stderr, "strata: ISA %s requested but this CPU supports at most %s\n",
-                st_isa_name((st_isa)p.isa), st_isa_name(best));
-        return ST_E_UNSUPPORTED;
-    }
+    if (p.isa > (int)ST_ISA_AVX512)
+        return why_fail(why, why_len, ST_E_INVAL, "ISA %d is not one of scalar, avx2, avx512", p.isa);
+    const char *missing = st_cpu_isa_missing((st_isa)p.isa);
+    if (missing)
+        return why_fail(why, why_len, ST_E_UNSUPPORTED,
+                        "%s asks for ISA %s, but this CPU lacks %s (the best it runs is %s)", isa_from,
+                        st_isa_name((st_isa)p.isa), missing, st_isa_name(st_cpu_best_isa()));
     st_ctx *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return ST_E_NOMEM;
+    if (!ctx) return why_fail(why, why_len, ST_E_NOMEM, "cannot allocate the context");
     int rc = st_threadpool_create(p.n_threads, &ctx->tp);
     if (rc) {
         free(ctx);
-        return rc;
+        return why_fail(why, why_len, rc, "cannot start %d threads: %s", p.n_threads, st_strerror(rc));
     }
     ctx->isa = (st_isa)p.isa;
     *out = ctx;
     return 0;
 }
+
+int st_ctx_create(const st_ctx_params *params, st_ctx **out) { return st_ctx_create_msg(params, out, NULL, 0); }
 
 void st_ctx_destroy(st_ctx *ctx) {
     if (!ctx) return;

@@ -107,12 +107,13 @@ static const st_kernels kernels_avx512 = KERNELS_AVX512_(avx512, false);
 /* Ice Lake, Zen 4 and newer: the same table with the GFNI K-quant dots (same bits) */
 static const st_kernels kernels_avx512gfni = KERNELS_AVX512_(avx512gfni, true);
 
-static bool cpu_has_avx2(void) { return st_cpu_best_isa() >= ST_ISA_AVX2; }
-
+/* st_cpu_best_isa's AVX512 level includes VNNI (core.h), so the table for a level the CPU
+ * runs is always that level's own. */
 const st_kernels *st_kernels_get(st_isa isa) {
-    if (isa == ST_ISA_AVX512 && st_cpu_best_isa() == ST_ISA_AVX512 && st_cpu_has_vnni())
+    const st_isa best = st_cpu_best_isa();
+    if (isa == ST_ISA_AVX512 && best == ST_ISA_AVX512)
         return st_cpu_has_gfni() ? &kernels_avx512gfni : &kernels_avx512;
-    if (isa >= ST_ISA_AVX2 && cpu_has_avx2()) return st_cpu_has_avxvnni() ? &kernels_avx2vnni : &kernels_avx2;
+    if (isa >= ST_ISA_AVX2 && best >= ST_ISA_AVX2) return st_cpu_has_avxvnni() ? &kernels_avx2vnni : &kernels_avx2;
     return &kernels_scalar;
 }
 

@@ -1,7 +1,10 @@
 #include "strata/core.h"
+#include "strata/quant.h"
 #include "../test.h"
 
 #include <errno.h>
+#include <sched.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <time.h>
 
@@ -174,6 +177,139 @@ TEST(test_isa_parse) {
     CHECK_INT(st_isa_parse("sse"), -1);
 }
 
+/* Runs st_ctx_create_msg with var=env (NULL: unset) and stderr captured; returns its code,
+ * the reason in why, and whether anything was printed in *printed. */
+static int ctx_create_var(const char *var, const char *env, int n_threads, int isa, st_ctx **ctx, char *why,
+                          size_t why_len, int *printed) {
+    const char *old = getenv(var);
+    char saved[64] = "";
+    if (old) snprintf(saved, sizeof saved, "%s", old);
+    if (env) setenv(var, env, 1);
+    else unsetenv(var);
+    fflush(stderr);
+    FILE *cap = tmpfile();
+    int fd = dup(2);
+    if (cap) dup2(fileno(cap), 2);
+    st_ctx_params p = st_ctx_default_params();
+    p.n_threads = n_threads;
+    p.isa = isa;
+    int rc = st_ctx_create_msg(&p, ctx, why, why_len);
+    fflush(stderr);
+    dup2(fd, 2);
+    close(fd);
+    *printed = cap ? lseek(fileno(cap), 0, SEEK_END) > 0 : -1;
+    if (cap) fclose(cap);
+    if (old) setenv(var, saved, 1);
+    else unsetenv(var);
+    return rc;
+}
+
+static int ctx_create_env(const char *env, int isa, st_ctx **ctx, char *why, size_t why_len, int *printed) {
+    return ctx_create_var("STRATA_ISA", env, 1, isa, ctx, why, why_len, printed);
+}
+
+/* The context's ISA is one the CPU runs entirely (st_cpu_isa_missing NULL), so the kernel
+ * table it gets is that ISA's own; an ISA it cannot run is refused, with the missing
+ * feature named in the reason, and nothing printed (library code reports, the CLI prints). */
+TEST(test_ctx_isa_is_what_runs) {
+    const st_isa best = st_cpu_best_isa();
+    CHECK(st_cpu_isa_missing(ST_ISA_SCALAR) == NULL);
+    CHECK(st_cpu_isa_missing(best) == NULL);
+    st_ctx *ctx = NULL;
+    char why[256];
+    int printed = 0;
+    for (int isa = ST_ISA_SCALAR; isa <= ST_ISA_AVX512; isa++) {
+        const char *missing = st_cpu_isa_missing((st_isa)isa);
+        CHECK_INT(missing == NULL, isa <= (int)best);
+        int rc = ctx_create_env(st_isa_name((st_isa)isa), -1, &ctx, why, sizeof why, &printed);
+        CHECK_INT(printed, 0);
+        if (missing) {
+            CHECK_INT(rc, ST_E_UNSUPPORTED);
+            CHECK(ctx == NULL);
+            CHECK(strstr(why, "STRATA_ISA") && strstr(why, missing));
+            rc = ctx_create_env(NULL, isa, &ctx, why, sizeof why, &printed);
+            CHECK_INT(rc, ST_E_UNSUPPORTED);
+            CHECK(strstr(why, missing) != NULL);
+            continue;
+        }
+        CHECK_OK(rc);
+        CHECK_STR(why, "");
+        REQUIRE(ctx);
+        CHECK_INT(st_ctx_isa(ctx), isa);
+        CHECK_INT(st_kernels_get(st_ctx_isa(ctx))->isa, isa);
+        st_ctx_destroy(ctx);
+    }
+    if (best < ST_ISA_AVX512) fprintf(stderr, "  (this CPU runs at most %s: the refusal was checked)\n", st_isa_name(best));
+    else test_skip("this CPU runs every ISA: a forced ISA it lacks cannot be checked here");
+    CHECK_INT(ctx_create_env("avx1024", -1, &ctx, why, sizeof why, &printed), ST_E_INVAL);
+    CHECK(ctx == NULL);
+    CHECK_INT(printed, 0);
+    CHECK(strstr(why, "STRATA_ISA=avx1024") != NULL);
+    CHECK_INT(ctx_create_env(NULL, 7, &ctx, why, sizeof why, &printed), ST_E_INVAL);
+    CHECK_INT(ctx_create_env(NULL, -1, &ctx, why, sizeof why, &printed), 0);
+    CHECK_INT(st_ctx_isa(ctx), best);
+    st_ctx_destroy(ctx);
+}
+
+/* The default thread count is the CPUs this process may run on, not a constant; STRATA_THREADS
+ * must be a whole number in range, and a bad one is named in the reason. */
+TEST(test_ctx_threads) {
+    const int def = st_cpu_default_threads();
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+    long want = CPU_COUNT(&set) < online ? CPU_COUNT(&set) : online;
+    CHECK_INT(def, want < 1 ? 1 : want > ST_THREADS_MAX ? ST_THREADS_MAX : want);
+    st_ctx *ctx = NULL;
+    char why[256];
+    int printed = 0;
+    CHECK_OK(ctx_create_var("STRATA_THREADS", NULL, 0, -1, &ctx, why, sizeof why, &printed));
+    REQUIRE(ctx);
+    CHECK_INT(st_threadpool_n_threads(st_ctx_threadpool(ctx)), def);
+    st_ctx_destroy(ctx);
+    /* pinned to one CPU, the default follows (whatever this machine's size) */
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set)) {
+            CPU_SET(c, &one);
+            break;
+        }
+    REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
+    CHECK_INT(st_cpu_default_threads(), 1);
+    int rc = ctx_create_var("STRATA_THREADS", NULL, 0, -1, &ctx, why, sizeof why, &printed);
+    REQUIRE(sched_setaffinity(0, sizeof set, &set) == 0);
+    CHECK_OK(rc);
+    REQUIRE(ctx);
+    CHECK_INT(st_threadpool_n_threads(st_ctx_threadpool(ctx)), 1);
+    st_ctx_destroy(ctx);
+    CHECK_OK(ctx_create_var("STRATA_THREADS", "3", 0, -1, &ctx, why, sizeof why, &printed));
+    REQUIRE(ctx);
+    CHECK_INT(st_threadpool_n_threads(st_ctx_threadpool(ctx)), 3);
+    st_ctx_destroy(ctx);
+    /* an explicit count wins over the variable, even a bad one */
+    CHECK_OK(ctx_create_var("STRATA_THREADS", "abc", 1, -1, &ctx, why, sizeof why, &printed));
+    REQUIRE(ctx);
+    CHECK_INT(st_threadpool_n_threads(st_ctx_threadpool(ctx)), 1);
+    st_ctx_destroy(ctx);
+    const struct { const char *v; int rc; } bad[] = {
+        {"abc", ST_E_INVAL}, {"0", ST_E_INVAL}, {"-2", ST_E_INVAL}, {"4x", ST_E_INVAL}, {" ", ST_E_INVAL},
+        {"1025", ST_E_LIMIT}, {"99999999999999999999", ST_E_LIMIT},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK_INT(ctx_create_var("STRATA_THREADS", bad[i].v, 0, -1, &ctx, why, sizeof why, &printed), bad[i].rc);
+        CHECK(ctx == NULL);
+        CHECK_INT(printed, 0);
+        char want_msg[64];
+        snprintf(want_msg, sizeof want_msg, "STRATA_THREADS=%s ", bad[i].v);
+        if (!strstr(why, want_msg)) fprintf(stderr, "  reason: '%s'\n", why);
+        CHECK(strstr(why, want_msg) != NULL);
+    }
+    CHECK_INT(ctx_create_var("STRATA_THREADS", NULL, ST_THREADS_MAX + 1, -1, &ctx, why, sizeof why, &printed),
+              ST_E_LIMIT);
+    CHECK(strstr(why, "1025") != NULL);
+}
+
 TEST(test_type_geometry) {
     CHECK_INT(st_type_size(ST_TYPE_Q4_K), 144);
     CHECK_INT(st_type_block_size(ST_TYPE_Q8_0), 32);
@@ -187,4 +323,5 @@ TEST(test_type_geometry) {
 TEST_MAIN(test_type_geometry, test_strerror_table, test_ctx_error_detail, test_fp16_roundtrip,
           test_threadpool_runs_each_thread_once, test_threadpool_wakes_sleeping_workers,
           test_threadpool_range_covers_and_shares,
-          test_split_range_covers, test_isa_parse)
+          test_split_range_covers, test_isa_parse, test_ctx_isa_is_what_runs,
+          test_ctx_threads)

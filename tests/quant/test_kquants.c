@@ -360,7 +360,7 @@ static const dot_case k_dots[] = {
 TEST(test_dots_against_reference) {
     const int top = max_isa();
     if (top < ST_ISA_AVX2)
-        test_skip("no AVX2+FMA on this CPU (or STRATA_ISA=scalar): SIMD K-quant dots untested");
+        test_skip("no AVX2+FMA+F16C+BMI2 on this CPU (or STRATA_ISA=scalar): SIMD K-quant dots untested");
     else if (top < ST_ISA_AVX512)
         test_skip("no AVX-512 with VNNI on this CPU (or STRATA_ISA=avx2): AVX-512 K-quant dots untested");
     const int64_t nmax = (int64_t)1023 * QK_K;

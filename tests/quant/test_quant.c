@@ -19,7 +19,7 @@ static int simd_isas(st_isa out[2]) {
     if (cap >= ST_ISA_AVX2 && st_kernels_get(ST_ISA_AVX2)->isa == ST_ISA_AVX2)
         out[n++] = ST_ISA_AVX2;
     else
-        test_skip("AVX2 kernels: CPU lacks AVX2+FMA+F16C (or STRATA_ISA=scalar)");
+        test_skip("AVX2 kernels: CPU lacks AVX2+FMA+F16C+BMI2 (or STRATA_ISA=scalar)");
     if (cap >= ST_ISA_AVX512 && st_kernels_get(ST_ISA_AVX512)->isa == ST_ISA_AVX512)
         out[n++] = ST_ISA_AVX512;
     else
@@ -371,5 +371,54 @@ TEST(test_simd_vec_ops_vs_scalar) {
     free(buf);
 }
 
+/* Every table's to_float (public: a caller may dequantize through a table) gives the same
+ * floats as st_dequantize_row, bit for bit, at awkward lengths: the f16 SIMD conversion on
+ * every one of the 65536 halves (NaNs included) and on the tails of short rows; the block
+ * types on random bytes (their scales may be any half, inf and NaN included). */
+TEST(test_to_float_vs_scalar) {
+    st_isa isas[3] = {ST_ISA_SCALAR};
+    const int n_isa = 1 + simd_isas(isas + 1);
+    static const int64_t LENS[] = {1, 3, 7, 15, 17, 31, 33, 127, 1023};
+    const int64_t max_n = 65536;
+    uint8_t *x = malloc((size_t)max_n * 8);
+    float *ref = malloc((size_t)max_n * sizeof(float)), *got = malloc((size_t)max_n * sizeof(float));
+    REQUIRE(x && ref && got);
+    qt_rng r = {0x70f10a7u};
+    int n_checked = 0;
+    for (int t = 0; t < ST_TYPE_COUNT_; t++) {
+        if (!st_type_has_kernels((st_type)t)) continue;
+        const int64_t bs = st_type_block_size((st_type)t);
+        for (int li = -1; li < (int)(sizeof LENS / sizeof *LENS); li++) {
+            /* li -1: all halves in order (f16), else a long row of random bytes */
+            const int64_t n = li < 0 ? (t == ST_TYPE_F16 ? max_n : 0) : LENS[li] * bs;
+            if (n == 0 || n > max_n) continue;
+            const size_t nb = st_row_bytes((st_type)t, n);
+            for (size_t i = 0; i < nb; i++) {
+                r.s ^= r.s >> 12, r.s ^= r.s << 25, r.s ^= r.s >> 27;
+                x[i] = li < 0 ? (uint8_t)(i & 1 ? (i / 2) >> 8 : i / 2) : (uint8_t)(r.s * 2685821657736338717ull >> 56);
+            }
+            REQUIRE(st_dequantize_row((st_type)t, x, ref, n) == 0);
+            for (int ii = 0; ii < n_isa; ii++) {
+                const st_type_kernels *k = &st_kernels_get(isas[ii])->type[t];
+                REQUIRE(k->to_float);
+                memset(got, 0xA5, (size_t)n * sizeof(float));
+                k->to_float(x, got, n);
+                int64_t bad = -1;
+                for (int64_t i = 0; i < n && bad < 0; i++)
+                    if (memcmp(&got[i], &ref[i], sizeof(float))) bad = i;
+                if (bad >= 0)
+                    fprintf(stderr, "  %s %s n=%" PRId64 ": element %" PRId64 " %08x vs %08x\n",
+                            st_isa_name(isas[ii]), st_type_name((st_type)t), n, bad, st_fp32_to_bits(got[bad]),
+                            st_fp32_to_bits(ref[bad]));
+                CHECK_INT(bad, -1);
+                n_checked++;
+            }
+        }
+    }
+    CHECK(n_checked >= 12 * 8 * n_isa); /* every type with kernels, at least 8 lengths each */
+    free(x), free(ref), free(got);
+}
+
 TEST_MAIN(test_block_geometry, test_ggml_known_blocks, test_ggml_known_quantization, test_roundtrip_error,
-          test_simd_dot_vs_scalar, test_simd_act_quantize, test_dot_vs_exact, test_simd_vec_ops_vs_scalar)
+          test_simd_dot_vs_scalar, test_simd_act_quantize, test_dot_vs_exact, test_simd_vec_ops_vs_scalar,
+          test_to_float_vs_scalar)

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs every libFuzzer target in BUILD/fuzz/ for SECONDS each from a seed corpus, failing on
+# the first crash, leak, timeout or failed check (CI's smoke test of the parsers; `make fuzz`
+# and a long run of one target are for real fuzzing).
+#   scripts/fuzz-smoke.sh [BUILD (build-fuzz)] [SECONDS (20)]
+# Seeds: the GGUF corpus of the unit tests (test_gguf_corpus --write), a valid KV snapshot
+# and a patch of one ('S' and 'P', see fuzz/kv_snapshot_fuzz.c), a few texts for tok_fuzz.
+set -euo pipefail
+build=${1:-build-fuzz}
+secs=${2:-20}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+shopt -s nullglob
+targets=("$build"/fuzz/*_fuzz)
+if [ ${#targets[@]} -eq 0 ]; then
+  echo "fuzz-smoke: no targets in $build/fuzz (make fuzz builds them)" >&2
+  exit 1
+fi
+
+mkdir -p "$work/seeds/gguf" "$work/seeds/kv_snapshot" "$work/seeds/tok"
+"$build/tests/test_gguf_corpus" --write "$work/seeds/gguf" >/dev/null
+printf 'S' >"$work/seeds/kv_snapshot/valid"
+printf 'P\x00\x10\x01' >"$work/seeds/kv_snapshot/patch"
+printf '\x00Hello, world! 123' >"$work/seeds/tok/ascii"
+printf '\x03caf\xc3\xa9 \xe2\x82\xac <s> \xff\xfe' >"$work/seeds/tok/utf8"
+
+fail=0
+for t in "${targets[@]}"; do
+  name=$(basename "$t" _fuzz)
+  corpus="$work/corpus/$name"
+  mkdir -p "$corpus"
+  seeds=()
+  [ -d "$work/seeds/$name" ] && seeds=("$work/seeds/$name")
+  echo "fuzz-smoke: $name for ${secs}s (${#seeds[@]} seed dir)"
+  # -timeout: one input taking this long is a hang; -rss_limit_mb: a blow-up is a failure
+  if ! "$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+      -artifact_prefix="$work/$name-" "$corpus" "${seeds[@]}" >"$work/$name.log" 2>&1; then
+    echo "fuzz-smoke: $name FAILED; the end of its log:" >&2
+    tail -40 "$work/$name.log" >&2
+    fail=1
+  else
+    grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$work/$name.log" | tr '\n' ' '
+    echo
+  fi
+done
+exit $fail
