@@ -22,7 +22,7 @@
  *          |                                      v  |
  *          |  (6) kv_page_alloc, free list     +--------+
  *          +---------------------------------- | CACHED |
- *               empty: kv_evict (LRU head)      +--------+
+ *          empty: kv_cache_drop (LRU head)      +--------+
  *
  *   transition                         function                        counters
  *   (1) FREE -> USED                   kv_page_alloc                   n_free--, n_used++
@@ -30,9 +30,9 @@
  *   (3) USED -> CACHED                 kv_page_release                 n_used--, n_cached++
  *   (4) USED -> USED (ref/pin)         kv_page_ref, st_kv_pin          n_pinned on 0->1
  *   (5) CACHED -> USED                 kv_page_ref (from attach)       n_cached--, n_used++
- *   (6) CACHED -> FREE (-> USED)       kv_evict (inside kv_page_alloc) cache_evictions++
+ *   (6) CACHED -> FREE (-> USED)       kv_cache_drop (in kv_page_alloc) cache_evictions++
  *   seal (USED, flag)                  kv_seal_page (st_kv_seq_commit)
- *   unseal (USED, flag)                kv_make_writable (kv_seq.c) before a write
+ *   unseal (USED, flag)                make_writable (kv_seq.c) before a write
  *
  * Invariants (kv_check verifies every one; the randomized test calls it after each step):
  *   I1. Every page is in exactly one state. FREE pages are exactly the free list, CACHED
@@ -44,8 +44,9 @@
  *   I4. registered => has_key => sealed. The prefix index holds exactly the registered pages,
  *       at most one page per (key, parent, tokens).
  *   I5. A page's bytes change only while it is exclusive: refs == 1, not registered, not
- *       sealed (kv_make_writable establishes this, copying a shared page first: COW). So a
- *       sealed or shared page is immutable, which is what lets forks and the cache share it.
+ *       sealed (make_writable, kv_seq.c, establishes this, copying a shared page first:
+ *       COW). So a sealed or shared page is immutable, which is what lets forks and the
+ *       cache share it.
  *   I6. Per sequence: n_ent == ceil(len / P); every entry but the last has n_tokens == P;
  *       the last has n_tokens == len - (n_ent - 1) * P; mask bits >= n_tokens are 0; an
  *       entry whose mask is all zero is a hole (page -1) unless it is the tail entry.
