@@ -214,6 +214,9 @@ int kv_fetch_frame(st_kv *kv, int32_t page, int32_t *frame);
 void kv_fetch_done(st_kv *kv, int32_t page, int32_t frame, int rc);
 /* Frames obtainable now without touching held or pinned pages. */
 int64_t kv_frames_obtainable(const st_kv *kv);
+/* ST_E_POOL_FULL for an operation that needs `need` frames of the hot pool at once, with
+ * the counts (needed, obtainable, hot pool size, free frames, pinned, held) in the message. */
+int kv_hot_full(st_kv *kv, int64_t need, const char *what);
 /* Decode attention: step notes the layer (a layer at or below the last one starts a new
  * step); use marks a page the step needs and moves a resident one to the hot LRU tail
  * (last_use, the cache score, is left alone); spare counts the frames obtainable without

@@ -248,7 +248,7 @@ int st_kv_write(st_kv *kv, st_kv_seq_id seq, int layer, int64_t pos, int64_t n,
     /* Page by page (a range may be larger than the hot pool): a page and the source of its
      * copy are held at once, so two obtainable frames mean no POOL_FULL half-way. */
     if (kv->spill && kv_frames_obtainable(kv) < (need ? 2 : 1))
-        return st_seterr(kv->ctx, ST_E_POOL_FULL, "kv: write: the hot pool is pinned full");
+        return kv_hot_full(kv, need ? 2 : 1, need ? "write (copy-on-write)" : "write");
     const size_t row = (size_t)kv->p.n_kv_head * kv->p.head_dim;
     for (int64_t i = i0; i <= i1; i++) {
         if ((rc = make_writable(kv, s, i)) != 0) /* half done: the sequence is not sound */
