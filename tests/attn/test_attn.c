@@ -1,18 +1,16 @@
 /* Attention kernels (src/attn) against a contiguous double-precision reference, across
  * geometries, KV types, ISAs and thread counts.
  *
- * Error measure: for each output row, max_d |out - ref| divided by max_d of the reference's
- * sum_t p_t |v_t,d| (the magnitude the output is an average of), so that rows whose
- * average cancels to near zero are not judged against their own tiny value. */
+ * Error measure and the f32 / f16 thresholds: attn_ref.h (shared with tests/kv). */
 #include "strata/attn.h"
 #include "../test.h"
+#include "attn_ref.h"
 
 #include <math.h>
 
-/* Named thresholds (relative, as above). The reference is computed from the dequantized KV,
- * so every type differs from it only by f32 rounding of the kernels' arithmetic. */
-#define TOL_F32 1e-5  /* f32 KV: the bound */
-#define TOL_F16 1e-5  /* f16 / bf16 KV after exact conversion to f32 */
+/* More named thresholds (relative, as in attn_ref.h). The reference is computed from the
+ * dequantized KV, so every type differs from it only by f32 rounding of the kernels'
+ * arithmetic. */
 #define TOL_Q8 2e-5   /* q8_0: the scale multiplies the int8 dot product after the sum */
 #define TOL_SIMD 1e-5 /* SIMD path vs scalar path */
 #define TOL_QUEST 1e-5 /* Quest bound, relative to sum_d |q_d| max(|min_d|, |max_d|) */
@@ -198,27 +196,6 @@ static void ref_attn(const tseq *s, const float *q, int64_t lim, const uint8_t *
         for (int d = 0; d < D; d++) o[d] /= l, dn[d] /= l;
     }
     free(sc);
-}
-
-/* Worst relative error over the rows of one query; a row the reference leaves empty must
- * be exactly zero (returns +inf otherwise). */
-static double rel_err(const float *o, const double *ref, const double *den, int n_head, int D) {
-    double worst = 0;
-    for (int h = 0; h < n_head; h++) {
-        double scale = 0, e = 0;
-        for (int d = 0; d < D; d++) {
-            if (den[h * D + d] > scale) scale = den[h * D + d];
-            double x = fabs((double)o[h * D + d] - ref[h * D + d]);
-            if (!(x <= e)) e = x; /* NaN propagates as the worst */
-        }
-        if (scale == 0) {
-            for (int d = 0; d < D; d++)
-                if (o[h * D + d] != 0) return INFINITY;
-            continue;
-        }
-        if (!(e / scale <= worst)) worst = e / scale;
-    }
-    return worst;
 }
 
 static float *rand_q(rng *r, size_t n) {
