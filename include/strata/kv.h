@@ -81,9 +81,11 @@ extern "C" {
 
 typedef struct st_kv st_kv;
 
-/* A sequence handle: slot (low 16 bits) + generation, so a freed id is recognized as stale
- * (ST_E_STATE) instead of silently naming a newer sequence. Always >= 0 when valid. */
-typedef int32_t st_kv_seq_id;
+/* A sequence handle: slot (low 16 bits) + a 32-bit generation of the slot (bits 16..47),
+ * so a freed id is recognized as stale (ST_E_STATE) instead of silently naming a newer
+ * sequence: an id could name another sequence only after 2^32 sequences were freed from
+ * its slot. Always >= 0 when valid; -1 marks "none". Print with %lld. */
+typedef int64_t st_kv_seq_id;
 /* Index of a physical page in the pool, [0, n_pages). -1 marks a hole in page lists. */
 typedef int32_t st_kv_page_id;
 

@@ -81,7 +81,7 @@ struct st_kv {
     int32_t *buckets;     /* [hash_mask + 1] prefix index heads */
     uint64_t hash_mask;
     kv_seq **seqs;        /* [max_seqs] by slot */
-    uint16_t *gen;        /* [max_seqs] generation of each slot */
+    uint32_t *gen;        /* [max_seqs] generation of each slot (wraps after 2^32 frees) */
     int n_seqs;
     uint64_t tick;
     st_kv_stats st;       /* the counters (page counts filled on demand) */
@@ -113,7 +113,7 @@ struct st_kv {
 };
 
 #define KV_SEQ_SLOT(id) ((int)((id) & 0xffff))
-#define KV_SEQ_GEN(id) ((int)(((id) >> 16) & 0x7fff))
+#define KV_SEQ_GEN(id) ((uint32_t)((id) >> 16))
 
 /* Clears a page's sealed flag and with it its Quest box: qbox_ok[page] implies sealed
  * (kv_check), so selection, which tests a box per page of the context per layer, reads one

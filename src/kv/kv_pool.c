@@ -474,10 +474,12 @@ int st_kv_page_info(const st_kv *kv, st_kv_page_id page, int *refs, int *pins) {
 int kv_seq_get(const st_kv *kv, st_kv_seq_id id, kv_seq **out) {
     *out = NULL;
     if (id < 0 || KV_SEQ_SLOT(id) >= kv->p.max_seqs)
-        return st_seterr(kv->ctx, ST_E_INVAL, "kv: sequence id %d is not a valid id", id);
+        return st_seterr(kv->ctx, ST_E_INVAL, "kv: sequence id %lld is not a valid id",
+                           (long long)id);
     kv_seq *s = kv->seqs[KV_SEQ_SLOT(id)];
     if (!s || s->id != id)
-        return st_seterr(kv->ctx, ST_E_STATE, "kv: sequence id %d is stale (freed)", id);
+        return st_seterr(kv->ctx, ST_E_STATE, "kv: sequence id %lld is stale (freed)",
+                           (long long)id);
     *out = s;
     return 0;
 }
@@ -499,25 +501,27 @@ int kv_seq_get(const st_kv *kv, st_kv_seq_id id, kv_seq **out) {
 
 static int check_seq(const st_kv *kv, const kv_seq *s, int32_t *refs, char *msg, size_t cap) {
     const int P = kv->p.page_size;
-    if (s->n_ent != (s->len + P - 1) / P) SFAIL("seq %d: n_ent %lld for len %lld", s->id,
+    if (s->n_ent != (s->len + P - 1) / P) SFAIL("seq %lld: n_ent %lld for len %lld", (long long)s->id,
                                                (long long)s->n_ent, (long long)s->len);
     for (int64_t i = 0; i < s->n_ent; i++) {
         const kv_entry *e = &s->ent[i];
         int64_t want = i + 1 < s->n_ent ? P : s->len - i * P;
-        if (e->n_tokens != want) SFAIL("seq %d entry %lld: n_tokens %d, want %lld", s->id,
+        if (e->n_tokens != want) SFAIL("seq %lld entry %lld: n_tokens %d, want %lld", (long long)s->id,
                                       (long long)i, e->n_tokens, (long long)want);
         int any = 0;
         for (int b = 0; b < P; b++) {
             int bit = (int)((e->mask[b >> 6] >> (b & 63)) & 1);
             if (e->has_mask && b >= e->n_tokens && bit)
-                SFAIL("seq %d entry %lld: mask bit %d past n_tokens", s->id, (long long)i, b);
+                SFAIL("seq %lld entry %lld: mask bit %d past n_tokens", (long long)s->id,
+                      (long long)i, b);
             any |= bit;
         }
         if (e->page < 0) continue;
-        if (e->page >= kv->n_pages) SFAIL("seq %d entry %lld: page %d", s->id, (long long)i,
+        if (e->page >= kv->n_pages) SFAIL("seq %lld entry %lld: page %d", (long long)s->id, (long long)i,
                                          e->page);
         if (e->has_mask && !any && i + 1 < s->n_ent)
-            SFAIL("seq %d entry %lld: all-removed page %d not a hole", s->id, (long long)i,
+            SFAIL("seq %lld entry %lld: all-removed page %d not a hole", (long long)s->id,
+                  (long long)i,
                  e->page);
         refs[e->page]++;
     }

@@ -161,8 +161,8 @@ int st_kv_snapshot_write(st_kv *kv, const st_kv_seq_id *seqs, int n_seqs, int64_
         if ((rc = kv_seq_get_ok(kv, seqs[j], &ss[j])) != 0) goto done;
         for (int i = 0; i < j; i++)
             if (ss[i] == ss[j]) {
-                rc = st_seterr(kv->ctx, ST_E_INVAL, "kv snapshot: sequence %d listed twice",
-                               seqs[j]);
+                rc = st_seterr(kv->ctx, ST_E_INVAL, "kv snapshot: sequence %lld listed twice",
+                               (long long)seqs[j]);
                 goto done;
             }
     }

@@ -135,16 +135,16 @@ static float view_elem(const world *w, const st_attn_page *pv, int isv, int h, i
 static void check_seq(world *w, const oseq *o) {
     if (tiered(w) && st_kv_seq_error(w->kv, o->id)) return; /* dropped by check_all */
     int64_t len = -1;
-    WCHECK(st_kv_seq_len(w->kv, o->id, &len) == 0 && len == o->len, "seq %d len %lld vs %lld",
-           o->id, (long long)len, (long long)o->len);
+    WCHECK(st_kv_seq_len(w->kv, o->id, &len) == 0 && len == o->len, "seq %lld len %lld vs %lld",
+           (long long)o->id, (long long)len, (long long)o->len);
     float kb[16], vb[16];
     int32_t tok[MAXLEN];
     WCHECK(st_kv_seq_tokens(w->kv, o->id, 0, o->len, tok) == 0, "tokens");
     for (int64_t p = 0; p < o->len; p++) {
         int valid = -1;
         WCHECK(st_kv_seq_valid(w->kv, o->id, p, &valid) == 0 && valid == o->valid[p],
-               "seq %d pos %lld valid %d vs %d", o->id, (long long)p, valid, o->valid[p]);
-        WCHECK(tok[p] == (o->keyed ? o->tok[p] : -1), "seq %d pos %lld token %d vs %d", o->id,
+               "seq %lld pos %lld valid %d vs %d", (long long)o->id, (long long)p, valid, o->valid[p]);
+        WCHECK(tok[p] == (o->keyed ? o->tok[p] : -1), "seq %lld pos %lld token %d vs %d", (long long)o->id,
                (long long)p, tok[p], o->tok[p]);
         for (int l = 0; l < w->c.L; l++) {
             int rc = st_kv_read(w->kv, o->id, l, p, 1, kb, vb);
@@ -160,8 +160,8 @@ static void check_seq(world *w, const oseq *o) {
             WCHECK(rc == 0, "read pos %lld rc %d", (long long)p, rc);
             for (int i = 0; i < hd(w); i++)
                 WCHECK(kb[i] == stored(w, o->k[p][l][i]) && vb[i] == stored(w, o->v[p][l][i]),
-                       "seq %d pos %lld layer %d elem %d: K %.9g vs %.9g, V %.9g vs %.9g",
-                       o->id, (long long)p, l, i, kb[i], stored(w, o->k[p][l][i]), vb[i],
+                       "seq %lld pos %lld layer %d elem %d: K %.9g vs %.9g, V %.9g vs %.9g",
+                       (long long)o->id, (long long)p, l, i, kb[i], stored(w, o->k[p][l][i]), vb[i],
                        stored(w, o->v[p][l][i]));
         }
     }
@@ -204,7 +204,7 @@ static void drop_failed(world *w) {
     for (int j = 0; j < MAXS; j++) {
         oseq *o = &w->s[j];
         if (!o->live || !st_kv_seq_error(w->kv, o->id)) continue;
-        WCHECK(tiered(w), "seq %d failed without a tier", o->id);
+        WCHECK(tiered(w), "seq %lld failed without a tier", (long long)o->id);
         WCHECK(st_kv_seq_free(w->kv, o->id) == 0, "free of a failed seq");
         o->live = 0;
         w->n_seq_failed++;
