@@ -497,7 +497,7 @@ TEST(test_threads_long_lists) {
         CHECK_INT(st_attn_pages_per_run(16, s[1].n_pages), 2 * ST_ATTN_SPLIT_TOKENS / 16);
         CHECK_INT(st_attn_pages_per_run(16, s[2].n_pages), ST_ATTN_SPLIT_TOKENS / 16);
         const int NH = 2, D = 32, n_q = 5;
-        float *q = rand_q(&r, (size_t)NS * NH * D);
+        float *q = rand_q(&r, (size_t)n_q * NH * D); /* n_q >= NS rows: decode and chunk */
         float *o[3], *one[3], *c[3];
         double ref[2 * 32], den[2 * 32];
         for (int t = 0; t < 3; t++) {
