@@ -81,9 +81,11 @@ extern "C" {
 
 typedef struct st_kv st_kv;
 
-/* A sequence handle: slot (low 16 bits) + generation, so a freed id is recognized as stale
- * (ST_E_STATE) instead of silently naming a newer sequence. Always >= 0 when valid. */
-typedef int32_t st_kv_seq_id;
+/* A sequence handle: slot (low 16 bits) + a 32-bit generation of the slot (bits 16..47),
+ * so a freed id is recognized as stale (ST_E_STATE) instead of silently naming a newer
+ * sequence: an id could name another sequence only after 2^32 sequences were freed from
+ * its slot. Always >= 0 when valid; -1 marks "none". Print with %lld. */
+typedef int64_t st_kv_seq_id;
 /* Index of a physical page in the pool, [0, n_pages). -1 marks a hole in page lists. */
 typedef int32_t st_kv_page_id;
 
@@ -366,8 +368,12 @@ void st_kv_io_fd(st_kv_io *io, int fd);     /* fd borrowed; retries EINTR and sh
  * token ids, a per-page ledger) into io; the format is in docs/FORMATS.md ("KV snapshot").
  * max_pages < 0: all pages; else at most max_pages distinct pages are written (in order of
  * first use, sequences in the order given, logical pages in order) and each sequence is cut
- * at its first page past that budget. Read-only for kv. Returns 0, ST_E_INVAL (bad or
- * duplicate ids), ST_E_STATE, ST_E_NOMEM, or the io's error. */
+ * at its first page past that budget. Read-only for kv: with the SSD tier a page that is
+ * not in RAM is read from the spill file one layer block at a time (as st_kv_read does),
+ * so no page moves between the tiers and each page's ledger entry records the residency
+ * and score it had. Returns 0, ST_E_INVAL (bad or duplicate ids), ST_E_STATE, ST_E_NOMEM,
+ * the io's error, or a spill read's error (ST_E_CORRUPT / -errno: that page's sequences
+ * fail, as on any read). */
 int st_kv_snapshot_write(st_kv *kv, const st_kv_seq_id *seqs, int n_seqs, int64_t max_pages,
                          st_kv_io *io);
 /* Reads one snapshot from io, validates everything (magic, version, geometry, fingerprint,

@@ -123,8 +123,8 @@ static int gather_selected(st_kv *kv, st_ctx *ctx, kv_seq *s, int layer, seq_vie
     kv_select_views(sv->sel, &ent, &phys, &n_ent);
     if (st_kv_select_n_kv_head(sv->sel) != H || n_ent != s->n_ent)
         return st_seterr(ctx, ST_E_INVAL, "kv: attend: selection made for %lld entries / %d "
-                         "heads, sequence %d has %lld / %d", (long long)n_ent,
-                         st_kv_select_n_kv_head(sv->sel), s->id, (long long)s->n_ent, H);
+                         "heads, sequence %lld has %lld / %d", (long long)n_ent,
+                         st_kv_select_n_kv_head(sv->sel), (long long)s->id, (long long)s->n_ent, H);
     sv->s = s;
     sv->n = 0;
     const int32_t **list = malloc((size_t)H * sizeof *list);
@@ -153,7 +153,7 @@ static int gather_selected(st_kv *kv, st_ctx *ctx, kv_seq *s, int layer, seq_vie
         if (v < 0 || v >= nv || c >= n_uni || ent[v] < 0 || ent[v] >= s->n_ent ||
             s->ent[ent[v]].page != phys[v]) {
             rc = st_seterr(ctx, ST_E_INVAL, "kv: attend: bad or stale selection (view %d of "
-                           "%d) for sequence %d", v, nv, s->id);
+                           "%d) for sequence %lld", v, nv, (long long)s->id);
             break;
         }
         for (int32_t h = 0; h < H; h++)
@@ -556,8 +556,8 @@ static int prepare(st_kv *kv, st_ctx *ctx, int layer, seq_views *sv, int n_seq, 
             kv_page *pg = &kv->pages[sv[i].page[j]];
             if (pg->resident == KV_RES_ERROR) {
                 kv_seq_fail(kv, sv[i].s, pg->err);
-                rc = st_seterr(ctx, pg->err, "kv: attend: page %d of seq %d was lost: %s",
-                               sv[i].page[j], sv[i].s->id, st_strerror(pg->err));
+                rc = st_seterr(ctx, pg->err, "kv: attend: page %d of seq %lld was lost: %s",
+                               sv[i].page[j], (long long)sv[i].s->id, st_strerror(pg->err));
             } else if (pg->resident == KV_RES_DISK && !pg->hold) {
                 kv_hold(kv, sv[i].page[j]); /* dedupe across forks sharing pages */
                 held[n_held++] = cold[n_cold++] = sv[i].page[j];

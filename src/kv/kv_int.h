@@ -81,7 +81,7 @@ struct st_kv {
     int32_t *buckets;     /* [hash_mask + 1] prefix index heads */
     uint64_t hash_mask;
     kv_seq **seqs;        /* [max_seqs] by slot */
-    uint16_t *gen;        /* [max_seqs] generation of each slot */
+    uint32_t *gen;        /* [max_seqs] generation of each slot (wraps after 2^32 frees) */
     int n_seqs;
     uint64_t tick;
     st_kv_stats st;       /* the counters (page counts filled on demand) */
@@ -113,7 +113,7 @@ struct st_kv {
 };
 
 #define KV_SEQ_SLOT(id) ((int)((id) & 0xffff))
-#define KV_SEQ_GEN(id) ((int)(((id) >> 16) & 0x7fff))
+#define KV_SEQ_GEN(id) ((uint32_t)((id) >> 16))
 
 /* Clears a page's sealed flag and with it its Quest box: qbox_ok[page] implies sealed
  * (kv_check), so selection, which tests a box per page of the context per layer, reads one
@@ -214,6 +214,9 @@ int kv_fetch_frame(st_kv *kv, int32_t page, int32_t *frame);
 void kv_fetch_done(st_kv *kv, int32_t page, int32_t frame, int rc);
 /* Frames obtainable now without touching held or pinned pages. */
 int64_t kv_frames_obtainable(const st_kv *kv);
+/* ST_E_POOL_FULL for an operation that needs `need` frames of the hot pool at once, with
+ * the counts (needed, obtainable, hot pool size, free frames, pinned, held) in the message. */
+int kv_hot_full(st_kv *kv, int64_t need, const char *what);
 /* Decode attention: step notes the layer (a layer at or below the last one starts a new
  * step); use marks a page the step needs and moves a resident one to the hot LRU tail
  * (last_use, the cache score, is left alone); spare counts the frames obtainable without

@@ -22,7 +22,7 @@
  *          |                                      v  |
  *          |  (6) kv_page_alloc, free list     +--------+
  *          +---------------------------------- | CACHED |
- *               empty: kv_evict (LRU head)      +--------+
+ *          empty: kv_cache_drop (LRU head)      +--------+
  *
  *   transition                         function                        counters
  *   (1) FREE -> USED                   kv_page_alloc                   n_free--, n_used++
@@ -30,9 +30,9 @@
  *   (3) USED -> CACHED                 kv_page_release                 n_used--, n_cached++
  *   (4) USED -> USED (ref/pin)         kv_page_ref, st_kv_pin          n_pinned on 0->1
  *   (5) CACHED -> USED                 kv_page_ref (from attach)       n_cached--, n_used++
- *   (6) CACHED -> FREE (-> USED)       kv_evict (inside kv_page_alloc) cache_evictions++
+ *   (6) CACHED -> FREE (-> USED)       kv_cache_drop (in kv_page_alloc) cache_evictions++
  *   seal (USED, flag)                  kv_seal_page (st_kv_seq_commit)
- *   unseal (USED, flag)                kv_make_writable (kv_seq.c) before a write
+ *   unseal (USED, flag)                make_writable (kv_seq.c) before a write
  *
  * Invariants (kv_check verifies every one; the randomized test calls it after each step):
  *   I1. Every page is in exactly one state. FREE pages are exactly the free list, CACHED
@@ -44,8 +44,9 @@
  *   I4. registered => has_key => sealed. The prefix index holds exactly the registered pages,
  *       at most one page per (key, parent, tokens).
  *   I5. A page's bytes change only while it is exclusive: refs == 1, not registered, not
- *       sealed (kv_make_writable establishes this, copying a shared page first: COW). So a
- *       sealed or shared page is immutable, which is what lets forks and the cache share it.
+ *       sealed (make_writable, kv_seq.c, establishes this, copying a shared page first:
+ *       COW). So a sealed or shared page is immutable, which is what lets forks and the
+ *       cache share it.
  *   I6. Per sequence: n_ent == ceil(len / P); every entry but the last has n_tokens == P;
  *       the last has n_tokens == len - (n_ent - 1) * P; mask bits >= n_tokens are 0; an
  *       entry whose mask is all zero is a hole (page -1) unless it is the tail entry.
@@ -473,10 +474,12 @@ int st_kv_page_info(const st_kv *kv, st_kv_page_id page, int *refs, int *pins) {
 int kv_seq_get(const st_kv *kv, st_kv_seq_id id, kv_seq **out) {
     *out = NULL;
     if (id < 0 || KV_SEQ_SLOT(id) >= kv->p.max_seqs)
-        return st_seterr(kv->ctx, ST_E_INVAL, "kv: sequence id %d is not a valid id", id);
+        return st_seterr(kv->ctx, ST_E_INVAL, "kv: sequence id %lld is not a valid id",
+                           (long long)id);
     kv_seq *s = kv->seqs[KV_SEQ_SLOT(id)];
     if (!s || s->id != id)
-        return st_seterr(kv->ctx, ST_E_STATE, "kv: sequence id %d is stale (freed)", id);
+        return st_seterr(kv->ctx, ST_E_STATE, "kv: sequence id %lld is stale (freed)",
+                           (long long)id);
     *out = s;
     return 0;
 }
@@ -498,25 +501,27 @@ int kv_seq_get(const st_kv *kv, st_kv_seq_id id, kv_seq **out) {
 
 static int check_seq(const st_kv *kv, const kv_seq *s, int32_t *refs, char *msg, size_t cap) {
     const int P = kv->p.page_size;
-    if (s->n_ent != (s->len + P - 1) / P) SFAIL("seq %d: n_ent %lld for len %lld", s->id,
+    if (s->n_ent != (s->len + P - 1) / P) SFAIL("seq %lld: n_ent %lld for len %lld", (long long)s->id,
                                                (long long)s->n_ent, (long long)s->len);
     for (int64_t i = 0; i < s->n_ent; i++) {
         const kv_entry *e = &s->ent[i];
         int64_t want = i + 1 < s->n_ent ? P : s->len - i * P;
-        if (e->n_tokens != want) SFAIL("seq %d entry %lld: n_tokens %d, want %lld", s->id,
+        if (e->n_tokens != want) SFAIL("seq %lld entry %lld: n_tokens %d, want %lld", (long long)s->id,
                                       (long long)i, e->n_tokens, (long long)want);
         int any = 0;
         for (int b = 0; b < P; b++) {
             int bit = (int)((e->mask[b >> 6] >> (b & 63)) & 1);
             if (e->has_mask && b >= e->n_tokens && bit)
-                SFAIL("seq %d entry %lld: mask bit %d past n_tokens", s->id, (long long)i, b);
+                SFAIL("seq %lld entry %lld: mask bit %d past n_tokens", (long long)s->id,
+                      (long long)i, b);
             any |= bit;
         }
         if (e->page < 0) continue;
-        if (e->page >= kv->n_pages) SFAIL("seq %d entry %lld: page %d", s->id, (long long)i,
+        if (e->page >= kv->n_pages) SFAIL("seq %lld entry %lld: page %d", (long long)s->id, (long long)i,
                                          e->page);
         if (e->has_mask && !any && i + 1 < s->n_ent)
-            SFAIL("seq %d entry %lld: all-removed page %d not a hole", s->id, (long long)i,
+            SFAIL("seq %lld entry %lld: all-removed page %d not a hole", (long long)s->id,
+                  (long long)i,
                  e->page);
         refs[e->page]++;
     }

@@ -157,7 +157,7 @@ int st_kv_prefix_attach(st_kv *kv, st_kv_seq_id seq, const int32_t *tokens, int6
     if (rc) return rc;
     if (s->len != 0)
         return st_seterr(kv->ctx, ST_E_STATE,
-                         "kv: prefix_attach: sequence %d is not empty (length %lld)", seq,
+                         "kv: prefix_attach: sequence %lld is not empty (length %lld)", (long long)seq,
                          (long long)s->len);
     const int P = kv->p.page_size;
     int32_t *pages = malloc((size_t)(n / P + 1) * sizeof *pages);

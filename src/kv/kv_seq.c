@@ -35,7 +35,7 @@ int kv_seq_new(st_kv *kv, kv_seq **out) {
     if (!s) return st_seterr(kv->ctx, ST_E_NOMEM, "kv: out of memory for a sequence");
     int slot = 0;
     while (kv->seqs[slot]) slot++;
-    s->id = (st_kv_seq_id)(slot | (kv->gen[slot] << 16));
+    s->id = (st_kv_seq_id)slot | (st_kv_seq_id)kv->gen[slot] << 16;
     kv->seqs[slot] = s;
     kv->n_seqs++;
     *out = s;
@@ -66,7 +66,7 @@ int st_kv_seq_free(st_kv *kv, st_kv_seq_id seq) {
     for (int64_t i = 0; i < s->n_ent; i++) kv_seq_release_entry(kv, &s->ent[i]);
     int slot = KV_SEQ_SLOT(seq);
     kv->seqs[slot] = NULL;
-    kv->gen[slot] = (uint16_t)((kv->gen[slot] + 1) & 0x7fff);
+    kv->gen[slot]++; /* uint32_t: wraps after 2^32 frees of this slot */
     kv->n_seqs--;
     free(s->ent);
     free(s->tokens);
@@ -155,7 +155,7 @@ int kv_seq_get_ok(const st_kv *kv, st_kv_seq_id id, kv_seq **out) {
     if (rc || !(*out)->err) return rc;
     rc = (*out)->err;
     *out = NULL;
-    return st_seterr(kv->ctx, rc, "kv: sequence %d failed earlier (%s); free it", id,
+    return st_seterr(kv->ctx, rc, "kv: sequence %lld failed earlier (%s); free it", (long long)id,
                      st_strerror(rc));
 }
 
@@ -223,13 +223,13 @@ static int check_range(const st_kv *kv, const kv_seq *s, int layer, int64_t pos,
                          kv->p.n_layer);
     if (pos < 0 || n < 0 || n > s->len - pos)
         return st_seterr(kv->ctx, ST_E_INVAL,
-                         "kv: %s: positions [%lld, %lld + %lld) outside [0, %lld) of seq %d",
+                         "kv: %s: positions [%lld, %lld + %lld) outside [0, %lld) of seq %lld",
                          fn, (long long)pos, (long long)pos, (long long)n, (long long)s->len,
-                         s->id);
+                         (long long)s->id);
     for (int64_t p = pos; p < pos + n; p++)
         if (!pos_valid(kv, s, p))
-            return st_seterr(kv->ctx, ST_E_NOT_FOUND, "kv: %s: position %lld of seq %d was "
-                             "removed", fn, (long long)p, s->id);
+            return st_seterr(kv->ctx, ST_E_NOT_FOUND, "kv: %s: position %lld of seq %lld was "
+                             "removed", fn, (long long)p, (long long)s->id);
     return 0;
 }
 
@@ -248,7 +248,7 @@ int st_kv_write(st_kv *kv, st_kv_seq_id seq, int layer, int64_t pos, int64_t n,
     /* Page by page (a range may be larger than the hot pool): a page and the source of its
      * copy are held at once, so two obtainable frames mean no POOL_FULL half-way. */
     if (kv->spill && kv_frames_obtainable(kv) < (need ? 2 : 1))
-        return st_seterr(kv->ctx, ST_E_POOL_FULL, "kv: write: the hot pool is pinned full");
+        return kv_hot_full(kv, need ? 2 : 1, need ? "write (copy-on-write)" : "write");
     const size_t row = (size_t)kv->p.n_kv_head * kv->p.head_dim;
     for (int64_t i = i0; i <= i1; i++) {
         if ((rc = make_writable(kv, s, i)) != 0) /* half done: the sequence is not sound */
@@ -366,8 +366,8 @@ int st_kv_seq_truncate(st_kv *kv, st_kv_seq_id seq, int64_t len) {
     int rc = kv_seq_get_ok(kv, seq, &s);
     if (rc) return rc;
     if (len < 0 || len > s->len)
-        return st_seterr(kv->ctx, ST_E_INVAL, "kv: truncate of seq %d to %lld (length %lld)",
-                         seq, (long long)len, (long long)s->len);
+        return st_seterr(kv->ctx, ST_E_INVAL, "kv: truncate of seq %lld to %lld (length %lld)",
+                         (long long)seq, (long long)len, (long long)s->len);
     const int P = kv->p.page_size;
     const int64_t n_ent = (len + P - 1) / P;
     for (int64_t i = n_ent; i < s->n_ent; i++) kv_seq_release_entry(kv, &s->ent[i]);
@@ -388,8 +388,8 @@ int st_kv_seq_remove(st_kv *kv, st_kv_seq_id seq, int64_t p0, int64_t p1) {
     int rc = kv_seq_get_ok(kv, seq, &s);
     if (rc) return rc;
     if (p0 < 0 || p1 < p0)
-        return st_seterr(kv->ctx, ST_E_INVAL, "kv: remove [%lld, %lld) from seq %d",
-                         (long long)p0, (long long)p1, seq);
+        return st_seterr(kv->ctx, ST_E_INVAL, "kv: remove [%lld, %lld) from seq %lld",
+                         (long long)p0, (long long)p1, (long long)seq);
     if (p1 > s->len) p1 = s->len;
     const int P = kv->p.page_size;
     for (int64_t i = p0 / P; p0 < p1 && i <= (p1 - 1) / P; i++) {
@@ -430,8 +430,8 @@ int st_kv_seq_views(const st_kv *kv, st_kv_seq_id seq, int layer, st_attn_page *
     if (s->err) return kv_seq_get_ok(kv, seq, &s);
     for (int64_t i = 0; i < s->n_ent; i++)
         if (s->ent[i].page >= 0 && kv->pages[s->ent[i].page].resident != KV_RES_RAM)
-            return st_seterr(kv->ctx, ST_E_STATE, "kv: views: page %lld of seq %d is not in "
-                             "RAM (use st_kv_attend_* or pin it)", (long long)i, seq);
+            return st_seterr(kv->ctx, ST_E_STATE, "kv: views: page %lld of seq %lld is not in "
+                             "RAM (use st_kv_attend_* or pin it)", (long long)i, (long long)seq);
     int j = 0;
     for (int64_t i = 0; i < s->n_ent; i++) {
         const kv_entry *e = &s->ent[i];

@@ -80,12 +80,17 @@ static int flush_record(st_kv_io *io, wbuf *w, uint64_t *sums, size_t i) {
 
 /* ---- writer ---------------------------------------------------------------------------- */
 
-static void put_page(const st_kv *kv, wbuf *w, int32_t idx, int32_t id) {
+/* A page record. The ledger records the residency as it is: a page not in RAM (on disk,
+ * or never touched) is read one layer block at a time into kv->rd_blk, as st_kv_read
+ * does, so writing a snapshot moves nothing between the tiers. Returns 0 or the read's
+ * error (the page then fails, as on any read). */
+static int put_page(st_kv *kv, wbuf *w, int32_t idx, int32_t id) {
     const kv_page *pg = &kv->pages[id];
     const int P = kv->p.page_size;
+    const int in_ram = pg->resident == KV_RES_RAM;
     put_u32(w, (uint32_t)idx);
     const int box = pg->sealed && kv->qbox_ok[id];
-    uint8_t b[4] = {pg->resident, (uint8_t)kv->p.type,
+    uint8_t b[4] = {(uint8_t)in_ram, (uint8_t)kv->p.type,
                     (uint8_t)((pg->sealed ? SNAP_PF_SEALED : 0) | (pg->has_key ? SNAP_PF_KEY : 0) |
                               (box ? SNAP_PF_BOX : 0)),
                     0};
@@ -98,7 +103,13 @@ static void put_page(const st_kv *kv, wbuf *w, int32_t idx, int32_t id) {
     for (int j = 0; j < P; j++)
         put_u32(w, pg->has_key ? (uint32_t)kv->page_tokens[(size_t)id * P + j] : UINT32_MAX);
     for (int l = 0; l < kv->p.n_layer; l++) {
-        const uint8_t *blk = kv_layer_data(kv, id, l);
+        const uint8_t *blk = kv->rd_blk;
+        if (in_ram) {
+            blk = kv_layer_data(kv, id, l);
+        } else {
+            int rc = kv_read_block(kv, id, l, kv->rd_blk);
+            if (rc) return rc;
+        }
         put(w, blk, kv->g.kv_bytes);
         put(w, blk + kv->g.v_offset, kv->g.kv_bytes);
         if (kv->p.type == ST_TYPE_Q8_0) put(w, blk + kv->g.scale_offset, 8u * kv->p.n_kv_head);
@@ -106,6 +117,7 @@ static void put_page(const st_kv *kv, wbuf *w, int32_t idx, int32_t id) {
     const size_t nb = kv_quest_box_bytes(kv);
     put(w, NULL, nb); /* room for the boxes, converted to f32 in place below */
     if (!w->oom) kv_quest_get_box(kv, id, w->b + w->n - nb);
+    return 0;
 }
 
 static void put_seq(const st_kv *kv, wbuf *w, uint32_t idx, const kv_seq *s, int64_t cut,
@@ -149,8 +161,8 @@ int st_kv_snapshot_write(st_kv *kv, const st_kv_seq_id *seqs, int n_seqs, int64_
         if ((rc = kv_seq_get_ok(kv, seqs[j], &ss[j])) != 0) goto done;
         for (int i = 0; i < j; i++)
             if (ss[i] == ss[j]) {
-                rc = st_seterr(kv->ctx, ST_E_INVAL, "kv snapshot: sequence %d listed twice",
-                               seqs[j]);
+                rc = st_seterr(kv->ctx, ST_E_INVAL, "kv snapshot: sequence %lld listed twice",
+                               (long long)seqs[j]);
                 goto done;
             }
     }
@@ -189,9 +201,7 @@ int st_kv_snapshot_write(st_kv *kv, const st_kv_seq_id *seqs, int n_seqs, int64_
     size_t k = 0;
     if ((rc = flush_record(io, &w, sums, k++)) != 0) goto io_err;
     for (int32_t i = 0; i < n_snap; i++) {
-        /* the SSD tier: a cold page comes back to RAM to be written out */
-        if ((rc = kv_fetch(kv, order[i])) != 0) goto done;
-        put_page(kv, &w, i, order[i]);
+        if ((rc = put_page(kv, &w, i, order[i])) != 0) goto done;
         if ((rc = flush_record(io, &w, sums, k++)) != 0) goto io_err;
     }
     for (int j = 0; j < n_seqs; j++) {

@@ -58,6 +58,19 @@ static void frame_attach(st_kv *kv, int32_t id, int32_t frame) {
     kv->n_hot++;
 }
 
+int kv_hot_full(st_kv *kv, int64_t need, const char *what) {
+    int64_t pinned = 0, held = 0;
+    for (int32_t id = kv->res_head; id >= 0; id = kv->pages[id].rnext) {
+        pinned += kv->pages[id].pins > 0;
+        held += !kv->pages[id].pins && kv->pages[id].hold;
+    }
+    return st_seterr(kv->ctx, ST_E_POOL_FULL,
+                     "kv: %s needs %lld RAM page(s) but only %lld of the hot pool's %d are "
+                     "obtainable (%d free); %lld pinned, %lld held by this operation",
+                     what, (long long)need, (long long)kv_frames_obtainable(kv), kv->n_frames,
+                     kv->n_frame_free, (long long)pinned, (long long)held);
+}
+
 int64_t kv_frames_obtainable(const st_kv *kv) {
     if (!kv->spill) return kv->n_free + kv->n_cached; /* a frame per page: pages limit */
     int64_t n = kv->n_frame_free;
@@ -282,8 +295,7 @@ static int evict_one(st_kv *kv, const char *what) {
         ST_ASSERT(pg->state == KV_PAGE_USED);
         return spill_page(kv, id);
     }
-    return st_seterr(kv->ctx, ST_E_POOL_FULL, "kv: %s needs a RAM page but all %d of the hot "
-                     "pool are pinned or in use by this operation", what, kv->n_frames);
+    return kv_hot_full(kv, 1, what);
 }
 
 static int frame_get(st_kv *kv, int32_t *frame, const char *what) {

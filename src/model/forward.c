@@ -528,21 +528,24 @@ static int plan_runs(st_runner *r, const st_batch *b, run **out, int *n_out) {
         }
         for (int j = 0; j < nr; j++)
             if (rs[j].seq == s) {
-                rc = st_seterr(r->ctx, ST_E_INVAL, "batch index %d: the tokens of sequence %d are not contiguous",
-                               i, s);
+                rc = st_seterr(r->ctx, ST_E_INVAL,
+                               "batch index %d: the tokens of sequence %lld are not contiguous",
+                               i, (long long)s);
                 goto fail;
             }
         rs[nr] = (run){.seq = s, .i0 = i, .n = 1};
         if ((rc = st_kv_seq_len(r->kv, s, &rs[nr].len0))) {
-            rc = st_seterr(r->ctx, rc, "batch index %d: sequence %d: %s", i, s, st_strerror(rc));
+            rc = st_seterr(r->ctx, rc, "batch index %d: sequence %lld: %s", i, (long long)s,
+                           st_strerror(rc));
             goto fail;
         }
         nr++;
     }
     for (int j = 0; j < nr; j++)
         if (rs[j].len0 + rs[j].n > r->n_ctx) {
-            rc = st_seterr(r->ctx, ST_E_LIMIT, "sequence %d: %lld + %d tokens exceed the context of %d tokens",
-                           rs[j].seq, (long long)rs[j].len0, rs[j].n, r->n_ctx);
+            rc = st_seterr(r->ctx, ST_E_LIMIT,
+                           "sequence %lld: %lld + %d tokens exceed the context of %d tokens",
+                           (long long)rs[j].seq, (long long)rs[j].len0, rs[j].n, r->n_ctx);
             goto fail;
         }
     *out = rs;

@@ -387,6 +387,30 @@ TEST(test_refilled_hole_not_cached) {
     fx_close(&f);
 }
 
+/* A slot reused more often than a 15-bit generation can count (the old id layout wrapped
+ * after 32,768 frees of one slot, and the lowest free slot is always reused): the stale id
+ * must stay stale while every later sequence lives in its slot. */
+TEST(test_stale_id_after_many_reuses) {
+    fx f;
+    REQUIRE(fx_open(&f, ST_TYPE_F32, 8, 8, 1, 1, 4) == 0);
+    st_kv_seq_id old, s = -1;
+    CHECK_OK(st_kv_seq_create(f.kv, &old));
+    CHECK_OK(st_kv_seq_free(f.kv, old));
+    int64_t len, bad = 0, same_slot = 0;
+    for (int i = 1; i <= 70000; i++) {
+        CHECK_OK(st_kv_seq_create(f.kv, &s));
+        same_slot += KV_SEQ_SLOT(s) == KV_SEQ_SLOT(old);
+        bad += s == old || st_kv_seq_len(f.kv, old, &len) != ST_E_STATE;
+        CHECK_OK(st_kv_seq_free(f.kv, s));
+    }
+    CHECK_INT(same_slot, 70000); /* the worst case: every create reused old's slot */
+    CHECK_INT(bad, 0);
+    CHECK(s > 0 && s > (st_kv_seq_id)INT32_MAX / 2); /* ids grew past 31 bits, still >= 0 */
+    CHECK_INT(st_kv_seq_free(f.kv, old), ST_E_STATE);
+    CHECK(strstr(st_ctx_error(f.ctx), "is stale") != NULL);
+    fx_close(&f);
+}
+
 TEST_MAIN(test_params_and_layout, test_append_read_views, test_fork_cow,
           test_truncate_remove_masks, test_prefix_cache_lru, test_pins_and_pool_full,
-          test_q8_error_bound, test_refilled_hole_not_cached)
+          test_q8_error_bound, test_refilled_hole_not_cached, test_stale_id_after_many_reuses)

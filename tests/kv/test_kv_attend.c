@@ -270,5 +270,28 @@ TEST(test_attend_stale_selection) {
     st_ctx_destroy(ctx);
 }
 
+/* A write that cannot get a frame because the caller pinned the whole hot pool fails at
+ * once with the counts in the message (the deadlock guard's contract). */
+TEST(test_write_hot_pool_full_counts) {
+    st_ctx *ctx;
+    REQUIRE(st_ctx_create(NULL, &ctx) == 0);
+    rig r;
+    st_kv_seq_id seq;
+    rig_make(ctx, &r, 4, 0, &seq);
+    st_kv_page_id pages[VIEWS];
+    int np = 0;
+    CHECK_OK(st_kv_seq_pages(r.kv, seq, pages, VIEWS, &np));
+    REQUIRE(np > 10);
+    for (int i = 0; i < 4; i++) CHECK_OK(st_kv_pin(r.kv, pages[i]));
+    float kv1[H * D] = {0};
+    CHECK_INT(st_kv_write(r.kv, seq, 0, 8 * P, 1, kv1, kv1), ST_E_POOL_FULL);
+    CHECK_STR(st_ctx_error(ctx), "kv: write needs 1 RAM page(s) but only 0 of the hot pool's "
+                                 "4 are obtainable (0 free); 4 pinned, 0 held by this operation");
+    for (int i = 0; i < 4; i++) CHECK_OK(st_kv_unpin(r.kv, pages[i]));
+    CHECK_OK(st_kv_write(r.kv, seq, 0, 8 * P, 1, kv1, kv1));
+    rig_free(&r);
+    st_ctx_destroy(ctx);
+}
+
 TEST_MAIN(test_attend_bit_identical, test_attend_corrupt_read_fails_sequence,
-          test_attend_stale_selection)
+          test_attend_stale_selection, test_write_hot_pool_full_counts)

@@ -7,7 +7,8 @@
  * readable position must return exactly what was written (f32: bit-exact; f16/bf16:
  * exactly the oracle's value rounded the same way), every view must expose exactly the
  * valid slots with those values, the invariant checker (refcounts == table references,
- * state lists, counts) must pass, and at the end nothing may leak.
+ * state lists, counts) must pass, and at the end nothing may leak. An ST_E_POOL_FULL is
+ * accepted only when the public stats show that the pool could not have met it.
  *
  * Keyed sequences (appended with token ids) hold "model-like" K/V: a deterministic function
  * of the token prefix, so pages found in the prefix cache have a known content. Anonymous
@@ -75,6 +76,8 @@ typedef struct world {
     int n_pins;
     int step, failed;
     long n_ok[16], n_err[16];
+    long n_full_pages, n_full_hot; /* POOL_FULL answers checked against the stats */
+    long n_restore_full, n_restore_limit;
     st_io *fault;  /* tiered + faults: the spill file's fault backend (owned by the store) */
     long n_seq_failed;
     char dir[64];
@@ -119,6 +122,51 @@ static int hd(const world *w) { return w->c.H * w->c.D; }
         }                                                                              \
     } while (0)
 
+/* An operation answered ST_E_POOL_FULL: the public stats must show that it could not have
+ * been met. need = pages it had to allocate. The hot pool (tier) refuses only when nearly
+ * every frame is pinned: an operation holds at most 2 pages of its own and needs at most
+ * 2 frames at once, so pinned + 3 >= ram_pages. */
+static void check_full(world *w, int64_t need) {
+    st_kv_stats st;
+    st_kv_get_stats(w->kv, &st);
+    if (tiered(w) && strstr(st_ctx_error(w->ctx), "RAM page")) {
+        WCHECK(st.pages_pinned + 3 >= st.ram_pages, "hot pool full with %lld of %lld pinned",
+               (long long)st.pages_pinned, (long long)st.ram_pages);
+        w->n_full_hot++;
+        return;
+    }
+    WCHECK(st.pages_free + st.pages_cached < need,
+           "POOL_FULL for %lld page(s) with %lld free + %lld cached", (long long)need,
+           (long long)st.pages_free, (long long)st.pages_cached);
+    w->n_full_pages++;
+}
+
+/* Pages a write of [pos, pos+n) must copy first: those shared (refs > 1). */
+static int64_t cow_need(world *w, const oseq *o, int64_t pos, int64_t n) {
+    st_kv_page_id ids[MAXLEN];
+    int np = 0, refs = 0;
+    st_kv_seq_pages(w->kv, o->id, ids, MAXLEN, &np);
+    int64_t need = 0;
+    for (int64_t i = pos / w->c.P; i <= (pos + n - 1) / w->c.P && i < np; i++)
+        if (ids[i] >= 0 && st_kv_page_info(w->kv, ids[i], &refs, NULL) == 0 && refs > 1) need++;
+    return need;
+}
+
+/* Pages a reserve of n more tokens allocates: new entries, plus a copy of a partial tail
+ * that is shared or was removed (st_kv_seq_reserve). */
+static int64_t reserve_need(world *w, const oseq *o, int64_t n) {
+    const int P = w->c.P;
+    int64_t need = (o->len + n + P - 1) / P - (o->len + P - 1) / P;
+    if (o->len % P) {
+        st_kv_page_id ids[MAXLEN];
+        int np = 0, refs = 0;
+        st_kv_seq_pages(w->kv, o->id, ids, MAXLEN, &np);
+        int32_t t = ids[np - 1];
+        if (t < 0 || (st_kv_page_info(w->kv, t, &refs, NULL) == 0 && refs > 1)) need++;
+    }
+    return need;
+}
+
 static float view_elem(const world *w, const st_attn_page *pv, int isv, int h, int s, int d) {
     /* K^T [H][D][P], V [H][P][D] */
     const size_t idx = isv ? ((size_t)h * w->c.P + s) * w->c.D + d
@@ -135,16 +183,16 @@ static float view_elem(const world *w, const st_attn_page *pv, int isv, int h, i
 static void check_seq(world *w, const oseq *o) {
     if (tiered(w) && st_kv_seq_error(w->kv, o->id)) return; /* dropped by check_all */
     int64_t len = -1;
-    WCHECK(st_kv_seq_len(w->kv, o->id, &len) == 0 && len == o->len, "seq %d len %lld vs %lld",
-           o->id, (long long)len, (long long)o->len);
+    WCHECK(st_kv_seq_len(w->kv, o->id, &len) == 0 && len == o->len, "seq %lld len %lld vs %lld",
+           (long long)o->id, (long long)len, (long long)o->len);
     float kb[16], vb[16];
     int32_t tok[MAXLEN];
     WCHECK(st_kv_seq_tokens(w->kv, o->id, 0, o->len, tok) == 0, "tokens");
     for (int64_t p = 0; p < o->len; p++) {
         int valid = -1;
         WCHECK(st_kv_seq_valid(w->kv, o->id, p, &valid) == 0 && valid == o->valid[p],
-               "seq %d pos %lld valid %d vs %d", o->id, (long long)p, valid, o->valid[p]);
-        WCHECK(tok[p] == (o->keyed ? o->tok[p] : -1), "seq %d pos %lld token %d vs %d", o->id,
+               "seq %lld pos %lld valid %d vs %d", (long long)o->id, (long long)p, valid, o->valid[p]);
+        WCHECK(tok[p] == (o->keyed ? o->tok[p] : -1), "seq %lld pos %lld token %d vs %d", (long long)o->id,
                (long long)p, tok[p], o->tok[p]);
         for (int l = 0; l < w->c.L; l++) {
             int rc = st_kv_read(w->kv, o->id, l, p, 1, kb, vb);
@@ -160,8 +208,8 @@ static void check_seq(world *w, const oseq *o) {
             WCHECK(rc == 0, "read pos %lld rc %d", (long long)p, rc);
             for (int i = 0; i < hd(w); i++)
                 WCHECK(kb[i] == stored(w, o->k[p][l][i]) && vb[i] == stored(w, o->v[p][l][i]),
-                       "seq %d pos %lld layer %d elem %d: K %.9g vs %.9g, V %.9g vs %.9g",
-                       o->id, (long long)p, l, i, kb[i], stored(w, o->k[p][l][i]), vb[i],
+                       "seq %lld pos %lld layer %d elem %d: K %.9g vs %.9g, V %.9g vs %.9g",
+                       (long long)o->id, (long long)p, l, i, kb[i], stored(w, o->k[p][l][i]), vb[i],
                        stored(w, o->v[p][l][i]));
         }
     }
@@ -204,7 +252,7 @@ static void drop_failed(world *w) {
     for (int j = 0; j < MAXS; j++) {
         oseq *o = &w->s[j];
         if (!o->live || !st_kv_seq_error(w->kv, o->id)) continue;
-        WCHECK(tiered(w), "seq %d failed without a tier", o->id);
+        WCHECK(tiered(w), "seq %lld failed without a tier", (long long)o->id);
         WCHECK(st_kv_seq_free(w->kv, o->id) == 0, "free of a failed seq");
         o->live = 0;
         w->n_seq_failed++;
@@ -294,11 +342,14 @@ static void op_append(world *w, oseq *o) {
             }
     int rc;
     const int32_t *tk = o->keyed ? toks : NULL;
+    const int64_t need = reserve_need(w, o, n);
     if (rint_(&w->r, 2)) {
         rc = st_kv_seq_append(w->kv, o->id, n, tk, k, v);
+        if (rc == ST_E_POOL_FULL) check_full(w, need);
     } else { /* the model's way: reserve, then layer by layer (in chunks), then commit */
         int64_t p0 = -1;
         rc = st_kv_seq_reserve(w->kv, o->id, n, tk, &p0);
+        if (rc == ST_E_POOL_FULL) check_full(w, need);
         if (rc == 0) {
             WCHECK(p0 == o->len, "reserve p0 %lld", (long long)p0);
             for (int l = 0; l < w->c.L; l++) {
@@ -309,11 +360,12 @@ static void op_append(world *w, oseq *o) {
                                                     kl + (size_t)a * HD, vl + (size_t)a * HD) : 0;
                 if ((r1 || r2) && tier_err_ok(w, o, r1 ? r1 : r2)) {
                     rc = r1 ? r1 : r2;
+                    if (rc == ST_E_POOL_FULL) check_full(w, 0); /* reserved: the hot pool */
                     break;
                 }
                 WCHECK(r1 == 0 && r2 == 0, "write after reserve: %d %d", r1, r2);
             }
-            if (!rc) rc = st_kv_seq_commit(w->kv, o->id);
+            if (!rc && (rc = st_kv_seq_commit(w->kv, o->id)) == ST_E_POOL_FULL) check_full(w, 0);
             /* the model's way of undoing a step (forward.c): back to the old length */
             if (rc && !st_kv_seq_error(w->kv, o->id))
                 WCHECK(st_kv_seq_truncate(w->kv, o->id, p0) == 0, "undo truncate");
@@ -347,7 +399,9 @@ static void op_write(world *w, oseq *o) {
             v[j * hd(w) + i] = nv[j][i];
         }
     }
+    const int64_t need = any_invalid ? 0 : cow_need(w, o, pos, n);
     int rc = st_kv_write(w->kv, o->id, l, pos, n, k, v);
+    if (rc == ST_E_POOL_FULL) check_full(w, need);
     if (any_invalid) {
         WCHECK(rc == ST_E_NOT_FOUND, "write over removed position: rc %d", rc);
         return;
@@ -464,24 +518,47 @@ static void op_snapshot(world *w) {
         return;
     }
     WCHECK(rc == 0, "snapshot write rc %d", rc);
+    /* The restored copies replace the originals. Mostly the originals are freed first, as
+     * a server swapping a session out and back in does, so the restore has their room;
+     * sometimes it must fit beside them (and may be refused). */
+    const int free_first = rint_(&w->r, 4) != 0;
+    if (free_first)
+        for (int j = 0; j < n; j++) {
+            WCHECK(st_kv_seq_free(w->kv, os[j]->id) == 0, "free original");
+            os[j]->live = 0; /* until restored */
+        }
+    const uint32_t snap_pages = io.buf[68] | io.buf[69] << 8 | io.buf[70] << 16 |
+                                (uint32_t)io.buf[71] << 24; /* header n_pages (FORMATS.md) */
+    st_kv_stats st;
+    st_kv_get_stats(w->kv, &st);
     st_kv_io in;
     st_kv_io_mem_reader(&in, io.buf, io.len);
     st_kv_seq_id out[MAXS];
     int nout = -1;
     rc = st_kv_snapshot_read(w->kv, &in, out, MAXS, &nout);
     st_kv_io_mem_release(&io);
-    if (rc == ST_E_POOL_FULL || rc == ST_E_LIMIT) {
-        w->n_err[6]++;
+    if (rc == ST_E_POOL_FULL) {
+        WCHECK(snap_pages > st.pages_free + st.pages_cached,
+               "restore of %u pages refused with %lld free + %lld cached", snap_pages,
+               (long long)st.pages_free, (long long)st.pages_cached);
+        w->n_restore_full++;
+        return;
+    }
+    if (rc == ST_E_LIMIT) {
+        WCHECK(n > 2 * MAXS - st.n_seqs, "restore of %d sequences refused with %lld live", n,
+               (long long)st.n_seqs);
+        w->n_restore_limit++;
         return;
     }
     WCHECK(rc == 0 && nout == n, "snapshot read rc %d n %d", rc, nout);
     w->n_ok[6]++;
-    for (int j = 0; j < n; j++) { /* the restored copies replace the originals */
+    for (int j = 0; j < n; j++) {
         int64_t len = -1;
         st_kv_seq_len(w->kv, out[j], &len);
         WCHECK(len == os[j]->len || (maxp >= 0 && len < os[j]->len && len % w->c.P == 0),
                "restored len %lld of %lld", (long long)len, (long long)os[j]->len);
-        WCHECK(st_kv_seq_free(w->kv, os[j]->id) == 0, "free original");
+        if (!free_first) WCHECK(st_kv_seq_free(w->kv, os[j]->id) == 0, "free original");
+        os[j]->live = 1;
         os[j]->id = out[j]; /* a restore that lost a page fails the copy: dropped later */
         os[j]->len = len;
     }
@@ -606,11 +683,13 @@ static void run_world(cfg c) {
     st_kv_get_stats(w->kv, &st);
     fprintf(stderr, "  %s P=%d: %d steps, appends %ld (%ld full), writes %ld (%ld full), "
             "forks %lld, cow %lld, hits %lld misses %lld reused %lld, evictions %lld, "
-            "snapshots %ld (%ld refused)\n", st_type_name(c.type), c.P, w->step, w->n_ok[1],
-            w->n_err[1], w->n_ok[2], w->n_err[2], (long long)st.forks,
+            "restores %ld ok, %ld refused (%ld pool full, %ld limit); POOL_FULL checked "
+            "against the stats: %ld pages, %ld hot pool\n", st_type_name(c.type), c.P, w->step,
+            w->n_ok[1], w->n_err[1], w->n_ok[2], w->n_err[2], (long long)st.forks,
             (long long)st.cow_copies, (long long)st.prefix_hits, (long long)st.prefix_misses,
             (long long)st.prefix_tokens_reused, (long long)st.cache_evictions, w->n_ok[6],
-            w->n_err[6]);
+            w->n_restore_full + w->n_restore_limit, w->n_restore_full, w->n_restore_limit,
+            w->n_full_pages, w->n_full_hot);
     if (c.ram)
         fprintf(stderr, "    tier: ram %d pages%s: %lld spills, %lld fetches, %lld blocks read, "
                 "%lld drops, %lld pages lost, %ld sequences failed and dropped\n", c.ram,

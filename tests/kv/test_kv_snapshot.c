@@ -361,6 +361,81 @@ TEST(test_faulty_io) {
     st_ctx_destroy(ctx);
 }
 
+/* With the SSD tier: the ledger records each page's residency as it was (0 for a page on
+ * disk or never touched, 1 for one in RAM), and writing the snapshot reads cold pages
+ * without moving anything between the tiers: residency, scores and tier counters are the
+ * same afterwards, and the restored contents are the originals. */
+TEST(test_tiered_ledger_and_no_movement) {
+    st_ctx *ctx;
+    REQUIRE(st_ctx_create(NULL, &ctx) == 0);
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/strata-snap-XXXXXX");
+    REQUIRE(mkdtemp(dir) != NULL);
+    st_kv_params p = st_kv_default_params();
+    p.n_layer = 2, p.n_kv_head = 1, p.head_dim = 4, p.page_size = 8, p.type = ST_TYPE_F16;
+    p.n_pages = 32, p.max_seqs = 8;
+    p.fingerprint.b[3] = 1;
+    p.spill_dir = dir;
+    p.ram_pages = 3;
+    st_kv *a = NULL, *b = mk(ctx, ST_TYPE_F16, 64, 4, 1);
+    REQUIRE(st_kv_create(ctx, &p, &a) == 0 && b);
+    st_kv_seq_id ids[3], out[3];
+    build(a, ids); /* 9 pages through a hot pool of 3: most spill */
+    CHECK_OK(st_kv_flush(a));
+    st_kv_page_id pages[3][8];
+    int np[3];
+    int32_t was[32];
+    uint64_t score[32];
+    for (int j = 0; j < 3; j++) CHECK_OK(st_kv_seq_pages(a, ids[j], pages[j], 8, &np[j]));
+    for (int i = 0; i < 32; i++) was[i] = a->pages[i].resident, score[i] = a->pages[i].last_use;
+    st_kv_stats s0, s1;
+    st_kv_get_stats(a, &s0);
+    CHECK(s0.pages_cold >= 4);
+    st_kv_io io;
+    st_kv_io_mem_writer(&io);
+    CHECK_OK(st_kv_snapshot_write(a, ids, 3, -1, &io));
+    st_kv_get_stats(a, &s1);
+    CHECK_INT(s1.pages_hot, s0.pages_hot);
+    CHECK_INT(s1.pages_cold, s0.pages_cold);
+    CHECK_INT(s1.tier_reads, s0.tier_reads);
+    CHECK_INT(s1.tier_writes, s0.tier_writes);
+    CHECK_INT(s1.tier_drops, s0.tier_drops);
+    CHECK(s1.tier_block_reads > s0.tier_block_reads); /* the cold pages were read in place */
+    for (int i = 0; i < 32; i++) {
+        CHECK_INT(a->pages[i].resident, was[i]);
+        CHECK(a->pages[i].last_use == score[i]);
+    }
+    /* page records in order of first use (FORMATS.md): A's pages, then B's and C's new ones */
+    int32_t order[32], n_snap = 0, seen[32] = {0};
+    for (int j = 0; j < 3; j++)
+        for (int i = 0; i < np[j]; i++)
+            if (pages[j][i] >= 0 && !seen[pages[j][i]]) seen[pages[j][i]] = 1, order[n_snap++] = pages[j][i];
+    const size_t payload = 2 * 1 * 8 * 4 * 2, boxes = 2 * 1 * 2 * 4 * 4;
+    const size_t rec = 48 + 4 * 8 + 2 * payload + boxes + 8;
+    REQUIRE(io.len > 80 + (size_t)n_snap * rec);
+    int n_ram = 0, n_not = 0;
+    for (int i = 0; i < n_snap; i++) {
+        const uint8_t *r = io.buf + 80 + (size_t)i * rec;
+        CHECK_INT(r[0] | r[1] << 8, i); /* the record's index: the offsets are right */
+        CHECK_INT(r[4], was[order[i]] == KV_RES_RAM);
+        n_ram += r[4] == 1, n_not += r[4] == 0;
+    }
+    CHECK(n_ram >= 1 && n_not >= 4);
+    st_kv_io in;
+    st_kv_io_mem_reader(&in, io.buf, io.len);
+    int n = 0;
+    CHECK_OK(st_kv_snapshot_read(b, &in, out, 3, &n));
+    CHECK_INT(n, 3);
+    same_seq(a, ids[0], b, out[0], 21);
+    same_seq(a, ids[1], b, out[1], 24);
+    same_seq(a, ids[2], b, out[2], 30);
+    char msg[256];
+    CHECK_OK(kv_check(a, msg, sizeof msg));
+    finish(ctx, a, b, &io, NULL);
+    CHECK_INT(rmdir(dir), 0);
+}
+
 TEST_MAIN(test_roundtrip_f32, test_roundtrip_q8, test_file_and_fd_backends_and_cut,
           test_restore_over_cached_pages,
-          test_every_truncation_and_flip_rejected, test_mismatches_and_limits, test_faulty_io)
+          test_every_truncation_and_flip_rejected, test_mismatches_and_limits, test_faulty_io,
+          test_tiered_ledger_and_no_movement)
