@@ -176,6 +176,14 @@ void st_runner_destroy(st_runner *r); /* NULL is a no-op */
  * On error every sequence is truncated back to its length before the call. */
 int st_runner_forward(st_runner *r, const st_batch *b, float *logits);
 
+/* Prefill progress: after each layer of each multi-token chunk of a st_runner_forward call,
+ * fn(user, done, total) with done and total counted in token-layers (tokens x n_layer) of the
+ * call's multi-token runs, so done reaches total when the last chunk's last layer is done
+ * (decode steps report nothing). On the thread that called st_runner_forward, between two
+ * layers; fn must not call into the runner. fn NULL (the default): no reports. */
+typedef void (*st_runner_progress_fn)(void *user, int64_t done, int64_t total);
+void st_runner_set_progress(st_runner *r, st_runner_progress_fn fn, void *user);
+
 /* Seconds spent in the last forward (for statistics). */
 double st_runner_last_seconds(const st_runner *r);
 

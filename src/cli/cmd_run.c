@@ -192,16 +192,14 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
     }
     if (!rc && !logits) rc = ST_E_NOMEM;
     for (int i = 0; i < n_prompt && !rc; i++) st_sampler_accept(smp, prompt[i]);
-    /* prefill, chunk by chunk so the progress bar can move */
-    const int chunk = o->n_batch > 0 ? (int)o->n_batch : 256;
+    /* prefill in one call (the runner cuts it in chunks of -b): the bar moves after every layer */
     st_cli_progress pb;
     st_cli_progress_begin(&pb, "prefill");
     double t0 = st_time_now();
-    for (int i = n_reused; i < n_prompt && !rc; i += chunk) {
-        int n = n_prompt - i < chunk ? n_prompt - i : chunk;
-        st_batch b = {.n_tokens = n, .tokens = prompt + i, .seq_single = seq};
+    if (!rc && n_reused < n_prompt) {
+        st_batch b = {.n_tokens = n_prompt - n_reused, .tokens = prompt + n_reused, .seq_single = seq};
+        st_cli_progress_attach(&pb, s->runner, b.n_tokens);
         rc = st_runner_forward(s->runner, &b, logits);
-        st_cli_progress_update(&pb, i + n - n_reused, n_prompt - n_reused);
     }
     st_cli_progress_end(&pb);
     double t_prefill = st_time_now() - t0, t_decode = 0;
