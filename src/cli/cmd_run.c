@@ -230,7 +230,7 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
     const char *tail;
     size_t nt;
     if (dt && st_detok_flush(dt, &tail, &nt) == 0 && nt) fwrite(tail, 1, nt, stdout);
-    printf("\n");
+    if (!rc) printf("\n"); /* ends the text as llama.cpp does, only when the generation did */
     fflush(stdout);
     if (!rc && save && o->prompt_cache_all) exit_code = st_cli_prompt_cache_save(s, o->prompt_cache, seq);
     if (rc) {
