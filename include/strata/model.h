@@ -136,6 +136,12 @@ int st_synth_parse_type(const char *s, st_synth_params *p);
 int st_synth_write(st_ctx *ctx, const st_synth_params *p, const char *path);
 /* Same into a malloc'd GGUF image (*buf owned by the caller: free()). */
 int st_synth_write_memory(st_ctx *ctx, const st_synth_params *p, void **buf, size_t *size);
+/* 0 when g is what st_synth_write(p) writes, random values aside: the architecture, the shape
+ * keys (block_count, embedding_length, head counts, feed_forward_length, context_length,
+ * rope.dimension_count), the vocabulary size, and every tensor's name, type and shape. Else
+ * ST_E_FORMAT with a message naming the first difference (ST_E_INVAL for parameters
+ * st_synth_write would refuse; the vocab file's error). For caches of made models. */
+int st_synth_check(st_ctx *ctx, const st_synth_params *p, st_gguf *g);
 
 /* ---- forward --------------------------------------------------------------------------- */
 
