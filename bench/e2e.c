@@ -14,10 +14,11 @@
  *            figure and can pass 100%.
  * Ratios to llama.cpp's figures (its better of fa=0 / fa=1) are printed beside each.
  *
- * usage: e2e [--models DIR] [--only 1b-q8_0,1b-q4_k_m,small-q8_0] [-t THREADS] [--tg N]
+ * usage: e2e [--models DIR] [--only 1b-q8_0,1b-q4_k_m,small-q8_0] [-t THREADS] [--tg N] [--prepare]
  * Missing models are made in DIR (default /tmp/strata-bench) with strata's synthetic writer,
  * tokenizer from ../shared/models/vocab/ggml-vocab-llama-spm.gguf when present ($STRATA_SHARED
- * overrides ../shared). */
+ * overrides ../shared); a cached one that is not what its preset makes (shape, vocabulary,
+ * tensor types) is made again. --prepare makes or checks the models and measures nothing. */
 #include "bench_common.h"
 #include "strata/kv.h"
 #include "strata/model.h"
@@ -36,16 +37,26 @@ static const struct bmodel models[] = {
     {"small-q8_0", "small", "q8_0", 3625, 484},
 };
 
+/* The model at DIR/NAME.gguf, made when missing, and made again when what is there is not
+ * what the preset makes (st_synth_check: shape keys, vocabulary, every tensor's type and
+ * shape), so a file cached by an older preset or another type is never measured as this one. */
 static int ensure_model(st_ctx *ctx, const struct bmodel *bm, const char *dir, char *path, size_t cap) {
     snprintf(path, cap, "%s/%s.gguf", dir, bm->name);
-    if (access(path, R_OK) == 0) return 0;
-    mkdir(dir, 0755);
     st_synth_params p = st_synth_default_params();
     st_synth_preset(bm->preset, &p);
     st_synth_parse_type(bm->type, &p);
     char vocab[1024];
     snprintf(vocab, sizeof vocab, "%s/models/vocab/ggml-vocab-llama-spm.gguf", bench_shared_dir());
     if (access(vocab, R_OK) == 0) p.vocab_from = vocab;
+    if (access(path, R_OK) == 0) {
+        st_gguf *g = NULL;
+        int rc = st_gguf_open(ctx, path, &g);
+        if (!rc) rc = st_synth_check(ctx, &p, g);
+        st_gguf_close(g);
+        if (!rc) return 0;
+        fprintf(stderr, "e2e: %s is not the %s model (%s): making it again\n", path, bm->name, st_ctx_error(ctx));
+    }
+    mkdir(dir, 0755);
     fprintf(stderr, "making %s ...\n", path);
     int rc = st_synth_write(ctx, &p, path);
     if (rc) fprintf(stderr, "e2e: cannot make %s: %s\n", path, st_ctx_error(ctx));
@@ -139,14 +150,16 @@ static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, ben
 
 int main(int argc, char **argv) {
     const char *dir = "/tmp/strata-bench", *only = NULL;
-    int n_threads = 2, n_tg = 128;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--models")) dir = argv[i + 1];
-        else if (!strcmp(argv[i], "--only")) only = argv[i + 1];
-        else if (!strcmp(argv[i], "-t")) n_threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--tg")) n_tg = atoi(argv[i + 1]);
+    int n_threads = 2, n_tg = 128, prepare = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(argv[i], "--prepare")) prepare = 1;
+        else if (v && !strcmp(argv[i], "--models")) dir = v, i++;
+        else if (v && !strcmp(argv[i], "--only")) only = v, i++;
+        else if (v && !strcmp(argv[i], "-t")) n_threads = atoi(v), i++;
+        else if (v && !strcmp(argv[i], "--tg")) n_tg = atoi(v), i++;
         else {
-            fprintf(stderr, "usage: e2e [--models DIR] [--only NAME,...] [-t THREADS] [--tg N]\n");
+            fprintf(stderr, "usage: e2e [--models DIR] [--only NAME,...] [-t THREADS] [--tg N] [--prepare]\n");
             return 2;
         }
     }
@@ -154,6 +167,17 @@ int main(int argc, char **argv) {
     cp.n_threads = n_threads;
     st_ctx *ctx = NULL;
     if (st_ctx_create(&cp, &ctx)) return 1;
+    if (prepare) { /* make or check the models, measure nothing */
+        int rc = 0;
+        for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+            if (only && !strstr(only, models[i].name)) continue;
+            char path[1024];
+            if (ensure_model(ctx, &models[i], dir, path, sizeof path)) rc = 1;
+            else printf("%s: ready\n", path);
+        }
+        st_ctx_destroy(ctx);
+        return rc;
+    }
     char kname[64];
     printf("kernels: %s\n", bench_kernels_name(st_kernels_get(st_ctx_isa(ctx)), kname, sizeof kname));
     double bw = bench_read_bandwidth(st_ctx_threadpool(ctx), 0, 5);

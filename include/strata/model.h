@@ -136,6 +136,12 @@ int st_synth_parse_type(const char *s, st_synth_params *p);
 int st_synth_write(st_ctx *ctx, const st_synth_params *p, const char *path);
 /* Same into a malloc'd GGUF image (*buf owned by the caller: free()). */
 int st_synth_write_memory(st_ctx *ctx, const st_synth_params *p, void **buf, size_t *size);
+/* 0 when g is what st_synth_write(p) writes, random values aside: the architecture, the shape
+ * keys (block_count, embedding_length, head counts, feed_forward_length, context_length,
+ * rope.dimension_count), the vocabulary size, and every tensor's name, type and shape. Else
+ * ST_E_FORMAT with a message naming the first difference (ST_E_INVAL for parameters
+ * st_synth_write would refuse; the vocab file's error). For caches of made models. */
+int st_synth_check(st_ctx *ctx, const st_synth_params *p, st_gguf *g);
 
 /* ---- forward --------------------------------------------------------------------------- */
 
@@ -175,6 +181,14 @@ void st_runner_destroy(st_runner *r); /* NULL is a no-op */
  * would exceed n_ctx: "prompt longer than the context"); ST_E_POOL_FULL / other kv.h errors.
  * On error every sequence is truncated back to its length before the call. */
 int st_runner_forward(st_runner *r, const st_batch *b, float *logits);
+
+/* Prefill progress: after each layer of each multi-token chunk of a st_runner_forward call,
+ * fn(user, done, total) with done and total counted in token-layers (tokens x n_layer) of the
+ * call's multi-token runs, so done reaches total when the last chunk's last layer is done
+ * (decode steps report nothing). On the thread that called st_runner_forward, between two
+ * layers; fn must not call into the runner. fn NULL (the default): no reports. */
+typedef void (*st_runner_progress_fn)(void *user, int64_t done, int64_t total);
+void st_runner_set_progress(st_runner *r, st_runner_progress_fn fn, void *user);
 
 /* Seconds spent in the last forward (for statistics). */
 double st_runner_last_seconds(const st_runner *r);

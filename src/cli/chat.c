@@ -106,14 +106,10 @@ static int forward(chat *c, const int32_t *toks, int n) {
 }
 
 static int prefill(chat *c, const int32_t *toks, int n) {
-    const int chunk = c->o->n_batch > 0 ? c->o->n_batch : 256;
     st_cli_progress pb;
     st_cli_progress_begin(&pb, "prefill");
-    int rc = 0;
-    for (int i = 0; i < n && !rc; i += chunk) {
-        rc = forward(c, toks + i, n - i < chunk ? n - i : chunk);
-        st_cli_progress_update(&pb, i + chunk < n ? i + chunk : n, n);
-    }
+    st_cli_progress_attach(&pb, c->s->runner, n);
+    int rc = n > 0 ? forward(c, toks, n) : 0;
     st_cli_progress_end(&pb);
     return rc;
 }

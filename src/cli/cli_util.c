@@ -82,16 +82,17 @@ int st_cli_ctx_create(const char *cmd, int n_threads, st_ctx **out) {
 }
 
 void st_cli_progress_begin(st_cli_progress *p, const char *label) {
+    memset(p, 0, sizeof *p);
     p->t0 = st_time_now();
     p->active = isatty(2);
-    p->shown = 0;
     p->label = label;
 }
 
 void st_cli_progress_update(st_cli_progress *p, long long done, long long total) {
     if (!p->active || total <= 0) return;
-    double el = st_time_now() - p->t0;
+    double now = st_time_now(), el = now - p->t0;
     if (el < 1.0 && !p->shown) return;
+    if (p->shown && now - p->last < 0.1 && done < total) return;
     int w = 40, fill = (int)(w * done / total);
     char bar[64];
     for (int i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
@@ -99,9 +100,23 @@ void st_cli_progress_update(st_cli_progress *p, long long done, long long total)
     double rate = el > 0 ? done / el : 0;
     fprintf(stderr, "\r%s [%s] %lld/%lld (%.0f tok/s)", p->label, bar, done, total, rate);
     p->shown = 1;
+    p->last = now;
+}
+
+static void on_layer(void *user, int64_t done, int64_t total) {
+    st_cli_progress *p = user;
+    if (total > 0) st_cli_progress_update(p, (long long)((double)done / (double)total * (double)p->n_tok), p->n_tok);
+}
+
+void st_cli_progress_attach(st_cli_progress *p, st_runner *r, long long n_tok) {
+    p->runner = r;
+    p->n_tok = n_tok;
+    if (p->active) st_runner_set_progress(r, on_layer, p);
 }
 
 void st_cli_progress_end(st_cli_progress *p) {
+    if (p->runner) st_runner_set_progress(p->runner, NULL, NULL);
+    p->runner = NULL;
     if (p->shown) fprintf(stderr, "\r\033[K");
     p->shown = 0;
 }

@@ -23,14 +23,20 @@ unsigned long long st_cli_mem_available(void);
 int st_cli_ctx_create(const char *cmd, int n_threads, st_ctx **out);
 
 /* A progress bar on stderr, drawn only when stderr is a terminal and the job has run for
- * more than a second. */
+ * more than a second; redrawn at most every 0.1 s (and at the end). */
 typedef struct st_cli_progress {
-    double t0;
+    double t0, last;
     int active, shown;
     const char *label;
+    st_runner *runner;  /* attached: moved by its per-layer reports */
+    long long n_tok;
 } st_cli_progress;
 void st_cli_progress_begin(st_cli_progress *p, const char *label);
 void st_cli_progress_update(st_cli_progress *p, long long done, long long total);
+/* Moves p from r's per-layer prefill reports (st_runner_set_progress) while the next
+ * st_runner_forward prefills n_tok tokens, so the bar advances within a chunk; until
+ * st_cli_progress_end, which detaches it. */
+void st_cli_progress_attach(st_cli_progress *p, st_runner *r, long long n_tok);
 void st_cli_progress_end(st_cli_progress *p);
 
 /* A model ready to run one or more sequences. */

@@ -5,6 +5,7 @@
 #include "cli/kv_flags.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/ppl.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -112,8 +113,8 @@ int st_cmd_perplexity(int argc, char **argv) {
     if (!rc && (!logits || !chunk || !want)) rc = ST_E_NOMEM;
     fprintf(stderr, "perplexity: %d tokens, %d chunks of %d, scoring the last %d of each\n", n_tok, n_chunk, C,
             C - 1 - first);
-    double sum = 0, t0 = st_time_now();
-    long long count = 0;
+    st_ppl_acc acc = {0};
+    double t0 = st_time_now();
     int32_t bos = st_tok_bos(s.tok);
     for (int c = 0; c < n_chunk && !rc; c++) {
         memcpy(chunk, tok + (size_t)c * C, (size_t)C * sizeof *chunk);
@@ -134,14 +135,14 @@ int st_cmd_perplexity(int argc, char **argv) {
             rc = st_runner_forward(s.runner, &b, logits);
         }
         st_kv_seq_free(s.kv, seq);
-        for (int j = 0; j < C - 1 - first && !rc; j++, count++)
-            sum += nll(logits + (size_t)j * nv, nv, tok[(size_t)c * C + first + 1 + j]);
-        if (!rc) printf("[%d]%.4f%s", c + 1, exp(sum / (double)count), c + 1 < n_chunk ? "," : "\n");
+        for (int j = 0; j < C - 1 - first && !rc; j++)
+            st_ppl_add(&acc, nll(logits + (size_t)j * nv, nv, tok[(size_t)c * C + first + 1 + j]));
+        if (!rc) printf("[%d]%.4f%s", c + 1, st_ppl_value(&acc), c + 1 < n_chunk ? "," : "\n");
         fflush(stdout);
     }
     if (!rc) {
-        printf("Final estimate: PPL = %.4f\n", exp(sum / (double)count));
-        fprintf(stderr, "%lld tokens scored in %.2f s (%.1f tok/s evaluated)\n", count, st_time_now() - t0,
+        printf("Final estimate: PPL = %.4f +/- %.5f\n", st_ppl_value(&acc), st_ppl_uncertainty(&acc));
+        fprintf(stderr, "%lld tokens scored in %.2f s (%.1f tok/s evaluated)\n", acc.count, st_time_now() - t0,
                 (double)n_chunk * C / (st_time_now() - t0));
         st_cli_quest_print(&quest, s.runner, stderr);
     } else {

@@ -10,6 +10,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -21,9 +23,13 @@ static void usage(FILE *f) {
             "--chat: interactive chat on stdin (one message a line; /reset, /exit); the KV is kept\n"
             "between turns. The template comes from the GGUF unless --chat-template names one.\n"
             "Without -m, runs a built-in synthetic model (random weights, byte-level tokenizer).\n"
-            "-n -1 (or -2): until the end of the text or a full context. --temp 0 is greedy.\n"
+            "-n -1 (or -2): until the end of the text or a full context. As in llama.cpp, these\n"
+            "turn a sampler stage off: --temp 0 or below (greedy), --top-k 0 or below,\n"
+            "--top-p 1, --min-p 0, --repeat-penalty 1. --seed -1 draws a random seed and prints\n"
+            "it on stderr (--seed with that number repeats the run).\n"
             "Defaults: -n 128, -c min(model, 4096), -t $STRATA_THREADS or the CPUs this process may\n"
             "run on, --temp 0.8, --top-k 40, --top-p 0.95, --min-p 0.05, --repeat-penalty 1.0,\n"
+            "--repeat-last-n 64, --seed 12648430 (0xC0FFEE),\n"
             "--kv-page 16, --kv-type f16.\n"
             "--prompt-cache FILE: restore the KV of the longest prefix this prompt shares with FILE\n"
             "(a KV snapshot of an earlier run of the same model and KV settings) and save this\n"
@@ -38,6 +44,7 @@ typedef struct run_opts {
     st_type kv_type;
     st_sampler_params sp;
     int chat;
+    int seed_random; /* --seed -1 */
     const char *chat_template, *system;
     const char *prompt_cache;
     int prompt_cache_ro, prompt_cache_all;
@@ -87,10 +94,10 @@ static int parse(int argc, char **argv, run_opts *o) {
         } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
             if (st_cli_int(v, 1, 1 << 16, &o->n_batch)) return bad(a, v);
         } else if (!strcmp(a, "--temp")) {
-            if (st_cli_float(v, 0, 1e6, &d)) return bad(a, v);
+            if (st_cli_float(v, -1e6, 1e6, &d)) return bad(a, v);
             o->sp.temp = (float)d;
         } else if (!strcmp(a, "--top-k")) {
-            if (st_cli_int(v, 0, 1 << 30, &n)) return bad(a, v);
+            if (st_cli_int(v, -(1 << 30), 1 << 30, &n)) return bad(a, v);
             o->sp.top_k = (int32_t)n;
         } else if (!strcmp(a, "--top-p")) {
             if (st_cli_float(v, 0, 1, &d)) return bad(a, v);
@@ -105,8 +112,9 @@ static int parse(int argc, char **argv, run_opts *o) {
             if (st_cli_int(v, 0, 1 << 20, &n)) return bad(a, v);
             o->sp.repeat_last_n = (int32_t)n;
         } else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {
-            if (st_cli_int(v, 0, (long long)(~0ull >> 1), &n)) return bad(a, v);
-            o->sp.seed = (uint64_t)n;
+            if (st_cli_int(v, -1, (long long)(~0ull >> 1), &n)) return bad(a, v);
+            o->seed_random = n < 0;
+            o->sp.seed = n < 0 ? 0 : (uint64_t)n;
         } else if (!strcmp(a, "--kv-page")) {
             if (st_cli_int(v, 8, 256, &o->kv_page) || (o->kv_page & (o->kv_page - 1))) return bad(a, v);
         } else if (!strcmp(a, "--kv-type")) {
@@ -140,6 +148,14 @@ static int parse(int argc, char **argv, run_opts *o) {
         return ST_EXIT_INPUT;
     }
     return 0;
+}
+
+/* --seed -1: a seed from the kernel's entropy (the clock and pid when that fails), 32 bits as
+ * llama.cpp's, so it is short to type back. */
+static uint64_t random_seed(void) {
+    uint32_t v;
+    if (getrandom(&v, sizeof v, 0) == (ssize_t)sizeof v) return v;
+    return (uint32_t)((uint64_t)(st_time_now() * 1e9) ^ ((uint64_t)getpid() << 16));
 }
 
 /* The built-in default: small enough to make and run in a few seconds on any machine. */
@@ -177,16 +193,14 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
     }
     if (!rc && !logits) rc = ST_E_NOMEM;
     for (int i = 0; i < n_prompt && !rc; i++) st_sampler_accept(smp, prompt[i]);
-    /* prefill, chunk by chunk so the progress bar can move */
-    const int chunk = o->n_batch > 0 ? (int)o->n_batch : 256;
+    /* prefill in one call (the runner cuts it in chunks of -b): the bar moves after every layer */
     st_cli_progress pb;
     st_cli_progress_begin(&pb, "prefill");
     double t0 = st_time_now();
-    for (int i = n_reused; i < n_prompt && !rc; i += chunk) {
-        int n = n_prompt - i < chunk ? n_prompt - i : chunk;
-        st_batch b = {.n_tokens = n, .tokens = prompt + i, .seq_single = seq};
+    if (!rc && n_reused < n_prompt) {
+        st_batch b = {.n_tokens = n_prompt - n_reused, .tokens = prompt + n_reused, .seq_single = seq};
+        st_cli_progress_attach(&pb, s->runner, b.n_tokens);
         rc = st_runner_forward(s->runner, &b, logits);
-        st_cli_progress_update(&pb, i + n - n_reused, n_prompt - n_reused);
     }
     st_cli_progress_end(&pb);
     double t_prefill = st_time_now() - t0, t_decode = 0;
@@ -217,7 +231,7 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
     const char *tail;
     size_t nt;
     if (dt && st_detok_flush(dt, &tail, &nt) == 0 && nt) fwrite(tail, 1, nt, stdout);
-    printf("\n");
+    if (!rc) printf("\n"); /* ends the text as llama.cpp does, only when the generation did */
     fflush(stdout);
     if (!rc && save && o->prompt_cache_all) exit_code = st_cli_prompt_cache_save(s, o->prompt_cache, seq);
     if (rc) {
@@ -263,6 +277,11 @@ int st_cmd_run(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     int rc = parse(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
+    if (o.seed_random) {
+        o.sp.seed = random_seed();
+        fprintf(stderr, "sampler seed: %llu (--seed %llu repeats this run)\n", (unsigned long long)o.sp.seed,
+                (unsigned long long)o.sp.seed);
+    }
     char *text = NULL;
     size_t text_len = 0;
     if (o.prompt_file && (rc = st_cli_read_file(o.prompt_file, &text, &text_len))) {

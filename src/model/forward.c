@@ -45,6 +45,9 @@ struct st_runner {
     st_attn_page *views;    /* [views_cap] one sequence's pages, for the Quest audit */
     int views_cap;
     double last_s;
+    st_runner_progress_fn progress;
+    void *progress_user;
+    int64_t prog_done, prog_total; /* token-layers of this call's prefill */
     /* Quest sparse decode (issue 7): budget 0 = dense */
     st_kv_quest_params quest;
     int32_t audit_every;    /* 0: no mass audit */
@@ -180,6 +183,11 @@ int st_runner_create(st_ctx *ctx, const st_model *m, st_kv *kv, const st_runner_
 }
 
 double st_runner_last_seconds(const st_runner *r) { return r->last_s; }
+
+void st_runner_set_progress(st_runner *r, st_runner_progress_fn fn, void *user) {
+    r->progress = fn;
+    r->progress_user = user;
+}
 
 int st_runner_set_quest(st_runner *r, const st_kv_quest_params *p, int32_t audit_every) {
     st_kv_quest_params q = p ? *p : st_kv_quest_default_params();
@@ -495,8 +503,10 @@ static int run_chunk(st_runner *r, const int32_t *tokens, span *sp, int n_sp, in
     }
     embed(r, tokens, n);
     rows(r, NULL, OP_NORM, r->m->layers[0].attn_norm.data, NULL, n);
-    for (int il = 0; il < hp->n_layer; il++)
+    for (int il = 0; il < hp->n_layer; il++) {
         if ((rc = layer_forward(r, il, sp, n_sp, n, decode))) return rc;
+        if (!decode && r->progress) r->progress(r->progress_user, r->prog_done += n, r->prog_total);
+    }
     for (int s = 0; s < n_sp; s++)
         if ((rc = st_kv_seq_commit(r->kv, sp[s].seq))) return st_seterr(r->ctx, rc, "KV commit: %s", st_strerror(rc));
     return output(r, n, out_row, logits);
@@ -580,6 +590,9 @@ int st_runner_forward(st_runner *r, const st_batch *b, float *logits) {
         rc = st_seterr(r->ctx, ST_E_INVAL, "%d tokens want logits but no logits buffer was given", n_out);
         goto done;
     }
+    r->prog_done = r->prog_total = 0;
+    for (int j = 0; j < nr; j++)
+        if (rs[j].n > 1) r->prog_total += (int64_t)rs[j].n * r->m->hp.n_layer;
     /* multi-token runs: alone, in chunks of n_batch from the run's start */
     for (int j = 0; j < nr && !rc; j++) {
         if (rs[j].n == 1) continue;

@@ -2,6 +2,7 @@
  * type and shape (with an error naming it), and the model fingerprint. */
 #include "model/model_int.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,38 +72,45 @@ static int hp_f32(struct loader *L, const char *key, int required, float *v) {
     return 0;
 }
 
+/* Rope scaling as llama.cpp's loader reads it: the type defaults to linear, the factor comes
+ * from rope.scaling.factor or, when that key is absent, the older rope.scale_linear, and a
+ * factor of 0 (absent) or 1 scales nothing. "llama3" (our name for the per-dimension factors
+ * of a rope_freqs tensor, which llama.cpp applies whenever the tensor is there) is checked
+ * against the tensor in get_tensors. Stricter than llama.cpp where it would run a file
+ * silently unscaled: yarn without a factor, or a negative factor. */
 static int read_rope_scaling(struct loader *L, st_model_hparams *hp) {
     char full[128];
     snprintf(full, sizeof full, "%s.rope.scaling.type", L->arch);
-    const char *s;
-    size_t n;
+    const char *s = "linear";
+    size_t n = 6;
     int rc = st_gguf_get_str(L->g, full, &s, &n);
-    hp->rope_scaling = ST_ROPE_SCALING_NONE;
-    hp->rope_freq_scale = 1.0f;
-    if (rc == 0) {
-        if (n == 4 && !memcmp(s, "none", 4)) hp->rope_scaling = ST_ROPE_SCALING_NONE;
-        else if (n == 6 && !memcmp(s, "linear", 6)) hp->rope_scaling = ST_ROPE_SCALING_LINEAR;
-        else if (n == 4 && !memcmp(s, "yarn", 4)) hp->rope_scaling = ST_ROPE_SCALING_YARN;
-        else if (n == 6 && !memcmp(s, "llama3", 6)) hp->rope_scaling = ST_ROPE_SCALING_LLAMA3;
-        else
-            return st_seterr(L->ctx, ST_E_UNSUPPORTED, "%s: unsupported rope scaling type '%.*s' (%s)", L->path,
-                             (int)(n > 32 ? 32 : n), s, full);
-    } else if (rc != ST_E_NOT_FOUND) {
-        return st_seterr(L->ctx, rc, "%s: metadata key %s: %s", L->path, full, st_strerror(rc));
-    }
+    if (rc == ST_E_NOT_FOUND) s = "linear", n = 6;
+    else if (rc) return st_seterr(L->ctx, rc, "%s: metadata key %s: %s", L->path, full, st_strerror(rc));
+    if (n == 4 && !memcmp(s, "none", 4)) hp->rope_scaling = ST_ROPE_SCALING_NONE;
+    else if (n == 6 && !memcmp(s, "linear", 6)) hp->rope_scaling = ST_ROPE_SCALING_LINEAR;
+    else if (n == 4 && !memcmp(s, "yarn", 4)) hp->rope_scaling = ST_ROPE_SCALING_YARN;
+    else if (n == 6 && !memcmp(s, "llama3", 6)) hp->rope_scaling = ST_ROPE_SCALING_LLAMA3;
+    else
+        return st_seterr(L->ctx, ST_E_UNSUPPORTED, "%s: unsupported rope scaling type '%.*s' (%s)", L->path,
+                         (int)(n > 32 ? 32 : n), s, full);
     float factor = 0;
-    if ((rc = hp_f32(L, "rope.scaling.factor", 0, &factor))) return rc;
-    if (factor == 0) { /* older files: rope.scale_linear */
-        if ((rc = hp_f32(L, "rope.scale_linear", 0, &factor))) return rc;
-        if (factor != 0 && rc == 0 && hp->rope_scaling == ST_ROPE_SCALING_NONE)
-            hp->rope_scaling = ST_ROPE_SCALING_LINEAR;
-    }
-    if (hp->rope_scaling == ST_ROPE_SCALING_LINEAR || hp->rope_scaling == ST_ROPE_SCALING_YARN) {
-        if (!(factor > 0))
-            return st_seterr(L->ctx, ST_E_FORMAT, "%s: rope scaling %s needs %s.rope.scaling.factor > 0", L->path,
-                             hp->rope_scaling == ST_ROPE_SCALING_YARN ? "yarn" : "linear", L->arch);
-        hp->rope_freq_scale = 1.0f / factor;
-    }
+    const char *fkey = "rope.scaling.factor";
+    char probe[128];
+    snprintf(probe, sizeof probe, "%s.%s", L->arch, fkey);
+    if (st_gguf_find_key(L->g, probe) < 0) fkey = "rope.scale_linear";
+    if ((rc = hp_f32(L, fkey, 0, &factor))) return rc;
+    if (factor < 0)
+        return st_seterr(L->ctx, ST_E_FORMAT, "%s: metadata %s.%s = %g must be >= 0", L->path, L->arch, fkey,
+                         factor);
+    hp->rope_freq_scale = 1.0f;
+    if (hp->rope_scaling == ST_ROPE_SCALING_YARN && factor == 0)
+        return st_seterr(L->ctx, ST_E_FORMAT, "%s: rope scaling yarn needs %s.rope.scaling.factor > 0", L->path,
+                         L->arch);
+    if (hp->rope_scaling == ST_ROPE_SCALING_LINEAR || hp->rope_scaling == ST_ROPE_SCALING_YARN)
+        hp->rope_freq_scale = factor == 0 ? 1.0f : 1.0f / factor;
+    /* linear by 1 is no scaling: say so (a rope_freqs tensor may still make it llama3) */
+    if (hp->rope_scaling == ST_ROPE_SCALING_LINEAR && hp->rope_freq_scale == 1.0f)
+        hp->rope_scaling = ST_ROPE_SCALING_NONE;
     hp->rope_n_ctx_orig = hp->n_ctx_train;
     if ((rc = hp_u32(L, "rope.scaling.original_context_length", 0, &hp->rope_n_ctx_orig))) return rc;
     hp->yarn_ext_factor = hp->rope_scaling == ST_ROPE_SCALING_YARN ? 1.0f : 0.0f;
@@ -248,7 +256,14 @@ static int get_tensors(struct loader *L, st_model *m) {
     if ((rc = get_tensor(L, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 0, 0))) return rc;
     if (m->rope_freqs.data && hp->rope_scaling == ST_ROPE_SCALING_NONE) hp->rope_scaling = ST_ROPE_SCALING_LLAMA3;
     if (hp->rope_scaling == ST_ROPE_SCALING_LLAMA3 && !m->rope_freqs.data)
-        return st_seterr(L->ctx, ST_E_NOT_FOUND, "%s: rope scaling llama3 needs tensor rope_freqs.weight", L->path);
+        return st_seterr(L->ctx, ST_E_NOT_FOUND, "%s: %s.rope.scaling.type llama3 needs tensor rope_freqs.weight",
+                         L->path, L->arch);
+    for (int64_t i = 0; m->rope_freqs.data && i < m->rope_freqs.ne0; i++) {
+        const float f = ((const float *)m->rope_freqs.data)[i]; /* divisors of theta */
+        if (!(f > 0) || f == INFINITY)
+            return st_seterr(L->ctx, ST_E_FORMAT, "%s: tensor rope_freqs.weight[%lld] = %g must be finite and > 0",
+                             L->path, (long long)i, f);
+    }
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return ST_E_NOMEM;
     for (int il = 0; il < hp->n_layer; il++)

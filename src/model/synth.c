@@ -237,6 +237,23 @@ static int copy_vocab(st_ctx *ctx, st_gguf_writer *w, const char *path, int32_t 
     return rc;
 }
 
+/* Token count of the GGUF at path (tokenizer.ggml.tokens). */
+static int vocab_count(st_ctx *ctx, const char *path, int32_t *n_vocab) {
+    st_gguf *g = NULL;
+    int rc = st_gguf_open(ctx, path, &g);
+    if (rc) return rc;
+    st_gguf_vtype et;
+    uint64_t n = 0;
+    const void *d;
+    rc = st_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &d);
+    if (rc || et != ST_GGUF_STRING || n == 0 || n > SYNTH_MAX_DIM * 16)
+        rc = st_seterr(ctx, ST_E_FORMAT, "%s: no tokenizer.ggml.tokens array", path);
+    else
+        *n_vocab = (int32_t)n;
+    st_gguf_close(g);
+    return rc;
+}
+
 /* ---- writer ---------------------------------------------------------------------------------- */
 
 static int check_params(st_ctx *ctx, const st_synth_params *p) {
@@ -361,5 +378,58 @@ int st_synth_write_memory(st_ctx *ctx, const st_synth_params *p, void **buf, siz
     if (rc) return rc;
     rc = st_gguf_writer_write_memory(w, buf, size);
     release(w, ts, nt);
+    return rc;
+}
+
+/* What st_synth_write would write for p, in everything but the random values: architecture,
+ * shape keys, vocabulary size, and every tensor's name, type and shape (no more, no fewer). */
+int st_synth_check(st_ctx *ctx, const st_synth_params *p, st_gguf *g) {
+    if (!p || !g) return ST_E_INVAL;
+    int rc = check_params(ctx, p);
+    if (rc) return rc;
+    st_synth_params q = *p;
+    if (p->vocab_from && (rc = vocab_count(ctx, p->vocab_from, &q.n_vocab))) return rc;
+    const char *a = st_arch_name(p->arch), *s = NULL;
+    size_t n = 0;
+    if (st_gguf_get_str(g, "general.architecture", &s, &n) || n != strlen(a) || memcmp(s, a, n))
+        return st_seterr(ctx, ST_E_FORMAT, "general.architecture is '%.*s', these parameters make '%s'",
+                         s ? (int)(n > 32 ? 32 : n) : 0, s ? s : "", a);
+    const struct { const char *key; int64_t want; } keys[] = {
+        {"block_count", q.n_layer},          {"embedding_length", q.n_embd},
+        {"attention.head_count", q.n_head},  {"attention.head_count_kv", q.n_head_kv},
+        {"feed_forward_length", q.n_ff},     {"context_length", q.n_ctx},
+        {"rope.dimension_count", q.n_embd / q.n_head},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        char k[96];
+        snprintf(k, sizeof k, "%s.%s", a, keys[i].key);
+        uint32_t v = 0;
+        if (st_gguf_get_u32(g, k, &v) || v != keys[i].want)
+            return st_seterr(ctx, ST_E_FORMAT, "%s is %u, these parameters make %lld", k, v, (long long)keys[i].want);
+    }
+    st_gguf_vtype et;
+    uint64_t nv = 0;
+    const void *d;
+    if (st_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &nv, &d) || nv != (uint64_t)q.n_vocab)
+        return st_seterr(ctx, ST_E_FORMAT, "the vocabulary has %llu tokens, these parameters make %d",
+                         (unsigned long long)nv, q.n_vocab);
+    stensor *ts = calloc((size_t)q.n_layer * 16 + 8, sizeof *ts);
+    if (!ts) return ST_E_NOMEM;
+    const int nt = plan(&q, ts);
+    if (st_gguf_n_tensors(g) != nt)
+        rc = st_seterr(ctx, ST_E_FORMAT, "%lld tensors, these parameters make %d", (long long)st_gguf_n_tensors(g), nt);
+    for (int i = 0; i < nt && !rc; i++) {
+        const st_gguf_tensor *t = st_gguf_find_tensor(g, ts[i].name);
+        const int64_t ne1 = ts[i].ne1 ? ts[i].ne1 : 1;
+        if (!t)
+            rc = st_seterr(ctx, ST_E_FORMAT, "no tensor %s", ts[i].name);
+        else if (t->type != ts[i].type)
+            rc = st_seterr(ctx, ST_E_FORMAT, "tensor %s is %s, these parameters make %s", ts[i].name,
+                           st_type_name(t->type) ? st_type_name(t->type) : "?", st_type_name(ts[i].type));
+        else if (t->ne[0] != ts[i].ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+            rc = st_seterr(ctx, ST_E_FORMAT, "tensor %s is [%lld, %lld], these parameters make [%lld, %lld]",
+                           ts[i].name, (long long)t->ne[0], (long long)t->ne[1], (long long)ts[i].ne0, (long long)ne1);
+    }
+    free(ts);
     return rc;
 }

@@ -1,7 +1,8 @@
 /* `strata run` generation limits on the built-in synthetic model: -n N stops after N tokens,
  * -n -1 and -2 (llama.cpp's "no limit" and "until the context is filled") run until the
  * context is full, and the statistics say why generation stopped; -n below -2 is refused
- * (exit 2, the value named). */
+ * (exit 2, the value named). The newline after the text comes only when the generation
+ * succeeded. */
 #include "../test.h"
 #include "chat_test_util.h"
 
@@ -44,4 +45,33 @@ TEST(test_run_limits) {
     free(err);
 }
 
-TEST_MAIN(test_run_limits)
+/* stdout of `run ... -c 2048 EXTRA` (the built-in model's whole context); exit status in *rc */
+static char *run_out(const char *extra, int *rc, char **err) {
+    char args[1024], *out = NULL;
+    snprintf(args, sizeof args, "run -p 'Once upon a time' --temp 0 -c 2048 %s", extra);
+    *rc = chat_run(args, "", &out, err);
+    return out;
+}
+
+/* The newline that ends the text is written only after a generation that succeeded: a KV
+ * write failing mid-run (a 1 MiB spill budget under a 2-page hot pool) leaves the text as it
+ * stood, without it. */
+TEST(test_newline_only_on_success) {
+    int rc;
+    char *err = NULL, *out = run_out("-n 40", &rc, &err);
+    CHECK_INT(rc, 0);
+    REQUIRE(out && strlen(out) > 1);
+    CHECK(out[strlen(out) - 1] == '\n');
+    free(out), free(err);
+    char extra[512];
+    snprintf(extra, sizeof extra, "-n -1 --kv-spill %s/spill --kv-pool-pages 2 --kv-disk 1", chat_dir());
+    out = run_out(extra, &rc, &err);
+    CHECK_INT(rc, 2);
+    CHECK(err && strstr(err, "storage budget exhausted"));
+    REQUIRE(out && strlen(out) > 40); /* it failed mid-run, after writing text */
+    /* greedy on the fixed built-in model: its text at the failure is known not to end in '\n' */
+    CHECK(out[strlen(out) - 1] != '\n');
+    free(out), free(err);
+}
+
+TEST_MAIN(test_run_limits, test_newline_only_on_success)

@@ -203,4 +203,105 @@ TEST(test_stories260k_spm) {
     st_ctx_destroy(ctx);
 }
 
-TEST_MAIN(test_llama_cpp_vectors, test_stories260k_spm)
+/* Bytes of s[0, n) form whole UTF-8 characters (lead byte, then its continuation bytes). */
+static bool whole_utf8(const char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        unsigned c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!len || i + len > n) return false;
+        for (size_t j = 1; j < len; j++)
+            if (((unsigned char)s[i + j] >> 6) != 2) return false;
+        i += len;
+    }
+    return true;
+}
+
+/* Streaming detokenization of an SPM vocabulary's byte-fallback tokens: characters without a
+ * piece of their own in stories260K's 512 travel as <0xXX> tokens, one byte each, and the
+ * stream holds each character back until its last byte arrives. */
+TEST(test_stories260k_detok_stream_byte_fallback) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
+    if (!exists(path)) {
+        test_skip("stories260K.gguf is absent (needs ../shared)");
+        return;
+    }
+    st_ctx *ctx = NULL;
+    CHECK_OK(st_ctx_create(NULL, &ctx));
+    st_tok *tok = load_tok(ctx, path);
+    REQUIRE(tok);
+    REQUIRE(st_tok_get_kind(tok) == ST_TOK_SPM);
+    st_detok *d = NULL;
+    CHECK_OK(st_detok_create(tok, 0, &d));
+    REQUIRE(d);
+    /* "é€😀", a lone 0xFF (invalid: passed on at once), then the first two bytes of "€" */
+    const uint8_t text[] = {0xC3, 0xA9, 0xE2, 0x82, 0xAC, 0xF0, 0x9F, 0x98, 0x80, 0xFF, 0xE2, 0x82};
+    const int want_len[] = {0, 2, 0, 0, 3, 0, 0, 0, 4, 1, 0, 0};
+    char all[64];
+    size_t k = 0;
+    for (size_t i = 0; i < sizeof text; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", text[i]);
+        int32_t id = st_tok_find(tok, name, strlen(name));
+        if (id < 0) fprintf(stderr, "  no token %s\n", name);
+        REQUIRE(id >= 0);
+        const char *o;
+        size_t n;
+        CHECK_OK(st_detok_feed(d, id, &o, &n));
+        CHECK_INT(n, want_len[i]);
+        memcpy(all + k, o, n);
+        k += n;
+    }
+    const char *o;
+    size_t n;
+    CHECK_OK(st_detok_flush(d, &o, &n));
+    CHECK_INT(n, 2); /* the truncated "€" */
+    memcpy(all + k, o, n);
+    k += n;
+    CHECK_INT(k, sizeof text);
+    CHECK(!memcmp(all, text, sizeof text));
+    st_detok_free(d);
+
+    /* the tokens the encoder makes for mixed text: every piece streamed out is whole UTF-8,
+     * and together they are the text behind SPM's space prefix */
+    const char *mixed = "Zo\xc3\xab paid 5\xe2\x82\xac for a \xf0\x9f\x98\x80 cake";
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    CHECK_OK(st_tok_encode_alloc(tok, mixed, strlen(mixed), false, false, &ids, &n_ids));
+    REQUIRE(ids && n_ids > 0);
+    /* ë and 😀 go byte by byte (€ has a piece of its own): each of their bytes' <0xXX>
+     * tokens is among the ids */
+    CHECK(st_tok_find(tok, "\xc3\xab", 2) < 0 && st_tok_find(tok, "\xf0\x9f\x98\x80", 4) < 0);
+    const uint8_t multi[] = {0xC3, 0xAB, 0xF0, 0x9F, 0x98, 0x80};
+    for (size_t j = 0; j < sizeof multi; j++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", multi[j]);
+        int32_t id = st_tok_find(tok, name, strlen(name)), seen = 0;
+        for (int i = 0; i < n_ids; i++) seen |= ids[i] == id;
+        if (!seen) fprintf(stderr, "  %s not among the encoded ids\n", name);
+        CHECK(id >= 0 && seen);
+    }
+    CHECK_OK(st_detok_create(tok, 0, &d));
+    REQUIRE(d);
+    char got[256];
+    k = 0;
+    for (int i = 0; i < n_ids; i++) {
+        CHECK_OK(st_detok_feed(d, ids[i], &o, &n));
+        if (!whole_utf8(o, n)) fprintf(stderr, "  token %d (id %d) streamed a split character\n", i, ids[i]);
+        CHECK(whole_utf8(o, n));
+        REQUIRE(k + n < sizeof got);
+        memcpy(got + k, o, n);
+        k += n;
+    }
+    CHECK_OK(st_detok_flush(d, &o, &n));
+    CHECK_INT(n, 0);
+    got[k] = 0;
+    CHECK(got[0] == ' ');
+    CHECK_STR(got + 1, mixed);
+    free(ids);
+    st_detok_free(d);
+    st_tok_free(tok);
+    st_ctx_destroy(ctx);
+}
+
+TEST_MAIN(test_llama_cpp_vectors, test_stories260k_spm, test_stories260k_detok_stream_byte_fallback)
