@@ -217,22 +217,30 @@ done:
     return rc;
 }
 
-/* Copies every tokenizer.* key of path; *n_vocab = its token count. */
-static int copy_vocab(st_ctx *ctx, st_gguf_writer *w, const char *path, int32_t *n_vocab) {
-    st_gguf *g = NULL;
-    int rc = st_gguf_open(ctx, path, &g);
+/* Opens the GGUF at path as a vocabulary source: *g (the caller closes it) and its token
+ * count (tokenizer.ggml.tokens). */
+static int open_vocab(st_ctx *ctx, const char *path, st_gguf **g, int32_t *n_vocab) {
+    int rc = st_gguf_open(ctx, path, g);
     if (rc) return rc;
     st_gguf_vtype et;
     uint64_t n = 0;
     const void *d;
-    rc = st_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &d);
+    rc = st_gguf_get_arr(*g, "tokenizer.ggml.tokens", &et, &n, &d);
     if (rc || et != ST_GGUF_STRING || n == 0 || n > SYNTH_MAX_DIM * 16) {
-        rc = st_seterr(ctx, ST_E_FORMAT, "%s: no tokenizer.ggml.tokens array to copy", path);
-    } else {
-        *n_vocab = (int32_t)n;
-        for (int64_t i = 0; i < st_gguf_n_kv(g) && !rc; i++)
-            if (!strncmp(st_gguf_key_name(g, i), "tokenizer.", 10)) rc = st_gguf_writer_copy_kv(w, g, i);
+        st_gguf_close(*g);
+        *g = NULL;
+        return st_seterr(ctx, ST_E_FORMAT, "%s: no tokenizer.ggml.tokens array", path);
     }
+    *n_vocab = (int32_t)n;
+    return 0;
+}
+
+/* Copies every tokenizer.* key of path; *n_vocab = its token count. */
+static int copy_vocab(st_ctx *ctx, st_gguf_writer *w, const char *path, int32_t *n_vocab) {
+    st_gguf *g = NULL;
+    int rc = open_vocab(ctx, path, &g, n_vocab);
+    for (int64_t i = 0; !rc && i < st_gguf_n_kv(g); i++)
+        if (!strncmp(st_gguf_key_name(g, i), "tokenizer.", 10)) rc = st_gguf_writer_copy_kv(w, g, i);
     st_gguf_close(g);
     return rc;
 }
@@ -240,16 +248,7 @@ static int copy_vocab(st_ctx *ctx, st_gguf_writer *w, const char *path, int32_t 
 /* Token count of the GGUF at path (tokenizer.ggml.tokens). */
 static int vocab_count(st_ctx *ctx, const char *path, int32_t *n_vocab) {
     st_gguf *g = NULL;
-    int rc = st_gguf_open(ctx, path, &g);
-    if (rc) return rc;
-    st_gguf_vtype et;
-    uint64_t n = 0;
-    const void *d;
-    rc = st_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &d);
-    if (rc || et != ST_GGUF_STRING || n == 0 || n > SYNTH_MAX_DIM * 16)
-        rc = st_seterr(ctx, ST_E_FORMAT, "%s: no tokenizer.ggml.tokens array", path);
-    else
-        *n_vocab = (int32_t)n;
+    int rc = open_vocab(ctx, path, &g, n_vocab);
     st_gguf_close(g);
     return rc;
 }
