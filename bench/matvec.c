@@ -93,8 +93,8 @@ static struct mv_pass mv_setup(st_threadpool *tp, const st_kernels *k, st_type t
     const size_t mb = st_row_bytes(t, cols) * (size_t)rows;
     const size_t copies = (MIN_PASS_BYTES + mb - 1) / mb;
     uint8_t *m = make_matrix(t, rows, cols, copies);
-    for (size_t c = 0; layout == ST_WLAYOUT_QUADS && c < copies; c++)
-        if (st_pack_quads(t, m + c * mb, rows, cols)) exit(1);
+    for (size_t c = 0; layout != ST_WLAYOUT_ROWS && c < copies; c++)
+        if ((layout == ST_WLAYOUT_QUADS ? st_pack_quads : st_pack_panels)(t, m + c * mb, rows, cols)) exit(1);
     float *x = malloc((size_t)cols * sizeof(float)), *y = malloc((size_t)rows * sizeof(float));
     void *xq = malloc(st_act_bytes(t, cols));
     if (!x || !y || !xq) exit(1);
@@ -110,12 +110,16 @@ static void mv_free(struct mv_pass *a) {
     free((void *)a->xq);
 }
 
+static const char *layout_name(st_wlayout l) {
+    return l == ST_WLAYOUT_QUADS ? "quads" : l == ST_WLAYOUT_PANELS ? "panel" : "rows";
+}
+
 /* One result line (no newline): median GB/s and probe, ratio median (min..max). */
 static void print_line(const struct mv_pass *a, double gb, double probe, double med, double rmin, double rmax) {
     char shape[32];
     snprintf(shape, sizeof shape, "%lldx%lld", (long long)a->rows, (long long)a->cols);
     printf("%-6s %-10s %-5s %7.1f %6zu  %8.2f %8.2f  %5.1f%% (%5.1f..%5.1f%%)", st_type_name(a->t), shape,
-           a->layout == ST_WLAYOUT_QUADS ? "quads" : "rows", (double)a->mb / (1 << 20), a->copies, gb, probe,
+           layout_name(a->layout), (double)a->mb / (1 << 20), a->copies, gb, probe,
            100 * med, 100 * rmin, 100 * rmax);
 }
 
@@ -128,13 +132,13 @@ static void bench_matvec(st_threadpool *tp, const st_kernels *k, bench_probe *pr
     mv_free(&a);
 }
 
-/* Rows and quads side by side: rounds of (probe, rows pass, probe, quads pass), each pass
- * rated against its adjacent probes, and quads / rows taken from the two passes of a round
- * (adjacent in time, so the VM's bandwidth drift cancels). Prints both lines. */
+/* Rows and the layout loading picks (quads or panels) side by side: rounds of (probe, rows
+ * pass, probe, layout pass), each pass rated against its adjacent probes, and layout / rows
+ * taken from the two passes of a round (adjacent in time, so the VM's bandwidth drift
+ * cancels). Prints both lines. */
 static void bench_layouts(st_threadpool *tp, const st_kernels *k, bench_probe *probe, int rounds, st_type t,
-                          int64_t rows, int64_t cols) {
-    struct mv_pass a[2] = {mv_setup(tp, k, t, ST_WLAYOUT_ROWS, rows, cols),
-                           mv_setup(tp, k, t, ST_WLAYOUT_QUADS, rows, cols)};
+                          st_wlayout layout, int64_t rows, int64_t cols) {
+    struct mv_pass a[2] = {mv_setup(tp, k, t, ST_WLAYOUT_ROWS, rows, cols), mv_setup(tp, k, t, layout, rows, cols)};
     if (rounds > BENCH_PAIRED_MAX / 2) rounds = BENCH_PAIRED_MAX / 2;
     double pr[BENCH_PAIRED_MAX + 1], gb[BENCH_PAIRED_MAX], ratio[2][BENCH_PAIRED_MAX], speedup[BENCH_PAIRED_MAX];
     (void)mv_pass(&a[0]), (void)mv_pass(&a[1]);
@@ -154,7 +158,7 @@ static void bench_layouts(st_threadpool *tp, const st_kernels *k, bench_probe *p
     for (int l = 0; l < 2; l++) {
         const double med = bench_median_(ratio[l], rounds);
         print_line(&a[l], bench_median_(g[l], rounds), probe_med, med, ratio[l][0], ratio[l][rounds - 1]);
-        if (l) printf("  quads/rows %.2fx (%.2f..%.2f)", sp, speedup[0], speedup[rounds - 1]);
+        if (l) printf("  %s/rows %.2fx (%.2f..%.2f)", layout_name(layout), sp, speedup[0], speedup[rounds - 1]);
         printf("\n");
     }
     mv_free(&a[0]);
@@ -251,7 +255,9 @@ int main(int argc, char **argv) {
         if (!wanted) continue;
         for (int s = 0; s < n_shapes; s++) {
             if (st_quads_fit(k, types[i], shapes[s][0], shapes[s][1])) /* the layout loading picks */
-                bench_layouts(tp, k, &probe, rounds, types[i], shapes[s][0], shapes[s][1]);
+                bench_layouts(tp, k, &probe, rounds, types[i], ST_WLAYOUT_QUADS, shapes[s][0], shapes[s][1]);
+            else if (st_panels_count(types[i], shapes[s][0], shapes[s][1]))
+                bench_layouts(tp, k, &probe, rounds, types[i], ST_WLAYOUT_PANELS, shapes[s][0], shapes[s][1]);
             else
                 bench_matvec(tp, k, &probe, rounds, types[i], shapes[s][0], shapes[s][1]);
             fflush(stdout);

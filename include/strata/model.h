@@ -93,6 +93,9 @@ uint64_t st_model_n_params(const st_model *m);
 const char *st_model_desc(const st_model *m);
 /* How many weight matrices load rearranged into the quad layout. */
 int st_model_n_quad_matrices(const st_model *m);
+/* Matrices rearranged into the panel layout at load (quant.h: rows longer than
+ * ST_PANEL_MAX_COLS, e.g. the 1B shape's ffn_down), for tests and benchmarks. */
+int st_model_n_panel_matrices(const st_model *m);
 
 /* Same as st_model_load over a GGUF image in memory (buf borrowed: it must outlive the model);
  * name is used in messages. */

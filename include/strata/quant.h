@@ -223,7 +223,18 @@ int st_quantize_act_rows(st_threadpool *tp, const st_kernels *k, st_type wtype, 
  * sequential stream while it loads and converts each activation block once per 4 rows (from
  * cache, a 4-row q4_0 tile ran 34 GB/s per core against 24 a row at a time). In memory
  * only: files keep GGUF's layout. */
-typedef enum st_wlayout { ST_WLAYOUT_ROWS = 0, ST_WLAYOUT_QUADS = 1 } st_wlayout;
+/* ST_WLAYOUT_PANELS (rows longer than ST_PANEL_MAX_COLS, any type): the columns cut into
+ * st_panels_count() panels of equal width, each a plain row-major rows x width matrix, stored
+ * panel after panel. A thread then streams one panel's rows with an activation slice that
+ * stays in L1 next to the weights (bench/matvec: 1024 to 16384 columns, q8_0 89 to 58% of the
+ * probe as one row-major stream). y[r] is the dot of each panel's row with its slice of the
+ * activation, summed in panel order: deterministic for any thread count and the same in
+ * matvec and matmul, but not the row layout's bits. */
+typedef enum st_wlayout { ST_WLAYOUT_ROWS = 0, ST_WLAYOUT_QUADS = 1, ST_WLAYOUT_PANELS = 2 } st_wlayout;
+
+#define ST_PANEL_MAX_COLS 4096 /* longest panel row; longer rows are cut into panels */
+#define ST_PANEL_MIN_COLS 2048 /* shortest panel row: narrower cuts leave the rows layout */
+#define ST_PANEL_ALIGN 256     /* panel widths are multiples of every block size */
 
 /* Whether a rows x cols matrix of type t can take the quad layout, and k has a kernel
  * for it (k->type[t].tile4): when false, keep the rows layout. */
@@ -234,6 +245,18 @@ int st_pack_quads(st_type t, void *W, int64_t rows, int64_t cols);
 /* Copies row r of W (quad layout) into row (st_row_bytes(t, cols) bytes, caller-owned) in
  * the row layout. 0 or ST_E_INVAL. */
 int st_quads_row(st_type t, const void *W, int64_t rows, int64_t cols, int64_t r, void *row);
+/* Panels of the panel layout for a rows x cols matrix of type t: the fewest panels of at
+ * most ST_PANEL_MAX_COLS columns whose width divides cols, is a multiple of ST_PANEL_ALIGN and
+ * is at least ST_PANEL_MIN_COLS; 0 when the matrix keeps the row layout (short rows, no such
+ * width, or a type without kernels). */
+int st_panels_count(st_type t, int64_t rows, int64_t cols);
+/* Rearranges W (rows x cols of type t, writable, row layout) into the panel layout in place,
+ * through a copy it allocates. 0, ST_E_INVAL when st_panels_count is 0 (W unchanged), or
+ * ST_E_NOMEM. */
+int st_pack_panels(st_type t, void *W, int64_t rows, int64_t cols);
+/* Copies row r of W (panel layout) into row (st_row_bytes(t, cols) bytes, caller-owned) in
+ * the row layout. 0 or ST_E_INVAL. */
+int st_panels_row(st_type t, const void *W, int64_t rows, int64_t cols, int64_t r, void *row);
 
 /* ---- products ---------------------------------------------------------------------- */
 /* y[r] = dot(W row r, xq) for r < rows. W: [rows][cols] of wtype, rows packed
@@ -254,8 +277,10 @@ int st_matvec_multi(st_threadpool *tp, const st_kernels *k, st_type wtype, int n
                     const void *const *W, const int64_t *rows, int64_t cols, const void *xq,
                     float *const *y);
 /* st_matvec_multi over matrices in `layout` (all the same); bit-identical to the row layout
- * (a quad layout also needs the shape st_pack_quads accepts, else ST_E_INVAL; a table without
- * tile4 unpacks each quad into scratch it allocates: ST_E_NOMEM if it cannot). st_matvec,
+ * for quads (a quad layout also needs the shape st_pack_quads accepts, else ST_E_INVAL; a table
+ * without tile4 unpacks each quad into scratch it allocates: ST_E_NOMEM if it cannot), the
+ * panel sums described at ST_WLAYOUT_PANELS for panels (ST_E_INVAL when st_panels_count is 0;
+ * ST_E_NOMEM when the partial sums' scratch cannot be allocated). st_matvec,
  * st_matvec_multi and st_matmul take the row layout; the _l forms take a layout. */
 int st_matvec_multi_l(st_threadpool *tp, const st_kernels *k, st_type wtype, st_wlayout layout,
                       int n_mat, const void *const *W, const int64_t *rows, int64_t cols,

@@ -12,7 +12,8 @@ typedef struct st_wt {
     int64_t ne0, ne1;   /* [ne1 rows][ne0 elements]; vectors have ne1 == 1 */
     size_t row_bytes;   /* bytes per row of ne0 elements */
     const void *data;   /* borrowed: inside the mapping; NULL when the tensor is absent */
-    st_wlayout layout;  /* ROWS as in the file, or QUADS after st_pack_quads at load */
+    st_wlayout layout;  /* ROWS as in the file, QUADS after st_pack_quads or PANELS after
+                         * st_pack_panels at load */
 } st_wt;
 
 typedef struct st_layer {
@@ -37,6 +38,7 @@ struct st_model {
     uint64_t weight_bytes, n_params;
     char desc[256];
     int n_quads; /* matrices rearranged into the quad layout at load */
+    int n_panels; /* matrices rearranged into the panel layout at load */
 };
 
 /* True when the matmul kernels take weights of this type. */

@@ -165,8 +165,9 @@ static int ref_matvec(struct ref *R, const st_wt *w, const double *x, double *y)
     }
     for (int64_t r = 0; r < w->ne1; r++) {
         const uint8_t *row = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-        if (w->layout == ST_WLAYOUT_QUADS) { /* the row as the file holds it */
-            int rc = st_quads_row(w->type, w->data, w->ne1, w->ne0, r, R->wrow);
+        if (w->layout != ST_WLAYOUT_ROWS) { /* the row as the file holds it */
+            int rc = w->layout == ST_WLAYOUT_QUADS ? st_quads_row(w->type, w->data, w->ne1, w->ne0, r, R->wrow)
+                                                   : st_panels_row(w->type, w->data, w->ne1, w->ne0, r, R->wrow);
             if (rc) return rc;
             row = R->wrow;
         }

@@ -72,11 +72,17 @@ struct mv_job {
     int n_mat;
     const void *const *W;
     const int64_t *rows;
-    size_t rb;
-    int cols;
+    size_t rb;      /* bytes per row (per panel row in the panel layout) */
+    int cols;       /* columns of a row (of a panel row) */
     const void *xq;
     const void *xe; /* xq expanded for tk->rows (row layout), else NULL */
     float *const *y;
+    /* panel layout: np panels (1 otherwise); panel p's activation slice at xq + p * abp;
+     * its partial sums for p >= 1 at part[(p - 1) * total + concatenated row] */
+    int np;
+    size_t abp;
+    int64_t total;
+    float *part;
 };
 
 /* Quads [q0, q1) of a matrix in the quad layout: one 4 x 1 tile each (or, for a table
@@ -94,18 +100,29 @@ static void mv_quads(const struct mv_job *j, const uint8_t *W, int64_t q0, int64
     }
 }
 
-/* Units [a, b) of the matrices' concatenated units: rows, or quads in the quad layout. */
-static void mv_range(void *arg, int64_t a, int64_t b, int ith) {
-    const struct mv_job *j = arg;
+/* Units [a, b) of panel p's concatenated units (p = 0 outside the panel layout): rows, or
+ * quads in the quad layout. */
+static void mv_span(const struct mv_job *j, int p, int64_t a, int64_t b, int ith) {
     const int64_t per = j->layout == ST_WLAYOUT_QUADS ? 4 : 1;
+    const void *xq = (const uint8_t *)j->xq + (size_t)p * j->abp;
     int64_t base = 0;
     for (int m = 0; m < j->n_mat && base < b; base += j->rows[m] / per, m++) {
         const int64_t lo = a > base ? a - base : 0;
         const int64_t hi = b - base < j->rows[m] / per ? b - base : j->rows[m] / per;
         if (lo >= hi) continue;
-        if (per == 4) mv_quads(j, j->W[m], lo, hi, j->y[m], ith);
-        else mv_rows(j->tk, j->W[m], j->rb, lo, hi, j->cols, j->xq, j->xe, j->y[m]);
+        const uint8_t *W = (const uint8_t *)j->W[m] + (size_t)p * (size_t)j->rows[m] * j->rb;
+        float *y = p ? j->part + (size_t)(p - 1) * (size_t)j->total + (size_t)base : j->y[m];
+        if (per == 4) mv_quads(j, W, lo, hi, y, ith);
+        else mv_rows(j->tk, W, j->rb, lo, hi, j->cols, xq, j->xe, y);
     }
+}
+
+/* Units [a, b) of every panel's units, panel after panel (one panel outside that layout). */
+static void mv_range(void *arg, int64_t a, int64_t b, int ith) {
+    const struct mv_job *j = arg;
+    const int64_t n = j->layout == ST_WLAYOUT_QUADS ? j->total / 4 : j->total;
+    for (int64_t p = a / n; p < j->np && p * n < b; p++)
+        mv_span(j, (int)p, a > p * n ? a - p * n : 0, b - p * n < n ? b - p * n : n, ith);
 }
 
 /* Scratch for quad products on a table without tile4 (NULL when none is needed). 0 or
@@ -120,8 +137,14 @@ static int quad_scratch(const st_type_kernels *tk, st_wlayout layout, st_threadp
 
 static int check_layout(st_wlayout layout, st_type wtype, int64_t rows, int64_t cols) {
     if (layout == ST_WLAYOUT_ROWS) return 0;
+    if (layout == ST_WLAYOUT_PANELS) return !rows || st_panels_count(wtype, rows, cols) ? 0 : ST_E_INVAL;
     if (layout != ST_WLAYOUT_QUADS) return ST_E_INVAL;
     return st_quads_shape(wtype, rows, cols) ? 0 : ST_E_INVAL;
+}
+
+/* Panels of a product in `layout` over cols columns (1 outside the panel layout). */
+static int panels_of(st_wlayout layout, st_type wtype, int64_t cols) {
+    return layout == ST_WLAYOUT_PANELS ? st_panels_count(wtype, 1, cols) : 1;
 }
 
 int st_matvec_multi_l(st_threadpool *tp, const st_kernels *k, st_type wtype, st_wlayout layout,
@@ -136,9 +159,11 @@ int st_matvec_multi_l(st_threadpool *tp, const st_kernels *k, st_type wtype, st_
             return ST_E_INVAL;
         total += rows[m];
     }
-    struct mv_job j = {&k->type[wtype], wtype, layout, NULL, n_mat, W, rows, st_row_bytes(wtype, cols),
-                       (int)cols, xq, NULL, y};
+    const int np = panels_of(layout, wtype, cols);
+    struct mv_job j = {&k->type[wtype], wtype, layout, NULL, n_mat, W, rows, st_row_bytes(wtype, cols / np),
+                       (int)(cols / np), xq, NULL, y, np, st_act_bytes(wtype, cols / np), total, NULL};
     if ((rc = quad_scratch(j.tk, layout, tp, j.rb, &j.scratch))) return rc;
+    if (np > 1 && total && !(j.part = malloc((size_t)(np - 1) * (size_t)total * sizeof(float)))) return ST_E_NOMEM;
     void *xe = NULL; /* the activation expanded once for every row */
     if (layout == ST_WLAYOUT_ROWS && j.tk->rows && total && cols <= MV_ROWS_MAX_COLS) {
         if (!(xe = st_alloc_aligned(st_act_x_bytes(cols), 64))) {
@@ -148,14 +173,23 @@ int st_matvec_multi_l(st_threadpool *tp, const st_kernels *k, st_type wtype, st_
         j.tk->act_expand((int)cols, xq, xe);
         j.xe = xe;
     }
-    /* work units: rows, or quads (4 rows) in the quad layout */
+    /* work units: rows (of each panel in turn in the panel layout), or quads (4 rows) */
     const size_t ub = layout == ST_WLAYOUT_QUADS ? 4 * j.rb : j.rb;
-    const int64_t units = layout == ST_WLAYOUT_QUADS ? total / 4 : total;
-    size_t chunk = (size_t)total * j.rb / ((size_t)MV_CHUNKS_PER_THREAD * (size_t)st_threadpool_n_threads(tp));
+    const int64_t units = (layout == ST_WLAYOUT_QUADS ? total / 4 : total) * np;
+    size_t chunk = (size_t)units * ub / ((size_t)MV_CHUNKS_PER_THREAD * (size_t)st_threadpool_n_threads(tp));
     if (chunk > MV_CHUNK_BYTES) chunk = MV_CHUNK_BYTES;
     if (chunk < MV_CHUNK_MIN_BYTES) chunk = MV_CHUNK_MIN_BYTES;
     const int64_t grain = ub >= chunk ? 1 : (int64_t)(chunk / ub);
     if (units) st_threadpool_run_range(tp, units, grain, mv_range, &j);
+    /* the panels' partial sums, added in panel order (st_matmul adds them the same way) */
+    for (int p = 1; p < np; p++) {
+        int64_t base = 0;
+        for (int m = 0; m < n_mat; base += rows[m], m++) {
+            const float *part = j.part + (size_t)(p - 1) * (size_t)total + (size_t)base;
+            for (int64_t r = 0; r < rows[m]; r++) y[m][r] += part[r];
+        }
+    }
+    free(j.part);
     free(j.scratch);
     st_free_aligned(xe);
     return 0;
@@ -190,7 +224,25 @@ struct mm_job {
     float *Y;
     int64_t ldy;
     int64_t tb; /* tokens per block */
+    int np;     /* panels (1 outside the panel layout); rb, cols are a panel row's */
+    size_t abp; /* bytes of a panel's slice of an activation row */
 };
+
+/* Tile (rows [r, r + nr), tokens [t, t + nc)) of panel p into y (row stride ldy). */
+static void mm_tile(const struct mm_job *j, int p, const uint8_t *w, int64_t t, int nr, int nc, float *y,
+                    size_t ldy) {
+    const st_type_kernels *tk = j->tk;
+    const uint8_t *x = j->X + (size_t)t * j->ab + (size_t)p * j->abp;
+    if (j->layout == ST_WLAYOUT_QUADS && tk->tile4) {
+        tk->tile4(j->cols, y, ldy, w, x, j->ab, nr, nc);
+    } else if (tk->tile) {
+        tk->tile(j->cols, y, ldy, w, j->rb, x, j->ab, nr, nc);
+    } else {
+        for (int c = 0; c < nc; c++)
+            for (int i = 0; i < nr; i++)
+                tk->vec_dot(j->cols, y + c * ldy + i, w + (size_t)i * j->rb, x + (size_t)c * j->ab);
+    }
+}
 
 static void mm_task(void *arg, int ith, int nth) {
     const struct mm_job *j = arg;
@@ -212,16 +264,14 @@ static void mm_task(void *arg, int ith, int nth) {
             }
             for (int64_t t = t0; t < t1; t += ST_TILE_MAX) {
                 const int nc = t1 - t < ST_TILE_MAX ? (int)(t1 - t) : ST_TILE_MAX;
-                const uint8_t *x = j->X + (size_t)t * j->ab;
                 float *y = j->Y + t * j->ldy + r;
-                if (quads && tk->tile4) {
-                    tk->tile4(j->cols, y, (size_t)j->ldy, w, x, j->ab, nr, nc);
-                } else if (tk->tile) {
-                    tk->tile(j->cols, y, (size_t)j->ldy, w, j->rb, x, j->ab, nr, nc);
-                } else {
+                mm_tile(j, 0, w, t, nr, nc, y, (size_t)j->ldy);
+                /* later panels: into a tile of their own, then added in panel order */
+                for (int p = 1; p < j->np; p++) {
+                    float part[ST_TILE_MAX * ST_TILE_MAX];
+                    mm_tile(j, p, w + (size_t)p * (size_t)j->rows * j->rb, t, nr, nc, part, ST_TILE_MAX);
                     for (int c = 0; c < nc; c++)
-                        for (int i = 0; i < nr; i++)
-                            tk->vec_dot(j->cols, y + c * j->ldy + i, w + (size_t)i * j->rb, x + (size_t)c * j->ab);
+                        for (int i = 0; i < nr; i++) y[c * j->ldy + i] += part[c * ST_TILE_MAX + i];
                 }
             }
         }
@@ -239,8 +289,9 @@ int st_matmul_l(st_threadpool *tp, const st_kernels *k, st_type wtype, st_wlayou
     const size_t ab = st_act_bytes(wtype, cols);
     int64_t tb = (int64_t)(MM_ACT_L2_BYTES / ab) / ST_TILE_MAX * ST_TILE_MAX;
     if (tb < ST_TILE_MAX) tb = ST_TILE_MAX;
-    struct mm_job j = {&k->type[wtype], wtype, layout, NULL, W, st_row_bytes(wtype, cols), rows, (int)cols,
-                       n_tok, Xq, ab, Y, ldy, tb};
+    const int np = panels_of(layout, wtype, cols);
+    struct mm_job j = {&k->type[wtype], wtype, layout, NULL, W, st_row_bytes(wtype, cols / np), rows,
+                       (int)(cols / np), n_tok, Xq, ab, Y, ldy, tb, np, st_act_bytes(wtype, cols / np)};
     if ((rc = quad_scratch(j.tk, layout, tp, j.rb, &j.scratch))) return rc;
     st_threadpool_run(tp, mm_task, &j);
     free(j.scratch);

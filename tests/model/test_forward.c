@@ -503,6 +503,43 @@ TEST(test_quad_layout_forward) {
     }
 }
 
+/* The model's long-row matrices (here ffn_down) into the panel layout, as st_model_load does
+ * for a file: the data of a model loaded from memory is the test's own buffer. */
+static void edit_panels(st_model *m) {
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        st_wt *w = &m->layers[il].w_down;
+        if (st_panels_count(w->type, w->ne1, w->ne0) &&
+            st_pack_panels(w->type, (void *)(uintptr_t)w->data, w->ne1, w->ne0) == 0) {
+            w->layout = ST_WLAYOUT_PANELS;
+            m->n_panels++;
+        }
+    }
+}
+
+/* A feed-forward of 8192 (rows of ffn_down over ST_PANEL_MAX_COLS) in the panel layout:
+ * prefill (matmul) and decode (matvec) against the reference, which reads the rows back out
+ * of the panels. */
+TEST(test_panel_layout_forward) {
+    static const char *types[] = {"f16", "q8_0", "q4_k", "q6_k", "q5_1"};
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        st_synth_params p = tiny(ST_ARCH_LLAMA, types[ti]);
+        p.n_layer = 1, p.n_ff = 8192;
+        char what[64];
+        snprintf(what, sizeof what, "panels %s ff 8192", types[ti]);
+        check_vs_ref_edit(&p, ST_TYPE_F16, 12, 5, what, edit_panels);
+    }
+    /* the edit really took: one panelled matrix per layer */
+    st_synth_params p = tiny(ST_ARCH_LLAMA, "q8_0");
+    p.n_layer = 1, p.n_ff = 8192;
+    env e;
+    REQUIRE(env_open(&e, &p, 1, ST_TYPE_F16, 16) == 0);
+    edit_panels(e.m);
+    CHECK_INT(st_model_n_panel_matrices(e.m), 1);
+    CHECK_INT(e.m->layers[0].w_down.layout, ST_WLAYOUT_PANELS);
+    env_close(&e);
+}
+
 TEST_MAIN(test_forward_vs_reference_llama, test_forward_vs_reference_qwen, test_forward_kv_types,
           test_forward_rope_variants, test_fingerprint,
-          test_determinism_threads_and_batching, test_load_errors, test_quad_layout_forward)
+          test_determinism_threads_and_batching, test_load_errors, test_quad_layout_forward,
+          test_panel_layout_forward)

@@ -264,4 +264,111 @@ TEST(test_quad_layout) {
     st_threadpool_destroy(tp2);
 }
 
-TEST_MAIN(test_products_deterministic_and_exact, test_rows_kernels_match_vec_dot, test_product_errors, test_quad_layout)
+
+/* The panel layout: st_panels_count's cuts; packing round-trips every row; matvec and matmul
+ * over panels equal, for 1 and 2 threads, the definition (each panel's row dotted with its
+ * slice of the activation by the table's vec_dot, summed in panel order) bit for bit, and the
+ * row layout's product within the kernels' rounding; matmul's token rows equal matvec's. */
+TEST(test_panel_layout) {
+    CHECK_INT(st_panels_count(ST_TYPE_Q8_0, 4, 4096), 0);  /* short enough as it is */
+    CHECK_INT(st_panels_count(ST_TYPE_Q8_0, 4, 8192), 2);
+    CHECK_INT(st_panels_count(ST_TYPE_Q4_K, 4, 5632), 2);  /* TinyLlama's ff: 2 x 2816 */
+    CHECK_INT(st_panels_count(ST_TYPE_F16, 4, 12288), 3);
+    CHECK_INT(st_panels_count(ST_TYPE_F16, 4, 16384), 4);
+    CHECK_INT(st_panels_count(ST_TYPE_Q8_0, 4, 4352), 0);  /* 17 x 256: only narrow cuts */
+    CHECK_INT(st_panels_count(ST_TYPE_Q8_0, 0, 8192), 0);
+    enum { PR = 37, PT = 6 };
+    static const int64_t col_cases[] = {8192, 5632, 12288}; /* 2, 2 and 3 panels */
+    st_threadpool *tp2 = NULL;
+    CHECK_OK(st_threadpool_create(2, &tp2));
+    int n_checked = 0;
+    for (int isa = ST_ISA_SCALAR; isa <= ST_ISA_AVX512; isa++) {
+        const st_kernels *k = st_kernels_get((st_isa)isa);
+        if ((int)k->isa != isa) continue;
+        for (int t = 0; t < ST_TYPE_COUNT_; t++) {
+            if (!k->type[t].vec_dot) continue;
+            for (int ci = 0; ci < 3; ci++) {
+                const int64_t PC = col_cases[ci];
+                const int np = st_panels_count((st_type)t, PR, PC);
+                if (!np) continue; /* a block size that does not divide the width */
+                const int64_t pc = PC / np;
+                const size_t rb = st_row_bytes((st_type)t, PC), ab = st_act_bytes((st_type)t, PC);
+                const size_t abp = st_act_bytes((st_type)t, pc), pb = rb / (size_t)np;
+                REQUIRE(abp * (size_t)np == ab && pb * (size_t)np == rb);
+                uint8_t *W = malloc(rb * PR), *P = malloc(rb * PR), *row = malloc(rb), *Xq = malloc(ab * PT);
+                float *tmp = malloc(sizeof(float) * PC * PR);
+                REQUIRE(W && P && row && Xq && tmp);
+                qt_rng r = {91 + (uint64_t)t + 7 * (uint64_t)ci};
+                qt_fill(&r, tmp, PC * PR, 0.1f);
+                for (int i = 0; i < PR; i++) CHECK_OK(st_quantize_row((st_type)t, tmp + i * PC, W + i * rb, PC));
+                qt_fill(&r, tmp, PC * PT, 2.0f);
+                CHECK_OK(st_quantize_act_rows(NULL, k, (st_type)t, tmp, PC, PT, PC, Xq));
+                memcpy(P, W, rb * PR);
+                CHECK_OK(st_pack_panels((st_type)t, P, PR, PC));
+                CHECK(memcmp(P, W, rb * PR) != 0); /* really rearranged */
+                int rows_same = 1;
+                for (int i = 0; i < PR; i++) {
+                    CHECK_OK(st_panels_row((st_type)t, P, PR, PC, i, row));
+                    rows_same &= memcmp(row, W + i * rb, rb) == 0;
+                }
+                CHECK(rows_same);
+                float want[PT][PR], y[PR], Y[PT][PR], y_rows[PR];
+                for (int tok = 0; tok < PT; tok++)
+                    for (int i = 0; i < PR; i++) {
+                        float acc = 0;
+                        for (int p = 0; p < np; p++) {
+                            float d;
+                            k->type[t].vec_dot((int)pc, &d, W + i * rb + (size_t)p * pb, Xq + tok * ab + (size_t)p * abp);
+                            acc = p ? acc + d : d;
+                        }
+                        want[tok][i] = acc;
+                    }
+                int same = 1;
+                double worst = 0;
+                for (int th = 0; th < 2; th++) {
+                    st_threadpool *tp = th ? tp2 : NULL;
+                    for (int tok = 0; tok < PT; tok++) {
+                        const void *Wp = P, *Wr = W;
+                        const int64_t rows = PR;
+                        float *yp = y, *yr = y_rows;
+                        CHECK_OK(st_matvec_multi_l(tp, k, (st_type)t, ST_WLAYOUT_PANELS, 1, &Wp, &rows, PC, Xq + tok * ab, &yp));
+                        CHECK_OK(st_matvec_multi_l(tp, k, (st_type)t, ST_WLAYOUT_ROWS, 1, &Wr, &rows, PC, Xq + tok * ab, &yr));
+                        same &= memcmp(y, want[tok], sizeof y) == 0;
+                        double scale = 0;
+                        for (int i = 0; i < PR; i++) scale = fmax(scale, fabs((double)y_rows[i]));
+                        for (int i = 0; i < PR; i++) worst = fmax(worst, fabs((double)y[i] - y_rows[i]) / scale);
+                    }
+                    CHECK_OK(st_matmul_l(tp, k, (st_type)t, ST_WLAYOUT_PANELS, P, PR, PC, PT, Xq, &Y[0][0], PR));
+                    same &= memcmp(Y, want, sizeof Y) == 0;
+                }
+                if (!same)
+                    fprintf(stderr, "  %s %s %lld cols: panel products differ from their definition\n",
+                            st_isa_name(k->isa), st_type_name((st_type)t), (long long)PC);
+                CHECK(same);
+                if (!(worst <= MATVEC_REF_REL_TOL_Q8_1))
+                    fprintf(stderr, "  %s %s: panels vs rows %.3g\n", st_isa_name(k->isa), st_type_name((st_type)t), worst);
+                CHECK(worst <= MATVEC_REF_REL_TOL_Q8_1);
+                n_checked++;
+                free(W), free(P), free(row), free(Xq), free(tmp);
+            }
+        }
+    }
+    CHECK(n_checked >= 11);
+    fprintf(stderr, "  %d type x width x ISA cases in the panel layout\n", n_checked);
+    /* refusals: a matrix that keeps its rows is not packed, nor multiplied as panels */
+    uint8_t buf[4 * 34 * 128] = {0}, before[sizeof buf];
+    memcpy(before, buf, sizeof buf);
+    CHECK_INT(st_pack_panels(ST_TYPE_Q8_0, buf, 4, 4096), ST_E_INVAL);
+    CHECK(memcmp(buf, before, sizeof buf) == 0);
+    float yb[4], *ybp = yb;
+    const void *Wb = buf;
+    const int64_t four = 4;
+    CHECK_INT(st_matvec_multi_l(NULL, st_kernels_get(ST_ISA_SCALAR), ST_TYPE_Q8_0, ST_WLAYOUT_PANELS, 1, &Wb, &four,
+                                4096, buf, &ybp),
+              ST_E_INVAL);
+    CHECK_INT(st_panels_row(ST_TYPE_Q8_0, buf, 4, 4096, 0, buf), ST_E_INVAL);
+    st_threadpool_destroy(tp2);
+}
+
+TEST_MAIN(test_products_deterministic_and_exact, test_rows_kernels_match_vec_dot, test_product_errors, test_quad_layout,
+          test_panel_layout)
