@@ -81,8 +81,8 @@ static int hp_f32(struct loader *L, const char *key, int required, float *v) {
 static int read_rope_scaling(struct loader *L, st_model_hparams *hp) {
     char full[128];
     snprintf(full, sizeof full, "%s.rope.scaling.type", L->arch);
-    const char *s = "linear";
-    size_t n = 6;
+    const char *s;
+    size_t n;
     int rc = st_gguf_get_str(L->g, full, &s, &n);
     if (rc == ST_E_NOT_FOUND) s = "linear", n = 6;
     else if (rc) return st_seterr(L->ctx, rc, "%s: metadata key %s: %s", L->path, full, st_strerror(rc));
@@ -372,7 +372,7 @@ static void pack_one(const st_kernels *k, st_model *m, st_wt *w) {
             w->layout = ST_WLAYOUT_QUADS;
             m->n_quads++;
         }
-    } else if (st_panels_count(w->type, w->ne1, w->ne0) && st_pack_panels(w->type, data, w->ne1, w->ne0) == 0) {
+    } else if (st_pack_panels(w->type, data, w->ne1, w->ne0) == 0) { /* ST_E_INVAL: rows too short to cut */
         w->layout = ST_WLAYOUT_PANELS;
         m->n_panels++;
     }

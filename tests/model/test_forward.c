@@ -528,15 +528,40 @@ TEST(test_panel_layout_forward) {
         snprintf(what, sizeof what, "panels %s ff 8192", types[ti]);
         check_vs_ref_edit(&p, ST_TYPE_F16, 12, 5, what, edit_panels);
     }
-    /* the edit really took: one panelled matrix per layer */
+    /* st_model_load does it for a file: ffn_down (and nothing else) in panels, the fingerprint
+     * of the file's bytes, logits within the rows layout's rounding */
     st_synth_params p = tiny(ST_ARCH_LLAMA, "q8_0");
-    p.n_layer = 1, p.n_ff = 8192;
-    env e;
-    REQUIRE(env_open(&e, &p, 1, ST_TYPE_F16, 16) == 0);
-    edit_panels(e.m);
-    CHECK_INT(st_model_n_panel_matrices(e.m), 1);
-    CHECK_INT(e.m->layers[0].w_down.layout, ST_WLAYOUT_PANELS);
-    env_close(&e);
+    p.n_layer = 2, p.n_ff = 8192;
+    env a, b;
+    REQUIRE(env_open(&a, &p, 2, ST_TYPE_F16, 16) == 0);
+    char path[] = "/tmp/strata-panels-XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    REQUIRE(write(fd, a.buf, a.size) == (ssize_t)a.size);
+    close(fd);
+    REQUIRE(env_ctx(&b, 2) == 0);
+    REQUIRE(st_model_load(b.ctx, path, &b.m) == 0);
+    unlink(path);
+    REQUIRE(env_runner(&b, ST_TYPE_F16, 16) == 0);
+    CHECK_INT(st_model_n_panel_matrices(a.m), 0);
+    CHECK_INT(st_model_n_panel_matrices(b.m), 2);
+    for (int il = 0; il < 2; il++) {
+        CHECK_INT(b.m->layers[il].w_down.layout, ST_WLAYOUT_PANELS);
+        CHECK_INT(b.m->layers[il].w_up.layout, ST_WLAYOUT_ROWS); /* 256 columns */
+    }
+    uint8_t fa[16], fb[16];
+    st_model_fingerprint(a.m, fa);
+    st_model_fingerprint(b.m, fb);
+    CHECK(memcmp(fa, fb, 16) == 0);
+    int na = 0, nb = 0;
+    float *la = prompt_logits(&a, &na), *lb = prompt_logits(&b, &nb);
+    REQUIRE(la && lb && na == nb);
+    const double e = rel_err(lb, la, (size_t)na);
+    fprintf(stderr, "  loaded from a file: 2 ffn_down in panels, logits within %.3g of the rows layout's\n", e);
+    CHECK(e <= REL_TOL);
+    free(la), free(lb);
+    env_close(&b);
+    env_close(&a);
 }
 
 TEST_MAIN(test_forward_vs_reference_llama, test_forward_vs_reference_qwen, test_forward_kv_types,

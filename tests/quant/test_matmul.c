@@ -11,6 +11,9 @@
 /* q4_1 / q5_1 pair with q8_1, whose block sum s = d * sum(q) is stored in fp16 (as in
  * ggml): the min term m * s carries s's 2^-11 relative rounding. */
 #define MATVEC_REF_REL_TOL_Q8_1 2e-4
+/* The panel layout against the row layout: the same products summed in another order (a
+ * panel's sum, then the panels), relative to the largest |y|. */
+#define PANELS_VS_ROWS_REL_TOL 2e-4
 
 enum { ROWS = 67, COLS = 768, NTOK = 13, LDY = ROWS + 5 };
 
@@ -282,6 +285,7 @@ TEST(test_panel_layout) {
     st_threadpool *tp2 = NULL;
     CHECK_OK(st_threadpool_create(2, &tp2));
     int n_checked = 0;
+    double worst_all = 0;
     for (int isa = ST_ISA_SCALAR; isa <= ST_ISA_AVX512; isa++) {
         const st_kernels *k = st_kernels_get((st_isa)isa);
         if ((int)k->isa != isa) continue;
@@ -345,16 +349,18 @@ TEST(test_panel_layout) {
                     fprintf(stderr, "  %s %s %lld cols: panel products differ from their definition\n",
                             st_isa_name(k->isa), st_type_name((st_type)t), (long long)PC);
                 CHECK(same);
-                if (!(worst <= MATVEC_REF_REL_TOL_Q8_1))
+                if (!(worst <= PANELS_VS_ROWS_REL_TOL))
                     fprintf(stderr, "  %s %s: panels vs rows %.3g\n", st_isa_name(k->isa), st_type_name((st_type)t), worst);
-                CHECK(worst <= MATVEC_REF_REL_TOL_Q8_1);
+                CHECK(worst <= PANELS_VS_ROWS_REL_TOL);
+                worst_all = fmax(worst_all, worst);
                 n_checked++;
                 free(W), free(P), free(row), free(Xq), free(tmp);
             }
         }
     }
     CHECK(n_checked >= 11);
-    fprintf(stderr, "  %d type x width x ISA cases in the panel layout\n", n_checked);
+    fprintf(stderr, "  %d type x width x ISA cases in the panel layout; panels vs rows at most %.3g\n", n_checked,
+            worst_all);
     /* refusals: a matrix that keeps its rows is not packed, nor multiplied as panels */
     uint8_t buf[4 * 34 * 128] = {0}, before[sizeof buf];
     memcpy(before, buf, sizeof buf);
