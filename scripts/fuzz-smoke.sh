@@ -4,7 +4,8 @@
 # and a long run of one target are for real fuzzing).
 #   scripts/fuzz-smoke.sh [BUILD (build-fuzz)] [SECONDS (20)]
 # Seeds: the GGUF corpus of the unit tests (test_gguf_corpus --write), a valid KV snapshot
-# and a patch of one ('S' and 'P', see fuzz/kv_snapshot_fuzz.c), a few texts for tok_fuzz.
+# and a patch of one ('S' and 'P', see fuzz/kv_snapshot_fuzz.c), a few texts for tok_fuzz,
+# a few edit lists for model_fuzz (its first byte picks the base model, then edits follow).
 set -euo pipefail
 build=${1:-build-fuzz}
 secs=${2:-20}
@@ -18,12 +19,15 @@ if [ ${#targets[@]} -eq 0 ]; then
   exit 1
 fi
 
-mkdir -p "$work/seeds/gguf" "$work/seeds/kv_snapshot" "$work/seeds/tok"
+mkdir -p "$work/seeds/gguf" "$work/seeds/kv_snapshot" "$work/seeds/tok" "$work/seeds/model"
 "$build/tests/test_gguf_corpus" --write "$work/seeds/gguf" >/dev/null
 printf 'S' >"$work/seeds/kv_snapshot/valid"
 printf 'P\x00\x10\x01' >"$work/seeds/kv_snapshot/patch"
 printf '\x00Hello, world! 123' >"$work/seeds/tok/ascii"
 printf '\x03caf\xc3\xa9 \xe2\x82\xac <s> \xff\xfe' >"$work/seeds/tok/utf8"
+printf '\x00' >"$work/seeds/model/llama"                   # the unedited tiny llama model
+printf '\x04\x00\x08\x10' >"$work/seeds/model/rope"         # qwen2 (q8_0), rope.dimension_count = 16
+printf '\x02\x05\x2a\x07\x4b\x0c\x01' >"$work/seeds/model/tensors" # qwen3: ffn_down dropped, attn_k_norm retyped
 
 fail=0
 for t in "${targets[@]}"; do

@@ -51,7 +51,7 @@ static int hp_u32(struct loader *L, const char *key, int required, int32_t *v) {
     int rc = st_gguf_get_u32(L->g, full, &u);
     if (rc == ST_E_NOT_FOUND && !required) return 0;
     if (rc == ST_E_NOT_FOUND) return st_seterr(L->ctx, rc, "%s: missing metadata key %s", L->path, full);
-    if (rc) return st_seterr(L->ctx, rc, "%s: metadata key %s: %s", L->path, full, st_strerror(rc));
+    if (rc) return rc; /* the getter named the file, the key and its type */
     const uint32_t lim = strstr(key, "context_length") ? ST_MODEL_MAX_CTX : ST_MODEL_MAX_DIM;
     if (u == 0 || u > lim)
         return st_seterr(L->ctx, ST_E_FORMAT, "%s: metadata %s = %u out of range [1, %u]", L->path, full, u, lim);
@@ -66,7 +66,7 @@ static int hp_f32(struct loader *L, const char *key, int required, float *v) {
     int rc = st_gguf_get_f32(L->g, full, &f);
     if (rc == ST_E_NOT_FOUND && !required) return 0;
     if (rc == ST_E_NOT_FOUND) return st_seterr(L->ctx, rc, "%s: missing metadata key %s", L->path, full);
-    if (rc) return st_seterr(L->ctx, rc, "%s: metadata key %s: %s", L->path, full, st_strerror(rc));
+    if (rc) return rc; /* the getter named the file, the key and its type */
     if (!(f == f)) return st_seterr(L->ctx, ST_E_FORMAT, "%s: metadata %s is NaN", L->path, full);
     *v = f;
     return 0;
@@ -85,7 +85,7 @@ static int read_rope_scaling(struct loader *L, st_model_hparams *hp) {
     size_t n;
     int rc = st_gguf_get_str(L->g, full, &s, &n);
     if (rc == ST_E_NOT_FOUND) s = "linear", n = 6;
-    else if (rc) return st_seterr(L->ctx, rc, "%s: metadata key %s: %s", L->path, full, st_strerror(rc));
+    else if (rc) return rc;
     if (n == 4 && !memcmp(s, "none", 4)) hp->rope_scaling = ST_ROPE_SCALING_NONE;
     else if (n == 6 && !memcmp(s, "linear", 6)) hp->rope_scaling = ST_ROPE_SCALING_LINEAR;
     else if (n == 4 && !memcmp(s, "yarn", 4)) hp->rope_scaling = ST_ROPE_SCALING_YARN;
@@ -163,6 +163,10 @@ static int read_hparams(struct loader *L, st_model_hparams *hp) {
         return st_seterr(L->ctx, ST_E_FORMAT, "%s: rope.freq_base %g must be > 0", L->path, hp->rope_base);
     hp->rms_eps = 1e-5f;
     if ((rc = hp_f32(L, "attention.layer_norm_rms_epsilon", hp->arch == ST_ARCH_LLAMA, &hp->rms_eps))) return rc;
+    /* a negative epsilon makes RMSNorm's root NaN for a small row: every logit would be NaN */
+    if (!(hp->rms_eps >= 0) || hp->rms_eps == INFINITY)
+        return st_seterr(L->ctx, ST_E_FORMAT, "%s: %s.attention.layer_norm_rms_epsilon %g must be finite and >= 0",
+                         L->path, L->arch, hp->rms_eps);
     hp->rope_neox = hp->arch != ST_ARCH_LLAMA;
     return read_rope_scaling(L, hp);
 }
@@ -414,7 +418,7 @@ static int load_from(st_ctx *ctx, st_gguf *g, const char *path, st_model **out) 
     char *arch = NULL;
     int rc = st_gguf_get_str_dup(m->g, "general.architecture", &arch);
     if (rc) {
-        rc = st_seterr(ctx, rc == ST_E_NOT_FOUND ? ST_E_FORMAT : rc, "%s: no general.architecture string", path);
+        if (rc == ST_E_NOT_FOUND) rc = st_seterr(ctx, ST_E_FORMAT, "%s: no general.architecture string", path);
         goto fail;
     }
     struct loader L = {ctx, m->g, path, arch};

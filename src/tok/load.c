@@ -3,6 +3,7 @@
  * count and named limits before use. */
 #include "tok/tok_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,7 +70,8 @@ static int read_tokens(st_ctx *ctx, st_gguf *g, st_tok_vocab_desc *d, load_tmp *
     uint64_t n = 0;
     const void *data = NULL;
     int rc = st_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &data);
-    if (rc) return st_seterr(ctx, rc, "%s: tokenizer.ggml.tokens: %s", st_gguf_path(g), st_strerror(rc));
+    if (rc == ST_E_NOT_FOUND) return st_seterr(ctx, rc, "%s: missing metadata key tokenizer.ggml.tokens", st_gguf_path(g));
+    if (rc) return rc; /* the getter named the file, the key and its type */
     if (et != ST_GGUF_STRING) return st_seterr(ctx, ST_E_TYPE, "%s: tokenizer.ggml.tokens is not an array of strings",
                                                st_gguf_path(g));
     if (n == 0 || n > ST_TOK_MAX_VOCAB)
@@ -169,7 +171,8 @@ int st_tok_load(st_ctx *ctx, st_gguf *g, const st_tok_params *params, st_tok **o
     memset(&t, 0, sizeof t);
     int rc = st_gguf_get_str_dup(g, "tokenizer.ggml.model", &t.model);
     if (rc) {
-        rc = st_seterr(ctx, rc, "%s: tokenizer.ggml.model: %s", st_gguf_path(g), st_strerror(rc));
+        if (rc == ST_E_NOT_FOUND)
+            rc = st_seterr(ctx, rc, "%s: missing metadata key tokenizer.ggml.model", st_gguf_path(g));
         goto done;
     }
     d.model = t.model;
@@ -195,7 +198,18 @@ int st_tok_load(st_ctx *ctx, st_gguf *g, const st_tok_params *params, st_tok **o
         if (*ids[i] >= d.n_tokens) *ids[i] = -1;
     rc = st_tok_create(ctx, &d, params, out);
 done:
-    if (rc == ST_E_NOMEM) st_seterr(ctx, rc, "out of memory loading the tokenizer of %s", st_gguf_path(g));
+    if (rc == ST_E_NOMEM) {
+        st_seterr(ctx, rc, "out of memory loading the tokenizer of %s", st_gguf_path(g));
+    } else if (rc && ctx) {
+        /* st_tok_create and the getters know no file: name it, as every reader error does */
+        const char *path = st_gguf_path(g), *msg = st_ctx_error(ctx);
+        const size_t pl = strlen(path);
+        if (strncmp(msg, path, pl) != 0 || strncmp(msg + pl, ": ", 2) != 0) {
+            char copy[512];
+            snprintf(copy, sizeof copy, "%s", *msg ? msg : st_strerror(rc));
+            st_seterr(ctx, rc, "%s: %s", path, copy);
+        }
+    }
     tmp_free(&t);
     return rc;
 }
