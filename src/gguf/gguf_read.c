@@ -283,6 +283,10 @@ static int rd_alignment(rd *r) {
     uint64_t a = kv->bits;
     if (a == 0 || (a & (a - 1)))
         return fail(r, ST_E_FORMAT, kv->val_at, "general.alignment", "%" PRIu64 " is not a power of two", a);
+    /* the GGUF spec asks for a multiple of 8: below that, f32 and f16 tensor data may start
+     * at addresses their element type cannot be read from (found by fuzz/model_fuzz.c) */
+    if (a % 8)
+        return fail(r, ST_E_FORMAT, kv->val_at, "general.alignment", "%" PRIu64 " is not a multiple of 8", a);
     if (a > ST_GGUF_MAX_ALIGNMENT)
         return fail(r, ST_E_LIMIT, kv->val_at, "general.alignment",
                     "%" PRIu64 " exceeds ST_GGUF_MAX_ALIGNMENT (%u)", a, ST_GGUF_MAX_ALIGNMENT);

@@ -122,10 +122,10 @@ static int set_blob(st_gguf_writer *w, const char *key, st_gguf_vtype type, uint
     uint32_t align = w->alignment;
     if (strcmp(key, "general.alignment") == 0) {
         uint32_t a = type == ST_GGUF_UINT32 ? st_gguf_rd_u32_(val) : 0;
-        if (type != ST_GGUF_UINT32 || a == 0 || (a & (a - 1)) || a > ST_GGUF_MAX_ALIGNMENT) {
+        if (type != ST_GGUF_UINT32 || a < 8 || (a & (a - 1)) || a > ST_GGUF_MAX_ALIGNMENT) {
             free(val);
             return st_seterr(w->ctx, ST_E_INVAL,
-                             "gguf writer: general.alignment must be a uint32 power of two <= %u (got %s %u)",
+                             "gguf writer: general.alignment must be a uint32 power of two in 8..%u (got %s %u)",
                              ST_GGUF_MAX_ALIGNMENT, st_gguf_vtype_name(type), a);
         }
         align = a;

@@ -279,6 +279,7 @@ static void align_kv(gb *b, uint32_t type, uint64_t v) {
 static void c_align_u64(gb *b) { align_kv(b, ST_GGUF_UINT64, 32); }
 static void c_align_zero(gb *b) { align_kv(b, ST_GGUF_UINT32, 0); }
 static void c_align_48(gb *b) { align_kv(b, ST_GGUF_UINT32, 48); }
+static void c_align_4(gb *b) { align_kv(b, ST_GGUF_UINT32, 4); }
 static void c_align_huge(gb *b) { align_kv(b, ST_GGUF_UINT32, UINT32_C(1) << 24); }
 
 /* ---- tensor infos ---- */
@@ -480,6 +481,7 @@ static const corpus_case corpus_cases[] = {
     {"align_u64", c_align_u64, FMT, "key 0 ('general.alignment')", "must be uint32"},
     {"align_zero", c_align_zero, FMT, "key 0 ('general.alignment')", "power of two"},
     {"align_48", c_align_48, FMT, "key 0 ('general.alignment')", "power of two"},
+    {"align_4", c_align_4, FMT, "key 0 ('general.alignment')", "not a multiple of 8"},
     {"align_huge", c_align_huge, LIM, "key 0 ('general.alignment')", "ST_GGUF_MAX_ALIGNMENT"},
     {"trunc_name_len", c_trunc_name_len, FMT, "tensor 0", "name length"},
     {"empty_name", c_empty_name, FMT, "tensor 0", "name length"},

@@ -209,7 +209,7 @@ static void check_full(st_gguf *g, uint32_t alignment) {
 
 TEST(test_roundtrip_memory) {
     st_ctx *ctx = new_ctx();
-    const uint32_t aligns[] = {32, 1, 64, 4096};
+    const uint32_t aligns[] = {32, 8, 64, 4096};
     for (int a = 0; a < 4; a++) {
         st_gguf_writer *w = full_writer(ctx, aligns[a]);
         void *buf = NULL;
@@ -474,6 +474,7 @@ TEST(test_writer_rejects) {
     float data[64] = {0};
     CHECK_INT(st_gguf_writer_set_alignment(w, 0), ST_E_INVAL);
     CHECK_INT(st_gguf_writer_set_alignment(w, 48), ST_E_INVAL);
+    CHECK_INT(st_gguf_writer_set_alignment(w, 4), ST_E_INVAL); /* the spec: a multiple of 8 */
     CHECK_INT(st_gguf_writer_set_alignment(w, 1u << 24), ST_E_INVAL);
     CHECK_INT(st_gguf_writer_set_u64(w, "general.alignment", 64), ST_E_INVAL);
     CHECK_INT(st_gguf_writer_set_u32(w, "", 1), ST_E_INVAL);

@@ -152,12 +152,13 @@ static int model_edit_apply(st_ctx *ctx, const void *src, size_t n, const model_
             }
         }
         if (drop) continue;
-        const void *data = t->data;
-        if (changed) {
-            if (n_bufs == 64 || !(data = bufs[n_bufs] = me_zeros(me_tensor_bytes(type, nd, ne), fill))) continue;
-            n_bufs++;
-        }
-        if (st_gguf_writer_add_tensor(w, t->name, type, nd, ne, data) == ST_E_NOMEM) rc = ST_E_NOMEM;
+        void *data = NULL;
+        if (changed && n_bufs < 64 && (data = me_zeros(me_tensor_bytes(type, nd, ne), fill))) bufs[n_bufs++] = data;
+        int arc = data ? st_gguf_writer_add_tensor(w, t->name, type, nd, ne, data) : ST_E_INVAL;
+        /* an edit that cannot be made (too large, a shape the type's blocks forbid) is
+         * skipped: the tensor stays as it was */
+        if (arc == ST_E_INVAL) arc = st_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+        if (arc == ST_E_NOMEM) rc = ST_E_NOMEM;
     }
     for (int j = 0; !rc && j < n_e; j++) {
         if (e[j].op != ME_ADD || e[j].n_dims < 1 || e[j].n_dims > 4 || n_bufs == 64) continue;
