@@ -7,8 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A metadata key that cannot be read as `want`: the message, in ctx, names the file, the key
+ * and the type it has (the GGUF getters write theirs to the file's own ctx). */
+static int key_err(st_ctx *ctx, st_gguf *g, const char *key, int rc, const char *want) {
+    if (rc == ST_E_NOMEM) return rc;
+    if (rc == ST_E_NOT_FOUND) return st_seterr(ctx, rc, "%s: missing metadata key %s", st_gguf_path(g), key);
+    const int64_t i = st_gguf_find_key(g, key);
+    return st_seterr(ctx, rc, "%s: metadata key %s (%s) is not %s", st_gguf_path(g), key,
+                     i >= 0 ? st_gguf_vtype_name(st_gguf_key_type(g, i)) : "?", want);
+}
+
 /* Optional int key: -1 when absent; other errors returned. */
-static int opt_id(st_gguf *g, const char *key, int32_t *out) {
+static int opt_id(st_ctx *ctx, st_gguf *g, const char *key, int32_t *out) {
     uint32_t v = 0;
     *out = -1;
     int rc = st_gguf_get_u32(g, key, &v);
@@ -16,30 +26,30 @@ static int opt_id(st_gguf *g, const char *key, int32_t *out) {
     if (rc == ST_E_TYPE) { /* some converters write int32 */
         int32_t s = 0;
         rc = st_gguf_get_i32(g, key, &s);
-        if (rc) return rc;
+        if (rc) return key_err(ctx, g, key, rc, "a uint32 or int32 token id");
         *out = s;
         return 0;
     }
-    if (rc) return rc;
+    if (rc) return key_err(ctx, g, key, rc, "a uint32 or int32 token id");
     /* 0xFFFFFFFF and other out-of-range values mean "none"; vocab.c checks the range */
     *out = v > (uint32_t)INT32_MAX ? -1 : (int32_t)v;
     return 0;
 }
 
-static int opt_bool(st_gguf *g, const char *key, int *out) {
+static int opt_bool(st_ctx *ctx, st_gguf *g, const char *key, int *out) {
     bool b = false;
     *out = -1;
     int rc = st_gguf_get_bool(g, key, &b);
     if (rc == ST_E_NOT_FOUND) return 0;
-    if (rc) return rc;
+    if (rc) return key_err(ctx, g, key, rc, "a bool");
     *out = b ? 1 : 0;
     return 0;
 }
 
-static int opt_str(st_gguf *g, const char *key, char **out) {
+static int opt_str(st_ctx *ctx, st_gguf *g, const char *key, char **out) {
     *out = NULL;
     int rc = st_gguf_get_str_dup(g, key, out);
-    return rc == ST_E_NOT_FOUND ? 0 : rc;
+    return rc == ST_E_NOT_FOUND ? 0 : rc ? key_err(ctx, g, key, rc, "a string") : 0;
 }
 
 typedef struct load_tmp {
@@ -70,8 +80,7 @@ static int read_tokens(st_ctx *ctx, st_gguf *g, st_tok_vocab_desc *d, load_tmp *
     uint64_t n = 0;
     const void *data = NULL;
     int rc = st_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &data);
-    if (rc == ST_E_NOT_FOUND) return st_seterr(ctx, rc, "%s: missing metadata key tokenizer.ggml.tokens", st_gguf_path(g));
-    if (rc) return rc; /* the getter named the file, the key and its type */
+    if (rc) return key_err(ctx, g, "tokenizer.ggml.tokens", rc, "an array of strings");
     if (et != ST_GGUF_STRING) return st_seterr(ctx, ST_E_TYPE, "%s: tokenizer.ggml.tokens is not an array of strings",
                                                st_gguf_path(g));
     if (n == 0 || n > ST_TOK_MAX_VOCAB)
@@ -81,7 +90,8 @@ static int read_tokens(st_ctx *ctx, st_gguf *g, st_tok_vocab_desc *d, load_tmp *
     t->lens = malloc(n * sizeof *t->lens);
     if (!t->tokens || !t->lens) return ST_E_NOMEM;
     for (uint64_t i = 0; i < n; i++)
-        if ((rc = st_gguf_get_arr_str(g, "tokenizer.ggml.tokens", i, &t->tokens[i], &t->lens[i]))) return rc;
+        if ((rc = st_gguf_get_arr_str(g, "tokenizer.ggml.tokens", i, &t->tokens[i], &t->lens[i])))
+            return key_err(ctx, g, "tokenizer.ggml.tokens", rc, "an array of strings");
     d->n_tokens = (int32_t)n;
     d->tokens = t->tokens;
     d->token_lens = t->lens;
@@ -105,7 +115,7 @@ static int read_tokens(st_ctx *ctx, st_gguf *g, st_tok_vocab_desc *d, load_tmp *
         }
         d->scores = t->scores;
     } else if (rc != ST_E_NOT_FOUND) {
-        return rc;
+        return key_err(ctx, g, "tokenizer.ggml.scores", rc, "an array");
     }
     rc = st_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &n, &data);
     if (rc == 0) {
@@ -118,7 +128,7 @@ static int read_tokens(st_ctx *ctx, st_gguf *g, st_tok_vocab_desc *d, load_tmp *
         memcpy(t->types, data, (size_t)d->n_tokens * 4);
         d->types = t->types;
     } else if (rc != ST_E_NOT_FOUND) {
-        return rc;
+        return key_err(ctx, g, "tokenizer.ggml.token_type", rc, "an array");
     }
     return 0;
 }
@@ -130,7 +140,7 @@ static int read_merges(st_ctx *ctx, st_gguf *g, st_tok_vocab_desc *d, load_tmp *
     int rc = st_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &n, &data);
     if (rc == ST_E_NOT_FOUND)
         return st_seterr(ctx, rc, "%s: BPE vocabulary without tokenizer.ggml.merges", st_gguf_path(g));
-    if (rc) return rc;
+    if (rc) return key_err(ctx, g, "tokenizer.ggml.merges", rc, "an array of strings");
     if (et != ST_GGUF_STRING)
         return st_seterr(ctx, ST_E_TYPE, "%s: tokenizer.ggml.merges is not an array of strings", st_gguf_path(g));
     if (n > ST_TOK_MAX_MERGES)
@@ -140,7 +150,8 @@ static int read_merges(st_ctx *ctx, st_gguf *g, st_tok_vocab_desc *d, load_tmp *
     for (uint64_t i = 0; i < n; i++) {
         const char *s;
         size_t l;
-        if ((rc = st_gguf_get_arr_str(g, "tokenizer.ggml.merges", i, &s, &l))) return rc;
+        if ((rc = st_gguf_get_arr_str(g, "tokenizer.ggml.merges", i, &s, &l)))
+            return key_err(ctx, g, "tokenizer.ggml.merges", rc, "an array of strings");
         total += l + 1;
     }
     t->merges = malloc((n ? n : 1) * sizeof *t->merges);
@@ -171,27 +182,26 @@ int st_tok_load(st_ctx *ctx, st_gguf *g, const st_tok_params *params, st_tok **o
     memset(&t, 0, sizeof t);
     int rc = st_gguf_get_str_dup(g, "tokenizer.ggml.model", &t.model);
     if (rc) {
-        if (rc == ST_E_NOT_FOUND)
-            rc = st_seterr(ctx, rc, "%s: missing metadata key tokenizer.ggml.model", st_gguf_path(g));
+        rc = key_err(ctx, g, "tokenizer.ggml.model", rc, "a string");
         goto done;
     }
     d.model = t.model;
-    if ((rc = opt_str(g, "tokenizer.ggml.pre", &t.pre))) goto done;
-    if ((rc = opt_str(g, "general.name", &t.name))) goto done;
-    if ((rc = opt_str(g, "tokenizer.chat_template", &t.tmpl))) goto done;
+    if ((rc = opt_str(ctx, g, "tokenizer.ggml.pre", &t.pre))) goto done;
+    if ((rc = opt_str(ctx, g, "general.name", &t.name))) goto done;
+    if ((rc = opt_str(ctx, g, "tokenizer.chat_template", &t.tmpl))) goto done;
     d.pre = t.pre, d.name = t.name, d.chat_template = t.tmpl;
     if ((rc = read_tokens(ctx, g, &d, &t))) goto done;
     if (!strcmp(t.model, "gpt2") && (rc = read_merges(ctx, g, &d, &t))) goto done;
-    if ((rc = opt_id(g, "tokenizer.ggml.bos_token_id", &d.bos_id))) goto done;
-    if ((rc = opt_id(g, "tokenizer.ggml.eos_token_id", &d.eos_id))) goto done;
-    if ((rc = opt_id(g, "tokenizer.ggml.unknown_token_id", &d.unk_id))) goto done;
-    if ((rc = opt_id(g, "tokenizer.ggml.eot_token_id", &d.eot_id))) goto done;
-    if ((rc = opt_id(g, "tokenizer.ggml.eom_token_id", &d.eom_id))) goto done;
-    if ((rc = opt_id(g, "tokenizer.ggml.padding_token_id", &d.pad_id))) goto done;
-    if ((rc = opt_id(g, "tokenizer.ggml.seperator_token_id", &d.sep_id))) goto done;
-    if ((rc = opt_bool(g, "tokenizer.ggml.add_bos_token", &d.add_bos))) goto done;
-    if ((rc = opt_bool(g, "tokenizer.ggml.add_eos_token", &d.add_eos))) goto done;
-    if ((rc = opt_bool(g, "tokenizer.ggml.add_space_prefix", &d.add_space_prefix))) goto done;
+    if ((rc = opt_id(ctx, g, "tokenizer.ggml.bos_token_id", &d.bos_id))) goto done;
+    if ((rc = opt_id(ctx, g, "tokenizer.ggml.eos_token_id", &d.eos_id))) goto done;
+    if ((rc = opt_id(ctx, g, "tokenizer.ggml.unknown_token_id", &d.unk_id))) goto done;
+    if ((rc = opt_id(ctx, g, "tokenizer.ggml.eot_token_id", &d.eot_id))) goto done;
+    if ((rc = opt_id(ctx, g, "tokenizer.ggml.eom_token_id", &d.eom_id))) goto done;
+    if ((rc = opt_id(ctx, g, "tokenizer.ggml.padding_token_id", &d.pad_id))) goto done;
+    if ((rc = opt_id(ctx, g, "tokenizer.ggml.seperator_token_id", &d.sep_id))) goto done;
+    if ((rc = opt_bool(ctx, g, "tokenizer.ggml.add_bos_token", &d.add_bos))) goto done;
+    if ((rc = opt_bool(ctx, g, "tokenizer.ggml.add_eos_token", &d.add_eos))) goto done;
+    if ((rc = opt_bool(ctx, g, "tokenizer.ggml.add_space_prefix", &d.add_space_prefix))) goto done;
     /* llama.cpp warns and keeps the default for an out-of-range special id */
     int32_t *ids[] = {&d.bos_id, &d.eos_id, &d.unk_id, &d.eot_id, &d.eom_id, &d.pad_id, &d.sep_id};
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
@@ -201,7 +211,7 @@ done:
     if (rc == ST_E_NOMEM) {
         st_seterr(ctx, rc, "out of memory loading the tokenizer of %s", st_gguf_path(g));
     } else if (rc && ctx) {
-        /* st_tok_create and the getters know no file: name it, as every reader error does */
+        /* st_tok_create knows no file: name it, as every other error here does */
         const char *path = st_gguf_path(g), *msg = st_ctx_error(ctx);
         const size_t pl = strlen(path);
         if (strncmp(msg, path, pl) != 0 || strncmp(msg + pl, ": ", 2) != 0) {

@@ -268,4 +268,35 @@ TEST(test_corpus) {
     st_ctx_destroy(ctx);
 }
 
-TEST_MAIN(test_corpus)
+/* st_tok_load's errors land in the ctx it is given, even when the file was opened with
+ * another (the GGUF getters write to the file's own ctx). */
+TEST(test_tok_errors_in_callers_ctx) {
+    st_ctx *a = NULL, *b = NULL;
+    REQUIRE(st_ctx_create(NULL, &a) == 0 && st_ctx_create(NULL, &b) == 0);
+    size_t n = 0, img_n = 0;
+    void *base = base_model(a, ST_ARCH_LLAMA, &n), *img = NULL;
+    REQUIRE(base);
+    const model_edit e[2] = {str_("tokenizer.ggml.bos_token_id", "1"), u32_("tokenizer.ggml.merges", 3)};
+    const char *needle[2] = {"tokenizer.ggml.bos_token_id (string)", "tokenizer.ggml.merges (uint32)"};
+    for (int i = 0; i < 2; i++) {
+        model_edit ei[2] = {e[i], str_("tokenizer.ggml.model", "gpt2")}; /* merges are read for BPE only */
+        REQUIRE(model_edit_apply(a, base, n, ei, i + 1, &img, &img_n) == 0);
+        st_gguf *g = NULL;
+        REQUIRE(st_gguf_open_memory(a, img, img_n, FILE_NAME, &g) == 0);
+        st_tok *tok = NULL;
+        CHECK_INT(st_tok_load(b, g, NULL, &tok), ST_E_TYPE);
+        CHECK(tok == NULL);
+        const char *msg = st_ctx_error(b);
+        if (strncmp(msg, FILE_NAME ": ", strlen(FILE_NAME) + 2) || !strstr(msg, needle[i]))
+            fprintf(stderr, "  FAIL: '%s' (wanted \"%s\")\n", msg, needle[i]);
+        CHECK(strncmp(msg, FILE_NAME ": ", strlen(FILE_NAME) + 2) == 0);
+        CHECK(strstr(msg, needle[i]) != NULL);
+        st_gguf_close(g);
+        free(img);
+    }
+    free(base);
+    st_ctx_destroy(a);
+    st_ctx_destroy(b);
+}
+
+TEST_MAIN(test_corpus, test_tok_errors_in_callers_ctx)
