@@ -348,6 +348,8 @@ int st_cli_chat(st_cli_session *s, const st_cli_chat_opts *o) {
             fprintf(stderr, "strata chat: the line holds a NUL byte; not sent\n");
             continue;
         }
+        /* llama.cpp's conversation mode turns \n, \t, ... of an input line into the bytes */
+        if (o->escape) len = (ssize_t)st_cli_prompt_text(line, (size_t)len, 0, 1);
         if ((rc = turn(&c, line, (size_t)len, ++n_turn))) break;
     }
     if (rc) report(rc, &c, "chat");

@@ -19,6 +19,7 @@ typedef struct st_cli_chat_opts {
     int32_t n_batch;           /* prefill chunk (0: 256) */
     st_sampler_params sp;
     FILE *in;                  /* where user lines come from (stdin); borrowed */
+    int escape;                /* process each line's escapes (st_cli_prompt_text), as -e */
 } st_cli_chat_opts;
 
 /* Runs the chat over the open session s (one KV sequence; s must have a tokenizer) until

@@ -29,6 +29,44 @@ int st_cli_float(const char *s, double lo, double hi, double *out) {
     return 0;
 }
 
+static int hex_digit(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+size_t st_cli_prompt_text(char *s, size_t len, int from_file, int escape) {
+    if (from_file && len && s[len - 1] == '\n') s[--len] = 0;
+    if (!escape) return len;
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] != '\\' || i + 1 == len) {
+            s[o++] = s[i];
+            continue;
+        }
+        const char c = s[++i];
+        int h1, h2;
+        switch (c) {
+        case 'n': s[o++] = '\n'; break;
+        case 'r': s[o++] = '\r'; break;
+        case 't': s[o++] = '\t'; break;
+        case '\'': case '"': case '\\': s[o++] = c; break;
+        case 'x': /* two hex digits; otherwise kept as written */
+            if (i + 2 < len && (h1 = hex_digit(s[i + 1])) >= 0 && (h2 = hex_digit(s[i + 2])) >= 0) {
+                s[o++] = (char)(h1 * 16 + h2);
+                i += 2;
+            } else {
+                s[o++] = '\\';
+                s[o++] = c;
+            }
+            break;
+        default:
+            s[o++] = '\\';
+            s[o++] = c;
+        }
+    }
+    s[o] = 0;
+    return o;
+}
+
 int st_cli_read_file(const char *path, char **out, size_t *len) {
     *out = NULL;
     *len = 0;

@@ -8,6 +8,7 @@
 #include "cli/prompt_cache.h"
 #include "strata/sample.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -20,6 +21,7 @@ static void usage(FILE *f) {
             "                  [--seed S] [--kv-page P] [--kv-type f16|bf16|f32|q8_0] [-b N_BATCH]\n"
             "                  [--chat [--chat-template NAME] [--system TEXT]]\n"
             "                  [--prompt-cache FILE [--prompt-cache-ro | --prompt-cache-all]]\n"
+            "                  [--no-escape] [--ignore-eos]\n"
             "--chat: interactive chat on stdin (one message a line; /reset, /exit); the KV is kept\n"
             "between turns. The template comes from the GGUF unless --chat-template names one.\n"
             "Without -m, runs a built-in synthetic model (random weights, byte-level tokenizer).\n"
@@ -27,6 +29,12 @@ static void usage(FILE *f) {
             "turn a sampler stage off: --temp 0 or below (greedy), --top-k 0 or below,\n"
             "--top-p 1, --min-p 0, --repeat-penalty 1. --seed -1 draws a random seed and prints\n"
             "it on stderr (--seed with that number repeats the run).\n"
+            "The prompt is read as llama.cpp reads it: -f drops one trailing newline, and the escapes\n"
+            "\\n \\r \\t \\' \\\" \\\\ \\xHH of -p, -f and --chat lines become the bytes they stand for\n"
+            "(-e, the default; --no-escape keeps them). --ignore-eos never samples an end-of-\n"
+            "generation token. llama.cpp's spellings are taken too: -ctk/-ctv TYPE (one type for K\n"
+            "and V: --kv-type), -sys/--system-prompt (--system), -cnv/--conversation (--chat), and\n"
+            "-ngl N, which is ignored (every layer runs on the CPU).\n"
             "Defaults: -n 128, -c min(model, 4096), -t $STRATA_THREADS or the CPUs this process may\n"
             "run on, --temp 0.8, --top-k 40, --top-p 0.95, --min-p 0.05, --repeat-penalty 1.0,\n"
             "--repeat-last-n 64, --seed 12648430 (0xC0FFEE),\n"
@@ -45,6 +53,8 @@ typedef struct run_opts {
     st_sampler_params sp;
     int chat;
     int seed_random; /* --seed -1 */
+    int no_escape, ignore_eos;
+    const char *cache_type_k, *cache_type_v; /* -ctk / -ctv: llama.cpp's spelling of --kv-type */
     const char *chat_template, *system;
     const char *prompt_cache;
     int prompt_cache_ro, prompt_cache_all;
@@ -78,9 +88,22 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->prompt_file = v;
-        else if (!strcmp(a, "--chat")) o->chat = 1, takes = 0;
+        else if (!strcmp(a, "--chat") || !strcmp(a, "-cnv") || !strcmp(a, "--conversation")) o->chat = 1, takes = 0;
         else if (!strcmp(a, "--chat-template")) o->chat_template = v;
-        else if (!strcmp(a, "--system")) o->system = v;
+        else if (!strcmp(a, "--system") || !strcmp(a, "-sys") || !strcmp(a, "--system-prompt")) o->system = v;
+        else if (!strcmp(a, "-e") || !strcmp(a, "--escape")) o->no_escape = 0, takes = 0;
+        else if (!strcmp(a, "--no-escape")) o->no_escape = 1, takes = 0;
+        else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1, takes = 0;
+        else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) {
+            if (!v || st_cli_kv_type(v, &o->kv_type)) return bad(a, v);
+            o->cache_type_k = v;
+        } else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) {
+            if (!v || st_cli_kv_type(v, &o->kv_type)) return bad(a, v);
+            o->cache_type_v = v;
+        } else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "--gpu-layers")) {
+            if (st_cli_int(v, -1, 1 << 20, &n) && (!v || (strcmp(v, "auto") && strcmp(v, "all")))) return bad(a, v);
+            fprintf(stderr, "strata run: %s %s ignored: strata runs every layer on the CPU\n", a, v);
+        }
         else if (!strcmp(a, "--prompt-cache")) o->prompt_cache = v;
         else if (!strcmp(a, "--prompt-cache-ro")) o->prompt_cache_ro = 1, takes = 0;
         else if (!strcmp(a, "--prompt-cache-all")) o->prompt_cache_all = 1, takes = 0;
@@ -128,6 +151,11 @@ static int parse(int argc, char **argv, run_opts *o) {
     }
     if (o->prompt && o->prompt_file) {
         fprintf(stderr, "strata run: give -p or -f, not both\n");
+        return ST_EXIT_INPUT;
+    }
+    if (o->cache_type_k && o->cache_type_v && strcmp(o->cache_type_k, o->cache_type_v)) {
+        fprintf(stderr, "strata run: -ctk %s and -ctv %s differ: strata keeps K and V in one type (--kv-type)\n",
+                o->cache_type_k, o->cache_type_v);
         return ST_EXIT_INPUT;
     }
     if ((o->prompt_cache_ro || o->prompt_cache_all) && !o->prompt_cache) {
@@ -211,7 +239,16 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
     const int ctx_limits = max_gen > s->n_ctx - n_prompt;
     if (ctx_limits) max_gen = s->n_ctx - n_prompt;
     int eot = 0;
+    /* --ignore-eos: every end-of-generation token gets a logit of -inf, as llama.cpp's logit
+     * bias does, so none is ever sampled */
+    int32_t *eog = NULL, n_eog = 0;
+    if (!rc && o->ignore_eos) {
+        if (!(eog = malloc((size_t)hp->n_vocab * sizeof *eog))) rc = ST_E_NOMEM;
+        for (int32_t id = 0; !rc && id < hp->n_vocab; id++)
+            if (st_tok_is_eog(s->tok, id)) eog[n_eog++] = id;
+    }
     while (!rc && n_gen < max_gen) {
+        for (int32_t i = 0; i < n_eog; i++) logits[eog[i]] = -INFINITY;
         int32_t t = st_sampler_sample(smp, logits);
         st_sampler_accept(smp, t);
         n_gen++;
@@ -230,6 +267,7 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
     }
     const char *tail;
     size_t nt;
+    free(eog);
     if (dt && st_detok_flush(dt, &tail, &nt) == 0 && nt) fwrite(tail, 1, nt, stdout);
     if (!rc) printf("\n"); /* ends the text as llama.cpp does, only when the generation did */
     fflush(stdout);
@@ -288,6 +326,11 @@ int st_cmd_run(int argc, char **argv) {
         fprintf(stderr, "strata run: cannot read %s: %s\n", o.prompt_file, st_strerror(rc));
         return st_cli_exit_code(rc);
     }
+    if (!text && o.prompt) {
+        text_len = strlen(o.prompt);
+        if (!(text = strdup(o.prompt))) return st_cli_exit_code(ST_E_NOMEM);
+    }
+    if (text) text_len = st_cli_prompt_text(text, text_len, o.prompt_file != NULL, !o.no_escape);
     st_synth_params synth = builtin_model();
     st_cli_session_opts so = {.model_path = o.model, .synth = &synth, .n_threads = (int)o.n_threads,
                               .n_ctx = (int32_t)o.n_ctx, .n_seqs = 1, .page_size = (int)o.kv_page,
@@ -310,12 +353,12 @@ int st_cmd_run(int argc, char **argv) {
     }
     if (o.chat) {
         st_cli_chat_opts co = {.template_name = o.chat_template, .system = o.system, .n_predict = o.n_predict,
-                               .n_batch = (int32_t)o.n_batch, .sp = o.sp, .in = stdin};
+                               .n_batch = (int32_t)o.n_batch, .sp = o.sp, .in = stdin, .escape = !o.no_escape};
         rc = st_cli_chat(&s, &co);
         st_cli_session_close(&s);
         return rc;
     }
-    const char *prompt = text ? text : o.prompt ? o.prompt : "Once upon a time";
+    const char *prompt = text ? text : "Once upon a time";
     int32_t *ids = NULL;
     int n_ids = 0;
     rc = st_tok_encode_alloc(s.tok, prompt, text ? text_len : strlen(prompt), true, true, &ids, &n_ids);
