@@ -1,9 +1,13 @@
 /*
- * Token sampling: greedy, temperature, top-k, top-p, min-p, repetition penalty.
+ * Token sampling: greedy, temperature, top-k, top-p, min-p, repetition, frequency and
+ * presence penalties.
  *
  * The chain follows llama.cpp's default order, so a given seed and settings pick from the
  * same candidate set llama.cpp would:
- *     repetition penalty -> top-k -> top-p -> min-p -> temperature -> draw
+ *     penalties -> top-k -> top-p -> min-p -> temperature -> draw
+ * The penalties look at the last repeat_last_n accepted tokens, as llama.cpp's penalties
+ * stage: a token seen c > 0 times there has its logit divided by repeat_penalty (multiplied
+ * when <= 0), then c * freq_penalty + presence_penalty subtracted.
  * temp <= 0 is greedy (argmax after the penalty; ties go to the lowest id).
  *
  * Reproducible: the RNG (xoshiro256**) lives in the sampler object, seeded from params.seed;
@@ -27,8 +31,10 @@ typedef struct st_sampler_params {
     float top_p;           /* >= 1: off. default 0.95 */
     float min_p;           /* <= 0: off. default 0.05 */
     float repeat_penalty;  /* 1: off. default 1.0 (as llama.cpp today) */
-    int32_t repeat_last_n; /* tokens of history the penalty looks at; default 64 */
+    int32_t repeat_last_n; /* tokens of history the penalties look at; default 64 */
     uint64_t seed;         /* RNG seed; default 0xC0FFEE */
+    float freq_penalty;    /* per occurrence in the window; 0: off (default) */
+    float presence_penalty; /* once for any occurrence in the window; 0: off (default) */
 } st_sampler_params;
 
 typedef struct st_sampler st_sampler;
@@ -36,7 +42,8 @@ typedef struct st_sampler st_sampler;
 st_sampler_params st_sampler_default_params(void);
 
 /* Creates a sampler for a vocabulary of n_vocab tokens. Returns 0, ST_E_INVAL (n_vocab < 1,
- * negative temp/top-p/min-p, penalty <= 0, repeat_last_n < 0) or ST_E_NOMEM. *out owned by
+ * negative temp/top-p/min-p, repeat penalty <= 0, a frequency or presence penalty that is not
+ * finite, repeat_last_n < 0) or ST_E_NOMEM. *out owned by
  * the caller: st_sampler_destroy. */
 int st_sampler_create(const st_sampler_params *p, int32_t n_vocab, st_sampler **out);
 void st_sampler_destroy(st_sampler *s); /* NULL is a no-op */

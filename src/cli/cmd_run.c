@@ -18,6 +18,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: strata run [-m FILE] [-p PROMPT | -f FILE] [-n N] [-c CTX] [-t THREADS] [--temp T]\n"
             "                  [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--repeat-last-n N]\n"
+            "                  [--frequency-penalty F] [--presence-penalty P]\n"
             "                  [--seed S] [--kv-page P] [--kv-type f16|bf16|f32|q8_0] [-b N_BATCH]\n"
             "                  [--chat [--chat-template NAME] [--system TEXT]]\n"
             "                  [--prompt-cache FILE [--prompt-cache-ro | --prompt-cache-all]]\n"
@@ -37,6 +38,7 @@ static void usage(FILE *f) {
             "-ngl N, which is ignored (every layer runs on the CPU).\n"
             "Defaults: -n 128, -c min(model, 4096), -t $STRATA_THREADS or the CPUs this process may\n"
             "run on, --temp 0.8, --top-k 40, --top-p 0.95, --min-p 0.05, --repeat-penalty 1.0,\n"
+            "--frequency-penalty 0, --presence-penalty 0 (both over the last --repeat-last-n tokens),\n"
             "--repeat-last-n 64, --seed 12648430 (0xC0FFEE),\n"
             "--kv-page 16, --kv-type f16.\n"
             "--prompt-cache FILE: restore the KV of the longest prefix this prompt shares with FILE\n"
@@ -131,6 +133,10 @@ static int parse(int argc, char **argv, run_opts *o) {
         } else if (!strcmp(a, "--repeat-penalty")) {
             if (st_cli_float(v, 1e-6, 1e6, &d)) return bad(a, v);
             o->sp.repeat_penalty = (float)d;
+        } else if (!strcmp(a, "--frequency-penalty") || !strcmp(a, "--presence-penalty")) {
+            if (st_cli_float(v, -1e6, 1e6, &d)) return bad(a, v);
+            if (a[2] == 'f') o->sp.freq_penalty = (float)d;
+            else o->sp.presence_penalty = (float)d;
         } else if (!strcmp(a, "--repeat-last-n")) {
             if (st_cli_int(v, 0, 1 << 20, &n)) return bad(a, v);
             o->sp.repeat_last_n = (int32_t)n;

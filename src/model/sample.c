@@ -64,7 +64,7 @@ int st_sampler_create(const st_sampler_params *p, int32_t n_vocab, st_sampler **
     *out = NULL;
     st_sampler_params q = p ? *p : st_sampler_default_params();
     if (n_vocab < 1 || !(q.temp == q.temp) || q.top_p < 0 || q.min_p < 0 || !(q.repeat_penalty > 0) ||
-        q.repeat_last_n < 0)
+        q.repeat_last_n < 0 || !isfinite(q.freq_penalty) || !isfinite(q.presence_penalty))
         return ST_E_INVAL;
     st_sampler *s = calloc(1, sizeof *s);
     if (!s) return ST_E_NOMEM;
@@ -168,8 +168,15 @@ static int32_t select_top_k(st_sampler *s, const float *w, int32_t k) {
 }
 
 
-static float penalized(const st_sampler *s, float l) {
-    return l <= 0 ? l * s->p.repeat_penalty : l / s->p.repeat_penalty;
+/* Logit l of a token seen `count` (> 0) times in the window, as llama.cpp's penalties stage
+ * computes it. */
+static float penalized(const st_sampler *s, float l, int count) {
+    l = l <= 0 ? l * s->p.repeat_penalty : l / s->p.repeat_penalty;
+    return l - (float)count * s->p.freq_penalty - s->p.presence_penalty;
+}
+
+static int any_penalty(const st_sampler *s) {
+    return s->n_hist && (s->p.repeat_penalty != 1.0f || s->p.freq_penalty != 0.0f || s->p.presence_penalty != 0.0f);
 }
 
 /* The first index of the largest value; NaNs never win (all NaN: 0). Two passes: the
@@ -190,15 +197,14 @@ static int32_t argmax_first(const float *x, int32_t n) {
     return 0;
 }
 
-/* Greedy without copying the logits: the penalty is applied on the fly to tokens in the window. */
+/* Greedy without copying the logits: the penalties are applied on the fly to tokens in the window. */
 static int32_t greedy(const st_sampler *s, const float *logits) {
-    const int pen = s->p.repeat_penalty != 1.0f && s->n_hist;
-    if (!pen) return argmax_first(logits, s->n_vocab);
+    if (!any_penalty(s)) return argmax_first(logits, s->n_vocab);
     int32_t best = 0;
-    float bv = pen && s->seen[0] ? penalized(s, logits[0]) : logits[0];
+    float bv = s->seen[0] ? penalized(s, logits[0], s->seen[0]) : logits[0];
     for (int32_t i = 1; i < s->n_vocab; i++) {
         float v = logits[i];
-        if (pen && s->seen[i]) v = penalized(s, v);
+        if (s->seen[i]) v = penalized(s, v, s->seen[i]);
         if (v > bv) bv = v, best = i;
     }
     return best;
@@ -209,7 +215,7 @@ int32_t st_sampler_sample(st_sampler *s, const float *logits) {
     const int32_t nv = s->n_vocab;
     if (p->temp <= 0) return greedy(s, logits);
     const float *w = logits; /* the logits, or their penalized copy */
-    if (p->repeat_penalty != 1.0f && s->n_hist) {
+    if (any_penalty(s)) {
         memcpy(s->work, logits, (size_t)nv * sizeof *s->work);
         w = s->work;
         for (int32_t i = 0; i < s->n_hist; i++) {
@@ -220,7 +226,7 @@ int32_t st_sampler_sample(st_sampler *s, const float *logits) {
             for (int32_t j = 0; j < i; j++)
                 if (s->hist[j] == t) first = 0;
             if (!first) continue;
-            s->work[t] = penalized(s, s->work[t]);
+            s->work[t] = penalized(s, s->work[t], s->seen[t]);
         }
     }
 

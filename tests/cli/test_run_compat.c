@@ -2,7 +2,8 @@
  * synthetic model (greedy): escapes in -p, -f and --chat lines (\n \t \\ \xHH ..., on by
  * default, off with --no-escape), one trailing newline dropped from -f, -ctk/-ctv as
  * --kv-type (refused when they differ), -ngl accepted and ignored, -sys/-cnv as
- * --system/--chat. Each equivalence is checked on the generated text and the prompt's token
+ * --system/--chat, --frequency-penalty / --presence-penalty parsed (their effect:
+ * test_sample). Each equivalence is checked on the generated text and the prompt's token
  * count, against a spelling of the same bytes that needs no processing. */
 #include "../test.h"
 #include "chat_test_util.h"
@@ -98,6 +99,12 @@ TEST(test_llama_cpp_spellings) {
     CHECK(r.err && strstr(r.err, "bad value 'q4_0' for -ctk"));
     result_free(&r);
     check_same("-p hi --kv-type bf16", "-p hi --cache-type-k bf16 --cache-type-v bf16");
+
+    check_same("-p hi", "-p hi --frequency-penalty 0 --presence-penalty 0");
+    r = run("-p hi --presence-penalty nan");
+    CHECK_INT(r.rc, 2);
+    CHECK(r.err && strstr(r.err, "bad value 'nan' for --presence-penalty"));
+    result_free(&r);
 
     r = run("-p hi -ngl 99");
     CHECK_INT(r.rc, 0);

@@ -122,5 +122,54 @@ TEST(test_repetition_penalty) {
     CHECK(s == NULL);
 }
 
+/* Frequency and presence penalties as llama.cpp's penalties stage: logit - count * freq -
+ * presence for a token in the window, after the repetition penalty; the same in the greedy
+ * path and in the sampling path (top-k 1 makes it pick the best penalized logit). */
+TEST(test_frequency_presence_penalties) {
+    float lg[NV] = {0};
+    lg[5] = 1.0f, lg[6] = 0.85f, lg[7] = -1.0f;
+    for (int path = 0; path < 2; path++) {
+        st_sampler_params p = st_sampler_default_params();
+        p.temp = path ? 0.7f : 0, p.top_k = 1, p.repeat_last_n = 8;
+        p.freq_penalty = 0.05f; /* token 5 twice: 1.0 - 0.1 = 0.9 > 0.85 */
+        st_sampler *s = NULL;
+        REQUIRE(st_sampler_create(&p, NV, &s) == 0);
+        st_sampler_accept(s, 5), st_sampler_accept(s, 5);
+        CHECK_INT(st_sampler_sample(s, lg), 5);
+        st_sampler_accept(s, 5), st_sampler_accept(s, 5); /* four times: 0.8 < 0.85 */
+        CHECK_INT(st_sampler_sample(s, lg), 6);
+        st_sampler_destroy(s);
+
+        p.freq_penalty = 0, p.presence_penalty = 0.1f; /* any count: 1.0 - 0.1 = 0.9 */
+        REQUIRE(st_sampler_create(&p, NV, &s) == 0);
+        for (int i = 0; i < 6; i++) st_sampler_accept(s, 5);
+        CHECK_INT(st_sampler_sample(s, lg), 5);
+        st_sampler_accept(s, 6); /* 6: 0.85 - 0.1 = 0.75 */
+        CHECK_INT(st_sampler_sample(s, lg), 5);
+        st_sampler_destroy(s);
+
+        p.presence_penalty = 0.2f; /* 0.8 < 0.85: 6 unless it is in the window too */
+        REQUIRE(st_sampler_create(&p, NV, &s) == 0);
+        st_sampler_accept(s, 5);
+        CHECK_INT(st_sampler_sample(s, lg), 6);
+        st_sampler_destroy(s);
+
+        /* the repetition penalty first, then the subtraction: 1.0 / 1.25 - 0.1 = 0.7 < 0.71;
+         * the other order, (1.0 - 0.1) / 1.25 = 0.72, would pick 5 */
+        lg[6] = 0.71f;
+        p.repeat_penalty = 1.25f, p.presence_penalty = 0.1f;
+        REQUIRE(st_sampler_create(&p, NV, &s) == 0);
+        st_sampler_accept(s, 5);
+        CHECK_INT(st_sampler_sample(s, lg), 6);
+        st_sampler_destroy(s);
+        lg[6] = 0.85f;
+
+        p.repeat_penalty = 1, p.presence_penalty = NAN;
+        CHECK_INT(st_sampler_create(&p, NV, &s), ST_E_INVAL);
+        p.presence_penalty = 0, p.freq_penalty = INFINITY;
+        CHECK_INT(st_sampler_create(&p, NV, &s), ST_E_INVAL);
+    }
+}
+
 TEST_MAIN(test_greedy, test_top_k_one_is_greedy_and_filters_bound_choices, test_seed_reproducible,
-          test_repetition_penalty)
+          test_repetition_penalty, test_frequency_presence_penalties)
