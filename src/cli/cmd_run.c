@@ -8,6 +8,7 @@
 #include "cli/prompt_cache.h"
 #include "strata/sample.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,7 @@ static void usage(FILE *f) {
             "                  [--seed S] [--kv-page P] [--kv-type f16|bf16|f32|q8_0] [-b N_BATCH]\n"
             "                  [--chat [--chat-template NAME] [--system TEXT]]\n"
             "                  [--prompt-cache FILE [--prompt-cache-ro | --prompt-cache-all]]\n"
-            "                  [--no-escape] [--ignore-eos]\n"
+            "                  [--no-escape] [--ignore-eos] [-l ID+BIAS | -l ID-BIAS ...]\n"
             "--chat: interactive chat on stdin (one message a line; /reset, /exit); the KV is kept\n"
             "between turns. The template comes from the GGUF unless --chat-template names one.\n"
             "Without -m, runs a built-in synthetic model (random weights, byte-level tokenizer).\n"
@@ -33,7 +34,8 @@ static void usage(FILE *f) {
             "The prompt is read as llama.cpp reads it: -f drops one trailing newline, and the escapes\n"
             "\\n \\r \\t \\' \\\" \\\\ \\xHH of -p, -f and --chat lines become the bytes they stand for\n"
             "(-e, the default; --no-escape keeps them). --ignore-eos never samples an end-of-\n"
-            "generation token. llama.cpp's spellings are taken too: -ctk/-ctv TYPE (one type for K\n"
+            "generation token; -l / --logit-bias ID+B or ID-B adds B (a number or inf) to token ID's\n"
+            "logit before every draw. llama.cpp's spellings are taken too: -ctk/-ctv TYPE (one type for K\n"
             "and V: --kv-type), -sys/--system-prompt (--system), -cnv/--conversation (--chat), and\n"
             "-ngl N, which is ignored (every layer runs on the CPU).\n"
             "Defaults: -n 128, -c min(model, 4096), -t $STRATA_THREADS or the CPUs this process may\n"
@@ -48,6 +50,33 @@ static void usage(FILE *f) {
             ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
 }
 
+/* -l ID+BIAS / ID-BIAS: added to token ID's logit before every draw, as llama.cpp's
+ * --logit-bias; -inf bans the token. */
+typedef struct st_cli_bias {
+    int32_t id;
+    float bias;
+} st_cli_bias;
+
+/* Parses "ID+BIAS" / "ID-BIAS" (BIAS a number or inf). 0 or -1. */
+static int parse_bias(const char *v, st_cli_bias *out) {
+    if (!v) return -1;
+    char *end;
+    errno = 0;
+    long id = strtol(v, &end, 10);
+    if (errno || end == v || id < 0 || id > INT32_MAX || (*end != '+' && *end != '-')) return -1;
+    const char sign = *end++;
+    if (*end == '+' || *end == '-') return -1; /* one sign only */
+    const char *num = end;
+    errno = 0;
+    float b = strtof(num, &end);
+    if (errno || end == num || *end || b != b) return -1;
+    out->id = (int32_t)id;
+    out->bias = sign == '-' ? -b : b;
+    return 0;
+}
+
+#define RUN_MAX_BIAS 256
+
 typedef struct run_opts {
     const char *model, *prompt, *prompt_file;
     long long n_predict, n_ctx, n_threads, kv_page, n_batch;
@@ -56,6 +85,8 @@ typedef struct run_opts {
     int chat;
     int seed_random; /* --seed -1 */
     int no_escape, ignore_eos;
+    st_cli_bias bias[RUN_MAX_BIAS]; /* -l: logit biases, in the order given */
+    int n_bias;
     const char *cache_type_k, *cache_type_v; /* -ctk / -ctv: llama.cpp's spelling of --kv-type */
     const char *chat_template, *system;
     const char *prompt_cache;
@@ -96,6 +127,14 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "-e") || !strcmp(a, "--escape")) o->no_escape = 0, takes = 0;
         else if (!strcmp(a, "--no-escape")) o->no_escape = 1, takes = 0;
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1, takes = 0;
+        else if (!strcmp(a, "-l") || !strcmp(a, "--logit-bias")) {
+            if (o->n_bias == RUN_MAX_BIAS) {
+                fprintf(stderr, "strata run: more than %d -l / --logit-bias\n", RUN_MAX_BIAS);
+                return ST_EXIT_INPUT;
+            }
+            if (parse_bias(v, &o->bias[o->n_bias])) return bad(a, v);
+            o->n_bias++;
+        }
         else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) {
             if (!v || st_cli_kv_type(v, &o->kv_type)) return bad(a, v);
             o->cache_type_k = v;
@@ -254,6 +293,7 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
             if (st_tok_is_eog(s->tok, id)) eog[n_eog++] = id;
     }
     while (!rc && n_gen < max_gen) {
+        for (int i = 0; i < o->n_bias; i++) logits[o->bias[i].id] += o->bias[i].bias;
         for (int32_t i = 0; i < n_eog; i++) logits[eog[i]] = -INFINITY;
         int32_t t = st_sampler_sample(smp, logits);
         st_sampler_accept(smp, t);
@@ -351,6 +391,14 @@ int st_cmd_run(int argc, char **argv) {
         return rc;
     }
     if (!o.model) fprintf(stderr, "model: %s\n", st_model_desc(s.model));
+    for (int i = 0; i < o.n_bias; i++)
+        if (o.bias[i].id >= st_model_get_hparams(s.model)->n_vocab) {
+            fprintf(stderr, "strata run: -l: token %d is outside the vocabulary (%d tokens)\n", o.bias[i].id,
+                    st_model_get_hparams(s.model)->n_vocab);
+            free(text);
+            st_cli_session_close(&s);
+            return ST_EXIT_INPUT;
+        }
     if (o.quest.given && (rc = st_cli_quest_apply(&o.quest, s.runner))) {
         fprintf(stderr, "strata run: %s\n", st_ctx_error(s.ctx));
         free(text);

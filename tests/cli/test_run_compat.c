@@ -2,8 +2,8 @@
  * synthetic model (greedy): escapes in -p, -f and --chat lines (\n \t \\ \xHH ..., on by
  * default, off with --no-escape), one trailing newline dropped from -f, -ctk/-ctv as
  * --kv-type (refused when they differ), -ngl accepted and ignored, -sys/-cnv as
- * --system/--chat, --frequency-penalty / --presence-penalty parsed (their effect:
- * test_sample). Each equivalence is checked on the generated text and the prompt's token
+ * --system/--chat, -l / --logit-bias, --frequency-penalty / --presence-penalty parsed
+ * (their effect: test_sample). Each equivalence is checked on the generated text and the prompt's token
  * count, against a spelling of the same bytes that needs no processing. */
 #include "../test.h"
 #include "chat_test_util.h"
@@ -104,6 +104,24 @@ TEST(test_llama_cpp_spellings) {
     r = run("-p hi --presence-penalty nan");
     CHECK_INT(r.rc, 2);
     CHECK(r.err && strstr(r.err, "bad value 'nan' for --presence-penalty"));
+    result_free(&r);
+
+    /* -l: the built-in byte-level vocabulary puts byte b at id 3 + b ('A' = 68, 'B' = 69) */
+    r = run("-p hi -l 68+1000");
+    CHECK_INT(r.rc, 0);
+    CHECK_STR(r.out, "AAAAAAAAAAAA\n");
+    result_free(&r);
+    r = run("-p hi --logit-bias 68+1000 -l 68-inf -l 69+1000"); /* biases add up; -inf bans */
+    CHECK_INT(r.rc, 0);
+    CHECK_STR(r.out, "BBBBBBBBBBBB\n");
+    result_free(&r);
+    r = run("-p hi -l 512+1");
+    CHECK_INT(r.rc, 2);
+    CHECK(r.err && strstr(r.err, "token 512 is outside the vocabulary (512 tokens)"));
+    result_free(&r);
+    r = run("-p hi -l 68x1");
+    CHECK_INT(r.rc, 2);
+    CHECK(r.err && strstr(r.err, "bad value '68x1' for -l"));
     result_free(&r);
 
     r = run("-p hi -ngl 99");
