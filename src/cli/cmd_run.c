@@ -211,6 +211,10 @@ static int parse(int argc, char **argv, run_opts *o) {
         fprintf(stderr, "strata run: --prompt-cache-ro never writes the cache: not with --prompt-cache-all\n");
         return ST_EXIT_INPUT;
     }
+    if (o->chat && (o->n_bias || o->ignore_eos)) {
+        fprintf(stderr, "strata run: -l and --ignore-eos shape one generation; --chat does not take them\n");
+        return ST_EXIT_INPUT;
+    }
     if (o->chat && o->prompt_cache) {
         fprintf(stderr, "strata run: --prompt-cache is for one prompt, not --chat\n");
         return ST_EXIT_INPUT;

@@ -119,6 +119,10 @@ TEST(test_llama_cpp_spellings) {
     CHECK_INT(r.rc, 2);
     CHECK(r.err && strstr(r.err, "token 512 is outside the vocabulary (512 tokens)"));
     result_free(&r);
+    r = run("--chat -l 68+1");
+    CHECK_INT(r.rc, 2);
+    CHECK(r.err && strstr(r.err, "--chat does not take them"));
+    result_free(&r);
     r = run("-p hi -l 68x1");
     CHECK_INT(r.rc, 2);
     CHECK(r.err && strstr(r.err, "bad value '68x1' for -l"));
