@@ -207,6 +207,54 @@ void st_quantize_row_q5_K_ref(const float *x, void *vy, int64_t k) {
     }
 }
 
+/* ---- Q3_K ---------------------------------------------------------------------- */
+
+void st_quantize_row_q3_K_ref(const float *x, void *vy, int64_t k) {
+    ST_ASSERT(k % QK_K == 0);
+    st_block_q3_K *y = vy;
+    for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) {
+        float scales[16], max_scale = 0, max_abs = 0;
+        for (int j = 0; j < 16; j++) {
+            scales[j] = kq_fit_symmetric(16, 4, x + 16 * j);
+            if (fabsf(scales[j]) > max_abs) {
+                max_abs = fabsf(scales[j]);
+                max_scale = scales[j];
+            }
+        }
+        memset(&y[i], 0, sizeof y[i]);
+        if (max_abs < 1e-15f)
+            continue; /* all-zero block: d = 0 */
+        /* the largest scale becomes -32 (the 6-bit range's asymmetric end) */
+        const float iscale = -32.f / max_scale;
+        y[i].d = st_fp32_to_fp16(1 / iscale);
+        int8_t sc[16];
+        for (int j = 0; j < 16; j++) {
+            sc[j] = (int8_t)kq_clamp(kq_round(iscale * scales[j]), -32, 31);
+            const int l = sc[j] + 32;
+            if (j < 8) y[i].scales[j] = (uint8_t)(l & 0xF);
+            else y[i].scales[j - 8] |= (uint8_t)((l & 0xF) << 4);
+            y[i].scales[8 + j % 4] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
+        }
+        const float d = st_fp16_to_fp32(y[i].d);
+        for (int e = 0; e < QK_K; e++) {
+            const float ds = d * sc[e / 16];
+            const int L = ds == 0 ? 4 : kq_clamp(kq_round(x[e] / ds), -4, 3) + 4; /* 0..7 */
+            const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+            y[i].qs[32 * h + l] |= (uint8_t)((L & 3) << (2 * j));
+            if (L & 4) y[i].hmask[l] |= (uint8_t)(1u << (4 * h + j));
+        }
+    }
+}
+
+/* The 256 quants of a Q3_K block (-4..3) in element order. */
+static void kq_unpack_q3_K(const st_block_q3_K *b, int8_t q[QK_K]) {
+    for (int e = 0; e < QK_K; e++) {
+        const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+        const int lo = (b->qs[32 * h + l] >> (2 * j)) & 3, hi = (b->hmask[l] >> (4 * h + j)) & 1;
+        q[e] = (int8_t)((lo | hi << 2) - 4);
+    }
+}
+
 /* ---- Q6_K ---------------------------------------------------------------------- */
 
 void st_quantize_row_q6_K_ref(const float *x, void *vy, int64_t k) {
@@ -291,6 +339,18 @@ void st_quantize_row_q8_K_ref(const float *x, void *vy, int64_t k) {
 }
 
 /* ---- dequantization ------------------------------------------------------------ */
+
+void st_dequantize_row_q3_K(const void *vx, float *y, int64_t k) {
+    ST_ASSERT(k % QK_K == 0);
+    const st_block_q3_K *x = vx;
+    int8_t q[QK_K], sc[16];
+    for (int64_t i = 0; i < k / QK_K; i++) {
+        const float d = st_fp16_to_fp32(x[i].d);
+        kq_unpack_q3_K(&x[i], q);
+        st_kq_q3_scales(x[i].scales, sc);
+        for (int e = 0; e < QK_K; e++) *y++ = d * (float)sc[e / 16] * (float)q[e];
+    }
+}
 
 void st_dequantize_row_q4_K(const void *vx, float *y, int64_t k) {
     ST_ASSERT(k % QK_K == 0);
@@ -422,6 +482,26 @@ void st_vec_dot_q5_K_q8_K_scalar(int n, float *s, const void *vx, const void *vy
                     m1 * (y[i].bsums[4 * g + 2] + y[i].bsums[4 * g + 3]);
         }
         sum += y[i].d * (st_fp16_to_fp32(x[i].d) * (float)sumi - st_fp16_to_fp32(x[i].dmin) * (float)summ);
+    }
+    *s = sum;
+}
+
+void st_vec_dot_q3_K_q8_K_scalar(int n, float *s, const void *vx, const void *vy) {
+    ST_ASSERT(n % QK_K == 0);
+    const st_block_q3_K *x = vx;
+    const st_block_q8_K *y = vy;
+    int8_t q[QK_K], sc[16];
+    float sum = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        kq_unpack_q3_K(&x[i], q);
+        st_kq_q3_scales(x[i].scales, sc);
+        int32_t sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            int32_t sj = 0;
+            for (int l = 0; l < 16; l++) sj += q[16 * j + l] * y[i].qs[16 * j + l];
+            sumi += sc[j] * sj;
+        }
+        sum += y[i].d * st_fp16_to_fp32(x[i].d) * (float)sumi;
     }
     *s = sum;
 }

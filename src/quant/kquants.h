@@ -2,13 +2,14 @@
  * K-quants: super-blocks of QK_K = 256 weights, bit-compatible with ggml's block
  * layouts (ggml-common.h), so GGUF tensors quantized by llama.cpp decode identically.
  *
- * Each super-block holds 8 (Q4_K, Q5_K) or 16 (Q6_K) sub-blocks with their own small
+ * Each super-block holds 8 (Q4_K, Q5_K) or 16 (Q3_K, Q6_K) sub-blocks with their own small
  * integer scales, themselves scaled by fp16 super-block factors. Dequantization:
+ *   Q3_K:        w = d * sc[j] * q                   (q in -4..3, 6-bit signed sc)
  *   Q4_K / Q5_K: w = d * sc[j] * q - dmin * m[j]     (q in 0..15 / 0..31, 6-bit sc, m)
  *   Q6_K:        w = d * scales[j] * (q - 32)        (q in 0..63, int8 scales)
  *   Q8_K:        w = d * qs                          (activation format, float d)
  * Q8_K also carries bsums[i] = sum of qs[16 i .. 16 i + 15], which the Q4_K / Q5_K dots
- * use to apply the mins without touching the weights twice.
+ * use to apply the mins (and the Q3_K dot its -4 offset) without touching the weights twice.
  *
  * Halves are stored as uint16_t (st_fp16_to_fp32 / st_fp32_to_fp16 from core.h).
  * Rows passed to these functions hold whole super-blocks: k (or n) must be a
@@ -29,6 +30,27 @@
 
 #define QK_K 256
 #define K_SCALE_SIZE 12
+
+/* 3.4375 bits per weight: 16 sub-blocks of 16 with 6-bit signed scales (stored + 32);
+ * a quant is 2 low bits in qs and a high bit in hmask, its value (low | high << 2) - 4.
+ * Element e = 128 h + 32 j + l (h < 2, j < 4, l < 32): low bits (qs[32 h + l] >> 2 j) & 3,
+ * high bit bit (4 h + j) of hmask[l], sub-block e / 16. Scale s (0..15): low nibble
+ * scales[s] (s < 8) or scales[s - 8] >> 4, high 2 bits (scales[8 + s % 4] >> 2 (s / 4)) & 3. */
+typedef struct {
+    uint8_t hmask[QK_K / 8]; /* high bits of the quants */
+    uint8_t qs[QK_K / 4];    /* low 2 bits of the quants */
+    uint8_t scales[K_SCALE_SIZE];
+    uint16_t d;              /* fp16 super-block scale */
+} st_block_q3_K;
+_Static_assert(sizeof(st_block_q3_K) == QK_K / 8 + QK_K / 4 + K_SCALE_SIZE + 2, "q3_K block size");
+
+/* The 16 signed scales of a Q3_K block (-32..31), from its 12 packed bytes. */
+static inline void st_kq_q3_scales(const uint8_t q[K_SCALE_SIZE], int8_t sc[16]) {
+    for (int s = 0; s < 16; s++) {
+        const int lo = s < 8 ? q[s] & 0xF : q[s - 8] >> 4, hi = (q[8 + s % 4] >> (2 * (s / 4))) & 3;
+        sc[s] = (int8_t)((lo | hi << 4) - 32);
+    }
+}
 
 /* 4.5 bits per weight: 8 sub-blocks of 32; 6-bit scale and min per sub-block,
  * packed 12 bytes for 16 values (see st_kq_get_scale_min). */
@@ -93,6 +115,7 @@ static inline void st_kq_unpack_scales_mins(const uint8_t q[K_SCALE_SIZE], uint6
 }
 
 /* ---- scalar reference quantization: x has k floats, y receives k / QK_K blocks ---- */
+void st_quantize_row_q3_K_ref(const float *x, void *y, int64_t k);
 void st_quantize_row_q4_K_ref(const float *x, void *y, int64_t k);
 void st_quantize_row_q5_K_ref(const float *x, void *y, int64_t k);
 void st_quantize_row_q6_K_ref(const float *x, void *y, int64_t k);
@@ -103,12 +126,15 @@ void st_quantize_row_q8_K_avx2(const float *x, void *y, int64_t k);
 void st_quantize_row_q8_K_avx512(const float *x, void *y, int64_t k);
 
 /* ---- dequantization: x holds k / QK_K blocks, y receives k floats ------------------- */
+void st_dequantize_row_q3_K(const void *x, float *y, int64_t k);
 void st_dequantize_row_q4_K(const void *x, float *y, int64_t k);
 void st_dequantize_row_q5_K(const void *x, float *y, int64_t k);
 void st_dequantize_row_q6_K(const void *x, float *y, int64_t k);
 void st_dequantize_row_q8_K(const void *x, float *y, int64_t k);
 
 /* ---- dot products: *s = dot(weight row x, Q8_K activations y), n elements ----------- */
+void st_vec_dot_q3_K_q8_K_scalar(int n, float *s, const void *x, const void *y);
+void st_vec_dot_q3_K_q8_K_avx2(int n, float *s, const void *x, const void *y); /* also the AVX-512 tables' */
 void st_vec_dot_q4_K_q8_K_scalar(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q4_K_q8_K_avx2(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q4_K_q8_K_avx2vnni(int n, float *s, const void *x, const void *y);

@@ -174,6 +174,57 @@ TEST(test_q6_K_known_block) {
     CHECK_NEAR(y[16], 0.5 * -2 * -32, 0);
 }
 
+/* Q3_K as ggml lays it out (ggml-common.h block_q3_K, dequantize_row_q3_K), spelled out
+ * bit by bit here rather than through the library's own unpacking: element e = 128 h +
+ * 32 j + l has its 2 low bits at bits 2 j of qs[32 h + l] and its high bit at bit 4 h + j
+ * of hmask[l] (a clear high bit means -4); scale s has its low nibble in scales[s] (s < 8)
+ * or the high nibble of scales[s - 8], its top 2 bits at bits 2 (s / 4) of scales[8 +
+ * s % 4], and is stored + 32. */
+TEST(test_q3_K_known_block) {
+    st_block_q3_K b;
+    memset(&b, 0, sizeof b);
+    b.d = 0x3800; /* 0.5 */
+    int sc[16], v[QK_K];
+    for (int s = 0; s < 16; s++) {
+        sc[s] = s % 2 ? -(s + 3) : s + 2; /* 2, -4, 4, -6, ... within -32..31 */
+        const int u = sc[s] + 32;
+        if (s < 8) b.scales[s] |= (uint8_t)(u & 0xF);
+        else b.scales[s - 8] |= (uint8_t)((u & 0xF) << 4);
+        b.scales[8 + s % 4] |= (uint8_t)((u >> 4) << (2 * (s / 4)));
+    }
+    for (int e = 0; e < QK_K; e++) {
+        v[e] = (e * 5 + e / 7) % 8 - 4; /* every value -4..3, in no simple pattern */
+        const int h = e / 128, j = (e % 128) / 32, l = e % 32, u = v[e] + 4;
+        b.qs[32 * h + l] |= (uint8_t)((u & 3) << (2 * j));
+        if (u & 4) b.hmask[l] |= (uint8_t)(1 << (4 * h + j));
+    }
+    /* two cells checked against bytes written out by hand: element 0 (v = -4: low bits 0,
+     * high bit clear) and scale 15 (-18 + 32 = 14: nibble 0xE in scales[7] high, top bits
+     * 0 at bits 6-7 of scales[11]) */
+    CHECK_INT(b.qs[0] & 3, 0);
+    CHECK_INT(b.hmask[0] & 1, 0);
+    CHECK_INT(b.scales[7] >> 4, 0xE);
+    CHECK_INT(b.scales[11] >> 6, 0);
+    float y[QK_K];
+    st_dequantize_row_q3_K(&b, y, QK_K);
+    int bad = 0;
+    for (int e = 0; e < QK_K; e++) bad += y[e] != 0.5f * (float)sc[e / 16] * (float)v[e];
+    CHECK_INT(bad, 0);
+    /* a dot with all-ones activations is the exact integer sum: every table's kernel */
+    st_block_q8_K a;
+    memset(&a, 0, sizeof a);
+    a.d = 1.0f;
+    for (int e = 0; e < QK_K; e++) a.qs[e] = 1;
+    for (int g = 0; g < 16; g++) a.bsums[g] = 16;
+    long exact = 0;
+    for (int e = 0; e < QK_K; e++) exact += (long)sc[e / 16] * v[e];
+    for (int isa = ST_ISA_SCALAR; isa <= max_isa(); isa++) {
+        float got = NAN;
+        st_kernels_get((st_isa)isa)->type[ST_TYPE_Q3_K].vec_dot(QK_K, &got, &b, &a);
+        CHECK_NEAR(got, 0.5 * (double)exact, 0);
+    }
+}
+
 TEST(test_q8_K_known_block_and_rounding) {
     st_block_q8_K b;
     memset(&b, 0, sizeof b);
@@ -352,6 +403,11 @@ static const dot_case k_dots[] = {
      st_dequantize_row_q6_K,
      sizeof(st_block_q6_K),
      {st_vec_dot_q6_K_q8_K_scalar, st_vec_dot_q6_K_q8_K_avx2, st_vec_dot_q6_K_q8_K_avx512}},
+    {"q3_K", /* one SIMD dot, the AVX2 one, in the AVX2 and AVX-512 tables */
+     st_quantize_row_q3_K_ref,
+     st_dequantize_row_q3_K,
+     sizeof(st_block_q3_K),
+     {st_vec_dot_q3_K_q8_K_scalar, st_vec_dot_q3_K_q8_K_avx2, st_vec_dot_q3_K_q8_K_avx2}},
 };
 
 /* Runs every dot case at every block count; for each checks scalar against the double
@@ -434,6 +490,9 @@ TEST(test_dots_extreme_values) {
                 memset(blk + 192, 0x80, 16); /* q6_K scales -128 */
                 blk[208] = 0x00;
                 blk[209] = 0x3C; /* d = 1 */
+            } else if (c == 3) { /* q3_K: quants 3, scales 31 */
+                blk[108] = 0x00;
+                blk[109] = 0x3C; /* d = 1 */
             } else {
                 blk[0] = 0x00;
                 blk[1] = 0x3C; /* d = 1 */
@@ -658,6 +717,6 @@ TEST(test_kquant_simd_builds) {
 }
 
 TEST_MAIN(test_block_layouts, test_scale_min_unpack, test_q4_K_known_block, test_q5_K_known_block,
-          test_q6_K_known_block, test_q8_K_known_block_and_rounding, test_quantize_rmse,
+          test_q6_K_known_block, test_q3_K_known_block, test_q8_K_known_block_and_rounding, test_quantize_rmse,
           test_q4_K_search_beats_minmax, test_quantize_degenerate_blocks, test_dots_against_reference,
           test_dots_extreme_values, test_q8_K_simd_bytes_equal_ref, test_kquant_simd_builds)

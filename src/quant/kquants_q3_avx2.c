@@ -1,0 +1,72 @@
+/*
+ * The Q3_K dot for AVX2 (AVX2 + FMA + F16C), which the AVX-512 tables use as well: Q3_K
+ * comes in llama.cpp's Q3_K_S/M/L and Q2_K files, a small part of the bytes of any model a
+ * user runs, so one kernel serves both.
+ *
+ * Per group of 32 weights (two sub-blocks) the 2 low bits and the high bit are shifted into
+ * place from one 32-byte load of qs and one of hmask (16-bit shifts leave every byte's own
+ * bits in its low positions, shifts < 8), giving unsigned quants 0..7; vpmaddubsw against
+ * the activations gives 16 words (8 per sub-block, |w| <= 2 * 7 * 128), one vpmaddwd by
+ * the two sub-block scales gives dwords. The -4 offset is applied once per block through
+ * the Q8_K bsums: - 4 * sum_s scale_s * bsum_s. All integer sums are exact; the float part
+ * is one FMA per block into 8 lanes.
+ */
+#include "quant/kquants.h"
+
+#include "strata/core.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+/* The 16 scales of a block (-32..31) as int16 words, from the 12 packed bytes: four 32-bit
+ * words of 6-bit values built as ggml's reference builds them, then one subtract. */
+static inline __m256i q3_scales16(const uint8_t q[K_SCALE_SIZE]) {
+    uint32_t a0, a1, a2;
+    memcpy(&a0, q, 4);
+    memcpy(&a1, q + 4, 4);
+    memcpy(&a2, q + 8, 4);
+    const uint32_t lo4 = 0x0f0f0f0f, hi2 = 0x03030303;
+    const __m128i b = _mm_setr_epi32((int)((a0 & lo4) | ((a2 & hi2) << 4)),
+                                     (int)((a1 & lo4) | (((a2 >> 2) & hi2) << 4)),
+                                     (int)(((a0 >> 4) & lo4) | (((a2 >> 4) & hi2) << 4)),
+                                     (int)(((a1 >> 4) & lo4) | (((a2 >> 6) & hi2) << 4)));
+    return _mm256_cvtepi8_epi16(_mm_sub_epi8(b, _mm_set1_epi8(32)));
+}
+
+void st_vec_dot_q3_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    ST_ASSERT(n % QK_K == 0);
+    const st_block_q3_K *x = vx;
+    const st_block_q8_K *y = vy;
+    const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
+    /* dword g of the scale words holds sub-blocks 2 g and 2 g + 1: broadcast it, then
+     * spread its first word over the low 128 bits and its second over the high */
+    const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2,
+                                            3, 2, 3, 2, 3, 2, 3);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const __m256i sc16 = q3_scales16(x[i].scales);
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const int g = 4 * h + j; /* elements 32 g .. 32 g + 31: sub-blocks 2 g, 2 g + 1 */
+                const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
+                /* the high bit (bit g of each hmask byte) moved straight to bit 2 */
+                const __m256i hi = _mm256_and_si256(g >= 2 ? _mm256_srli_epi16(hm, g - 2) : _mm256_slli_epi16(hm, 2 - g), m4);
+                const __m256i w = _mm256_or_si256(lo, hi);
+                const __m256i p = _mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * g)));
+                const __m256i scw =
+                    _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(g)), spread);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scw));
+            }
+        }
+        const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), sc16);
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 2));
+        const float d = y[i].d * st_fp16_to_fp32(x[i].d);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = kq_hsum256(acc);
+}
