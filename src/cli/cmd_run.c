@@ -88,6 +88,7 @@ typedef struct run_opts {
     st_cli_bias bias[RUN_MAX_BIAS]; /* -l: logit biases, in the order given */
     int n_bias;
     const char *cache_type_k, *cache_type_v; /* -ctk / -ctv: llama.cpp's spelling of --kv-type */
+    st_type kv_type_k, kv_type_v;
     const char *chat_template, *system;
     const char *prompt_cache;
     int prompt_cache_ro, prompt_cache_all;
@@ -134,18 +135,16 @@ static int parse(int argc, char **argv, run_opts *o) {
             }
             if (parse_bias(v, &o->bias[o->n_bias])) return bad(a, v);
             o->n_bias++;
-        }
-        else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) {
+        } else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") ||
+                   !strcmp(a, "--cache-type-v")) {
+            const int is_v = a[strlen(a) - 1] == 'v';
             if (!v || st_cli_kv_type(v, &o->kv_type)) return bad(a, v);
-            o->cache_type_k = v;
-        } else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) {
-            if (!v || st_cli_kv_type(v, &o->kv_type)) return bad(a, v);
-            o->cache_type_v = v;
+            if (is_v) o->cache_type_v = v, o->kv_type_v = o->kv_type;
+            else o->cache_type_k = v, o->kv_type_k = o->kv_type;
         } else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "--gpu-layers")) {
             if (st_cli_int(v, -1, 1 << 20, &n) && (!v || (strcmp(v, "auto") && strcmp(v, "all")))) return bad(a, v);
             fprintf(stderr, "strata run: %s %s ignored: strata runs every layer on the CPU\n", a, v);
-        }
-        else if (!strcmp(a, "--prompt-cache")) o->prompt_cache = v;
+        } else if (!strcmp(a, "--prompt-cache")) o->prompt_cache = v;
         else if (!strcmp(a, "--prompt-cache-ro")) o->prompt_cache_ro = 1, takes = 0;
         else if (!strcmp(a, "--prompt-cache-all")) o->prompt_cache_all = 1, takes = 0;
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
@@ -198,7 +197,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         fprintf(stderr, "strata run: give -p or -f, not both\n");
         return ST_EXIT_INPUT;
     }
-    if (o->cache_type_k && o->cache_type_v && strcmp(o->cache_type_k, o->cache_type_v)) {
+    if (o->cache_type_k && o->cache_type_v && o->kv_type_k != o->kv_type_v) {
         fprintf(stderr, "strata run: -ctk %s and -ctv %s differ: strata keeps K and V in one type (--kv-type)\n",
                 o->cache_type_k, o->cache_type_v);
         return ST_EXIT_INPUT;
