@@ -24,7 +24,7 @@
     [ST_TYPE_Q5_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q5_K_ref, st_dequantize_row_q5_K, dot5, tl5), \
     [ST_TYPE_Q6_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q6_K_ref, st_dequantize_row_q6_K, dot6, tl6), \
     [ST_TYPE_Q8_K] = ROW_(NOT_, q8k_from, st_dequantize_row_q8_K, NULL, NULL)
-/* Q3_K has one SIMD dot (AVX2, kquants_q3_avx2.c) for every SIMD table, and no tile */
+/* Q3_K has no tile (its dot: kquants_q3_avx2.c, kquants_q3_avx512.c) */
 #define KQ_ROWS_(q8k_from, dot3, dot4, dot5, dot6) KQ_ROWS_T_(q8k_from, dot3, dot4, dot5, dot6, NULL, NULL, NULL)
 
 static const st_kernels kernels_scalar = {
@@ -54,7 +54,7 @@ static const st_kernels kernels_scalar = {
                st_tile_q6_K_q8_K_##kq)
 /* nib: the K-quant dots' suffix, avx512 or avx512gfni (kquants_avx512gfni.c) */
 #define KQ_AVX512_(nib)                                                                                \
-    KQ_ROWS_T_(st_quantize_row_q8_K_avx512, st_vec_dot_q3_K_q8_K_avx2, st_vec_dot_q4_K_q8_K_##nib, st_vec_dot_q5_K_q8_K_##nib,    \
+    KQ_ROWS_T_(st_quantize_row_q8_K_avx512, st_vec_dot_q3_K_q8_K_avx512, st_vec_dot_q4_K_q8_K_##nib, st_vec_dot_q5_K_q8_K_##nib,    \
                st_vec_dot_q6_K_q8_K_##nib, st_tile_q4_K_q8_K_##nib, st_tile_q5_K_q8_K_##nib,           \
                st_tile_q6_K_q8_K_##nib)
 #else

@@ -134,7 +134,8 @@ void st_dequantize_row_q8_K(const void *x, float *y, int64_t k);
 
 /* ---- dot products: *s = dot(weight row x, Q8_K activations y), n elements ----------- */
 void st_vec_dot_q3_K_q8_K_scalar(int n, float *s, const void *x, const void *y);
-void st_vec_dot_q3_K_q8_K_avx2(int n, float *s, const void *x, const void *y); /* also the AVX-512 tables' */
+void st_vec_dot_q3_K_q8_K_avx2(int n, float *s, const void *x, const void *y);
+void st_vec_dot_q3_K_q8_K_avx512(int n, float *s, const void *x, const void *y); /* + VNNI */
 void st_vec_dot_q4_K_q8_K_scalar(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q4_K_q8_K_avx2(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q4_K_q8_K_avx2vnni(int n, float *s, const void *x, const void *y);

@@ -1,7 +1,5 @@
 /*
- * The Q3_K dot for AVX2 (AVX2 + FMA + F16C), which the AVX-512 tables use as well: Q3_K
- * comes in llama.cpp's Q3_K_S/M/L and Q2_K files, a small part of the bytes of any model a
- * user runs, so one kernel serves both.
+ * The Q3_K dot for AVX2 (AVX2 + FMA + F16C); kquants_q3_avx512.c has the AVX-512 one.
  *
  * Per group of 32 weights (two sub-blocks) the 2 low bits and the high bit are shifted into
  * place from one 32-byte load of qs and one of hmask (16-bit shifts leave every byte's own

@@ -403,11 +403,11 @@ static const dot_case k_dots[] = {
      st_dequantize_row_q6_K,
      sizeof(st_block_q6_K),
      {st_vec_dot_q6_K_q8_K_scalar, st_vec_dot_q6_K_q8_K_avx2, st_vec_dot_q6_K_q8_K_avx512}},
-    {"q3_K", /* one SIMD dot, the AVX2 one, in the AVX2 and AVX-512 tables */
+    {"q3_K",
      st_quantize_row_q3_K_ref,
      st_dequantize_row_q3_K,
      sizeof(st_block_q3_K),
-     {st_vec_dot_q3_K_q8_K_scalar, st_vec_dot_q3_K_q8_K_avx2, st_vec_dot_q3_K_q8_K_avx2}},
+     {st_vec_dot_q3_K_q8_K_scalar, st_vec_dot_q3_K_q8_K_avx2, st_vec_dot_q3_K_q8_K_avx512}},
 };
 
 /* Runs every dot case at every block count; for each checks scalar against the double
