@@ -124,6 +124,20 @@ static float kq_fit_symmetric(int n, int nmax, const float *x) {
     return scale;
 }
 
+/* The 16 sub-block scales of a 16 x 16 super-block (kq_fit_symmetric with levels -nmax ..
+ * nmax - 1) into scales[]; returns the one of largest magnitude, 0 when all are ~0. */
+static float kq_fit_sub16(const float *x, int nmax, float scales[16]) {
+    float max_scale = 0, max_abs = 0;
+    for (int j = 0; j < 16; j++) {
+        scales[j] = kq_fit_symmetric(16, nmax, x + 16 * j);
+        if (fabsf(scales[j]) > max_abs) {
+            max_abs = fabsf(scales[j]);
+            max_scale = scales[j];
+        }
+    }
+    return max_abs < 1e-15f ? 0.f : max_scale;
+}
+
 /* ---- Q4_K / Q5_K shared part ---------------------------------------------------------- */
 
 /* Packs 8 six-bit scales and mins into ggml's 12-byte layout (inverse of
@@ -213,16 +227,10 @@ void st_quantize_row_q3_K_ref(const float *x, void *vy, int64_t k) {
     ST_ASSERT(k % QK_K == 0);
     st_block_q3_K *y = vy;
     for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) {
-        float scales[16], max_scale = 0, max_abs = 0;
-        for (int j = 0; j < 16; j++) {
-            scales[j] = kq_fit_symmetric(16, 4, x + 16 * j);
-            if (fabsf(scales[j]) > max_abs) {
-                max_abs = fabsf(scales[j]);
-                max_scale = scales[j];
-            }
-        }
+        float scales[16];
+        const float max_scale = kq_fit_sub16(x, 4, scales);
         memset(&y[i], 0, sizeof y[i]);
-        if (max_abs < 1e-15f)
+        if (max_scale == 0)
             continue; /* all-zero block: d = 0 */
         /* the largest scale becomes -32 (the 6-bit range's asymmetric end) */
         const float iscale = -32.f / max_scale;
@@ -261,16 +269,10 @@ void st_quantize_row_q6_K_ref(const float *x, void *vy, int64_t k) {
     ST_ASSERT(k % QK_K == 0);
     st_block_q6_K *y = vy;
     for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) {
-        float scales[16], max_scale = 0, max_abs = 0;
-        for (int j = 0; j < 16; j++) {
-            scales[j] = kq_fit_symmetric(16, 32, x + 16 * j);
-            if (fabsf(scales[j]) > max_abs) {
-                max_abs = fabsf(scales[j]);
-                max_scale = scales[j];
-            }
-        }
+        float scales[16];
+        const float max_scale = kq_fit_sub16(x, 32, scales);
         memset(&y[i], 0, sizeof y[i]);
-        if (max_abs < 1e-15f)
+        if (max_scale == 0)
             continue; /* all-zero block: d = 0 */
         /* the largest scale becomes -128 (int8's asymmetric end), as for the values */
         const float iscale = -128.f / max_scale;

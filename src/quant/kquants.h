@@ -44,12 +44,25 @@ typedef struct {
 } st_block_q3_K;
 _Static_assert(sizeof(st_block_q3_K) == QK_K / 8 + QK_K / 4 + K_SCALE_SIZE + 2, "q3_K block size");
 
-/* The 16 signed scales of a Q3_K block (-32..31), from its 12 packed bytes. */
+/* The 16 scales of a Q3_K block as stored (0..63, the value + 32), byte s of w[0..3] for
+ * scale s, from its 12 packed bytes: four 32-bit words as ggml's reference builds them. The
+ * SIMD dots load these words into a vector. */
+static inline void st_kq_q3_scale_words(const uint8_t q[K_SCALE_SIZE], uint32_t w[4]) {
+    const uint32_t a0 = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
+    const uint32_t a1 = (uint32_t)q[4] | (uint32_t)q[5] << 8 | (uint32_t)q[6] << 16 | (uint32_t)q[7] << 24;
+    const uint32_t a2 = (uint32_t)q[8] | (uint32_t)q[9] << 8 | (uint32_t)q[10] << 16 | (uint32_t)q[11] << 24;
+    const uint32_t lo4 = 0x0f0f0f0f, hi2 = 0x03030303;
+    w[0] = (a0 & lo4) | ((a2 & hi2) << 4);
+    w[1] = (a1 & lo4) | (((a2 >> 2) & hi2) << 4);
+    w[2] = ((a0 >> 4) & lo4) | (((a2 >> 4) & hi2) << 4);
+    w[3] = ((a1 >> 4) & lo4) | (((a2 >> 6) & hi2) << 4);
+}
+
+/* The 16 signed scales of a Q3_K block (-32..31). */
 static inline void st_kq_q3_scales(const uint8_t q[K_SCALE_SIZE], int8_t sc[16]) {
-    for (int s = 0; s < 16; s++) {
-        const int lo = s < 8 ? q[s] & 0xF : q[s - 8] >> 4, hi = (q[8 + s % 4] >> (2 * (s / 4))) & 3;
-        sc[s] = (int8_t)((lo | hi << 4) - 32);
-    }
+    uint32_t w[4];
+    st_kq_q3_scale_words(q, w);
+    for (int s = 0; s < 16; s++) sc[s] = (int8_t)((int)((w[s / 4] >> (8 * (s % 4))) & 0xFF) - 32);
 }
 
 /* 4.5 bits per weight: 8 sub-blocks of 32; 6-bit scale and min per sub-block,

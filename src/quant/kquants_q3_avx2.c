@@ -14,20 +14,14 @@
 #include "strata/core.h"
 
 #include <immintrin.h>
-#include <string.h>
 
 /* The 16 scales of a block (-32..31) as int16 words, from the 12 packed bytes: four 32-bit
  * words of 6-bit values built as ggml's reference builds them, then one subtract. */
 static inline __m256i q3_scales16(const uint8_t q[K_SCALE_SIZE]) {
-    uint32_t a0, a1, a2;
-    memcpy(&a0, q, 4);
-    memcpy(&a1, q + 4, 4);
-    memcpy(&a2, q + 8, 4);
-    const uint32_t lo4 = 0x0f0f0f0f, hi2 = 0x03030303;
-    const __m128i b = _mm_setr_epi32((int)((a0 & lo4) | ((a2 & hi2) << 4)),
-                                     (int)((a1 & lo4) | (((a2 >> 2) & hi2) << 4)),
-                                     (int)(((a0 >> 4) & lo4) | (((a2 >> 4) & hi2) << 4)),
-                                     (int)(((a1 >> 4) & lo4) | (((a2 >> 6) & hi2) << 4)));
+    uint32_t w[4];
+    st_kq_q3_scale_words(q, w);
+    /* from registers: a 16-byte load of the words just stored would stall on store forwarding */
+    const __m128i b = _mm_setr_epi32((int)w[0], (int)w[1], (int)w[2], (int)w[3]);
     return _mm256_cvtepi8_epi16(_mm_sub_epi8(b, _mm_set1_epi8(32)));
 }
 
