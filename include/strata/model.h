@@ -131,7 +131,7 @@ st_synth_params st_synth_default_params(void);
  * ST_E_NOT_FOUND for another name. */
 int st_synth_preset(const char *name, st_synth_params *p);
 /* Sets p->type / p->q4_k_m from "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1",
- * "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m" (case-insensitive). ST_E_NOT_FOUND otherwise. */
+ * "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m" (case-insensitive). ST_E_NOT_FOUND otherwise. */
 int st_synth_parse_type(const char *s, st_synth_params *p);
 /* Writes the model to path (atomically). ctx gives the thread pool and error messages.
  * Returns 0, ST_E_INVAL (a shape that does not fit: named), ST_E_NOMEM, -errno, or the

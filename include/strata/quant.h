@@ -3,7 +3,7 @@
  * reference quantize/dequantize, dot-product kernels per ISA, and threaded
  * matrix-vector / matrix-matrix products.
  *
- * Types with kernels: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K
+ * Types with kernels: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
  * (weights), and Q8_0, Q8_1, Q8_K, F16, F32 (activations). st_type_has_kernels() says
  * which ones this build supports.
  *
@@ -16,7 +16,7 @@
  *                              ~10% of f16 matvec bandwidth, bench/matvec)
  *     Q8_0, Q4_0, Q5_0   Q8_0  (as ggml)
  *     Q4_1, Q5_1         Q8_1  (as ggml: the block sum lets the weight's min fold in)
- *     Q3_K-Q6_K          Q8_K  (as ggml; Q3_K has no tile)
+ *     Q2_K-Q6_K          Q8_K  (as ggml; Q2_K and Q3_K have no tile)
  * The caller quantizes the activation row once (st_quantize_act) and reuses it for
  * every weight matrix of the same type and width (Wq, Wk, Wv; W1, W3).
  *
@@ -98,7 +98,7 @@ _Static_assert(sizeof(st_block_q5_0) == 22, "q5_0 block size");
 _Static_assert(sizeof(st_block_q5_1) == 24, "q5_1 block size");
 _Static_assert(sizeof(st_block_q8_0) == 34, "q8_0 block size");
 _Static_assert(sizeof(st_block_q8_1) == 36, "q8_1 block size");
-/* The K-quant blocks (q3_K 110, q4_K 144, q5_K 176, q6_K 210, q8_K 292 bytes per 256) are
+/* The K-quant blocks (q2_K 84, q3_K 110, q4_K 144, q5_K 176, q6_K 210, q8_K 292 bytes per 256) are
  * declared privately in src/quant/kquants.h. */
 
 /* ---- type traits ------------------------------------------------------------------ */
@@ -121,7 +121,7 @@ st_type st_type_vec_dot_type(st_type t);
  *     (the weights' legacy types and the activation types), follow ggml's
  *     quantize_row_*_ref step by step: same bytes as ggml's reference where its build
  *     does not contract the multiply-adds into FMAs (ours never does);
- *   - the Q3_K, Q4_K, Q5_K and Q6_K quantizers are NOT ggml's: a weighted least-squares search
+ *   - the Q2_K, Q3_K, Q4_K, Q5_K and Q6_K quantizers are NOT ggml's: a weighted least-squares search
  *     for the sub-block scales in the spirit of ggml's make_qkx / make_qx (kquants.c), so
  *     their bytes can differ from llama-quantize's (same layout, similar error).
  * Quantizes n floats of x into y (st_row_bytes(t, n) bytes, caller-owned) with the

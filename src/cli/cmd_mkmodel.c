@@ -11,7 +11,7 @@ static void usage(FILE *f) {
             "                      [--layers N] [--dim D] [--heads H] [--kv-heads K] [--ff F] [--vocab V]\n"
             "                      [--rope-base B] [--ctx C] [--type T] [--tied] [--vocab-from X.gguf]\n"
             "                      [--seed S] [-t THREADS]\n"
-            "T: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q3_k q4_k q5_k q6_k q4_k_m (default q8_0).\n"
+            "T: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k q4_k_m (default q8_0).\n"
             "q4_k_m mimics llama.cpp's mix: Q6_K for output.weight and for attn_v / ffn_down of the\n"
             "layers llama.cpp's use_more_bits picks (first and last eighth, every third between);\n"
             "Q4_K elsewhere, token_embd included. Weights N(0, 0.02), norms 1; deterministic from --seed.\n"

@@ -26,7 +26,7 @@ int st_arch_parse(const char *name) {
 int st_model_type_supported(st_type t) {
     switch (t) {
     case ST_TYPE_F32: case ST_TYPE_F16: case ST_TYPE_BF16: case ST_TYPE_Q8_0: case ST_TYPE_Q4_0:
-    case ST_TYPE_Q4_1: case ST_TYPE_Q5_0: case ST_TYPE_Q5_1: case ST_TYPE_Q3_K: case ST_TYPE_Q4_K: case ST_TYPE_Q5_K:
+    case ST_TYPE_Q4_1: case ST_TYPE_Q5_0: case ST_TYPE_Q5_1: case ST_TYPE_Q2_K: case ST_TYPE_Q3_K: case ST_TYPE_Q4_K: case ST_TYPE_Q5_K:
     case ST_TYPE_Q6_K:
         return 1;
     default:

@@ -38,7 +38,7 @@ int st_synth_parse_type(const char *s, st_synth_params *p) {
     static const struct { const char *name; st_type t; } types[] = {
         {"f32", ST_TYPE_F32},   {"f16", ST_TYPE_F16},   {"bf16", ST_TYPE_BF16}, {"q8_0", ST_TYPE_Q8_0},
         {"q4_0", ST_TYPE_Q4_0}, {"q4_1", ST_TYPE_Q4_1}, {"q5_0", ST_TYPE_Q5_0}, {"q5_1", ST_TYPE_Q5_1},
-        {"q3_k", ST_TYPE_Q3_K}, {"q4_k", ST_TYPE_Q4_K}, {"q5_k", ST_TYPE_Q5_K}, {"q6_k", ST_TYPE_Q6_K},
+        {"q2_k", ST_TYPE_Q2_K}, {"q3_k", ST_TYPE_Q3_K}, {"q4_k", ST_TYPE_Q4_K}, {"q5_k", ST_TYPE_Q5_K}, {"q6_k", ST_TYPE_Q6_K},
     };
     if (!strcasecmp(s, "q4_k_m")) {
         p->q4_k_m = 1;
@@ -71,7 +71,7 @@ static int use_more_bits(int il, int n) { return il < n / 8 || il >= 7 * n / 8 |
 static st_type fit_type(st_type t, int64_t ne0) {
     if (ne0 % st_type_block_size(t) == 0) return t;
     if (t == ST_TYPE_Q6_K && ne0 % 32 == 0) return ST_TYPE_Q8_0;
-    if (t == ST_TYPE_Q3_K && ne0 % 32 == 0) return ST_TYPE_Q4_0;
+    if ((t == ST_TYPE_Q2_K || t == ST_TYPE_Q3_K) && ne0 % 32 == 0) return ST_TYPE_Q4_0;
     if ((t == ST_TYPE_Q4_K || t == ST_TYPE_Q5_K) && ne0 % 32 == 0) return ST_TYPE_Q5_0;
     return ST_TYPE_F16;
 }

@@ -18,14 +18,15 @@
 #define NOT_ ST_TYPE_COUNT_
 
 /* Rows every table shares apart from the ISA-specific entries. */
-#define KQ_ROWS_T_(q8k_from, dot3, dot4, dot5, dot6, tl4, tl5, tl6)                               \
+#define KQ_ROWS_T_(q8k_from, dot2, dot3, dot4, dot5, dot6, tl4, tl5, tl6)                         \
+    [ST_TYPE_Q2_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q2_K_ref, st_dequantize_row_q2_K, dot2, NULL), \
     [ST_TYPE_Q3_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q3_K_ref, st_dequantize_row_q3_K, dot3, NULL), \
     [ST_TYPE_Q4_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q4_K_ref, st_dequantize_row_q4_K, dot4, tl4), \
     [ST_TYPE_Q5_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q5_K_ref, st_dequantize_row_q5_K, dot5, tl5), \
     [ST_TYPE_Q6_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q6_K_ref, st_dequantize_row_q6_K, dot6, tl6), \
     [ST_TYPE_Q8_K] = ROW_(NOT_, q8k_from, st_dequantize_row_q8_K, NULL, NULL)
-/* Q3_K has no tile (its dot: kquants_q3_avx2.c, kquants_q3_avx512.c) */
-#define KQ_ROWS_(q8k_from, dot3, dot4, dot5, dot6) KQ_ROWS_T_(q8k_from, dot3, dot4, dot5, dot6, NULL, NULL, NULL)
+/* Q2_K and Q3_K have no tile (their dots: kquants_q23_avx2.c, kquants_q23_avx512.c) */
+#define KQ_ROWS_(q8k_from, dot2, dot3, dot4, dot5, dot6) KQ_ROWS_T_(q8k_from, dot2, dot3, dot4, dot5, dot6, NULL, NULL, NULL)
 
 static const st_kernels kernels_scalar = {
     .isa = ST_ISA_SCALAR,
@@ -41,7 +42,7 @@ static const st_kernels kernels_scalar = {
         [ST_TYPE_Q5_1] = ROW_(ST_TYPE_Q8_1, st_quantize_row_q5_1_ref, st_dequantize_row_q5_1, st_vec_dot_q5_1_q8_1_scalar, NULL),
         [ST_TYPE_Q8_0] = ROW_(ST_TYPE_Q8_0, st_quantize_row_q8_0_ref, st_dequantize_row_q8_0, st_vec_dot_q8_0_q8_0_scalar, NULL),
         [ST_TYPE_Q8_1] = ROW_(NOT_, st_quantize_row_q8_1_ref, st_dequantize_row_q8_1, NULL, NULL),
-        KQ_ROWS_(st_quantize_row_q8_K_ref, st_vec_dot_q3_K_q8_K_scalar, st_vec_dot_q4_K_q8_K_scalar,
+        KQ_ROWS_(st_quantize_row_q8_K_ref, st_vec_dot_q2_K_q8_K_scalar, st_vec_dot_q3_K_q8_K_scalar, st_vec_dot_q4_K_q8_K_scalar,
                  st_vec_dot_q5_K_q8_K_scalar, st_vec_dot_q6_K_q8_K_scalar),
     },
 };
@@ -49,16 +50,16 @@ static const st_kernels kernels_scalar = {
 #if ST_KQ_SIMD
 /* kq: the K-quant dots' suffix, avx2 or avx2vnni (kquants_avx2vnni.c) */
 #define KQ_AVX2_(kq)                                                                               \
-    KQ_ROWS_T_(st_quantize_row_q8_K_avx2, st_vec_dot_q3_K_q8_K_avx2, st_vec_dot_q4_K_q8_K_##kq, st_vec_dot_q5_K_q8_K_##kq,     \
+    KQ_ROWS_T_(st_quantize_row_q8_K_avx2, st_vec_dot_q2_K_q8_K_avx2, st_vec_dot_q3_K_q8_K_avx2, st_vec_dot_q4_K_q8_K_##kq, st_vec_dot_q5_K_q8_K_##kq,     \
                st_vec_dot_q6_K_q8_K_##kq, st_tile_q4_K_q8_K_##kq, st_tile_q5_K_q8_K_##kq,           \
                st_tile_q6_K_q8_K_##kq)
 /* nib: the K-quant dots' suffix, avx512 or avx512gfni (kquants_avx512gfni.c) */
 #define KQ_AVX512_(nib)                                                                                \
-    KQ_ROWS_T_(st_quantize_row_q8_K_avx512, st_vec_dot_q3_K_q8_K_avx512, st_vec_dot_q4_K_q8_K_##nib, st_vec_dot_q5_K_q8_K_##nib,    \
+    KQ_ROWS_T_(st_quantize_row_q8_K_avx512, st_vec_dot_q2_K_q8_K_avx512, st_vec_dot_q3_K_q8_K_avx512, st_vec_dot_q4_K_q8_K_##nib, st_vec_dot_q5_K_q8_K_##nib,    \
                st_vec_dot_q6_K_q8_K_##nib, st_tile_q4_K_q8_K_##nib, st_tile_q5_K_q8_K_##nib,           \
                st_tile_q6_K_q8_K_##nib)
 #else
-#define KQ_AVX2_(kq) KQ_ROWS_(st_quantize_row_q8_K_ref, st_vec_dot_q3_K_q8_K_scalar, st_vec_dot_q4_K_q8_K_scalar, st_vec_dot_q5_K_q8_K_scalar, st_vec_dot_q6_K_q8_K_scalar)
+#define KQ_AVX2_(kq) KQ_ROWS_(st_quantize_row_q8_K_ref, st_vec_dot_q2_K_q8_K_scalar, st_vec_dot_q3_K_q8_K_scalar, st_vec_dot_q4_K_q8_K_scalar, st_vec_dot_q5_K_q8_K_scalar, st_vec_dot_q6_K_q8_K_scalar)
 #define KQ_AVX512_(nib) KQ_AVX2_(avx2)
 #endif
 

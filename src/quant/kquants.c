@@ -221,6 +221,44 @@ void st_quantize_row_q5_K_ref(const float *x, void *vy, int64_t k) {
     }
 }
 
+/* ---- Q2_K ---------------------------------------------------------------------- */
+
+void st_quantize_row_q2_K_ref(const float *x, void *vy, int64_t k) {
+    ST_ASSERT(k % QK_K == 0);
+    st_block_q2_K *y = vy;
+    float w[16];
+    for (int l = 0; l < 16; l++) w[l] = 1.f;
+    for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) {
+        float scales[16], mins[16], max_scale = 0, max_min = 0;
+        for (int j = 0; j < 16; j++) {
+            scales[j] = kq_fit_affine(16, 3, x + 16 * j, w, &mins[j], -0.5f, 0.1f, 15);
+            if (scales[j] > max_scale) max_scale = scales[j];
+            if (mins[j] > max_min) max_min = mins[j];
+        }
+        memset(&y[i], 0, sizeof y[i]);
+        /* scales and mins to 4 bits against their super-block maxima */
+        const float is = max_scale > 0 ? 15.f / max_scale : 0.f, im = max_min > 0 ? 15.f / max_min : 0.f;
+        y[i].d = st_fp32_to_fp16(max_scale > 0 ? max_scale / 15.f : 0.f);
+        y[i].dmin = st_fp32_to_fp16(max_min > 0 ? max_min / 15.f : 0.f);
+        const float d = st_fp16_to_fp32(y[i].d), dmin = st_fp16_to_fp32(y[i].dmin);
+        for (int j = 0; j < 16; j++) {
+            const int ls = kq_clamp(kq_round(is * scales[j]), 0, 15), lm = kq_clamp(kq_round(im * mins[j]), 0, 15);
+            y[i].scales[j] = (uint8_t)(ls | lm << 4);
+            const float ds = d * ls, dm = dmin * lm;
+            for (int l = 0; l < 16; l++) {
+                const int e = 16 * j + l, h = e / 128, jj = (e % 128) / 32, ll = e % 32;
+                const int q = ds == 0 ? 0 : kq_clamp(kq_round((x[e] + dm) / ds), 0, 3);
+                y[i].qs[32 * h + ll] |= (uint8_t)(q << (2 * jj));
+            }
+        }
+    }
+}
+
+/* The 256 quants of a Q2_K block (0..3) in element order. */
+static void kq_unpack_q2_K(const st_block_q2_K *b, uint8_t q[QK_K]) {
+    for (int e = 0; e < QK_K; e++) q[e] = (uint8_t)((b->qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3);
+}
+
 /* ---- Q3_K ---------------------------------------------------------------------- */
 
 void st_quantize_row_q3_K_ref(const float *x, void *vy, int64_t k) {
@@ -341,6 +379,20 @@ void st_quantize_row_q8_K_ref(const float *x, void *vy, int64_t k) {
 }
 
 /* ---- dequantization ------------------------------------------------------------ */
+
+void st_dequantize_row_q2_K(const void *vx, float *y, int64_t k) {
+    ST_ASSERT(k % QK_K == 0);
+    const st_block_q2_K *x = vx;
+    uint8_t q[QK_K];
+    for (int64_t i = 0; i < k / QK_K; i++) {
+        const float d = st_fp16_to_fp32(x[i].d), dmin = st_fp16_to_fp32(x[i].dmin);
+        kq_unpack_q2_K(&x[i], q);
+        for (int e = 0; e < QK_K; e++) {
+            const uint8_t sc = x[i].scales[e / 16];
+            *y++ = d * (float)(sc & 0xF) * (float)q[e] - dmin * (float)(sc >> 4);
+        }
+    }
+}
 
 void st_dequantize_row_q3_K(const void *vx, float *y, int64_t k) {
     ST_ASSERT(k % QK_K == 0);
@@ -482,6 +534,26 @@ void st_vec_dot_q5_K_q8_K_scalar(int n, float *s, const void *vx, const void *vy
             sumi += sc0 * s0 + sc1 * s1;
             summ += m0 * (y[i].bsums[4 * g] + y[i].bsums[4 * g + 1]) +
                     m1 * (y[i].bsums[4 * g + 2] + y[i].bsums[4 * g + 3]);
+        }
+        sum += y[i].d * (st_fp16_to_fp32(x[i].d) * (float)sumi - st_fp16_to_fp32(x[i].dmin) * (float)summ);
+    }
+    *s = sum;
+}
+
+void st_vec_dot_q2_K_q8_K_scalar(int n, float *s, const void *vx, const void *vy) {
+    ST_ASSERT(n % QK_K == 0);
+    const st_block_q2_K *x = vx;
+    const st_block_q8_K *y = vy;
+    uint8_t q[QK_K];
+    float sum = 0;
+    for (int i = 0; i < n / QK_K; i++) {
+        kq_unpack_q2_K(&x[i], q);
+        int32_t sumi = 0, summ = 0;
+        for (int j = 0; j < 16; j++) {
+            int32_t sj = 0;
+            for (int l = 0; l < 16; l++) sj += q[16 * j + l] * y[i].qs[16 * j + l];
+            sumi += (x[i].scales[j] & 0xF) * sj;
+            summ += (x[i].scales[j] >> 4) * y[i].bsums[j];
         }
         sum += y[i].d * (st_fp16_to_fp32(x[i].d) * (float)sumi - st_fp16_to_fp32(x[i].dmin) * (float)summ);
     }

@@ -2,8 +2,9 @@
  * K-quants: super-blocks of QK_K = 256 weights, bit-compatible with ggml's block
  * layouts (ggml-common.h), so GGUF tensors quantized by llama.cpp decode identically.
  *
- * Each super-block holds 8 (Q4_K, Q5_K) or 16 (Q3_K, Q6_K) sub-blocks with their own small
+ * Each super-block holds 8 (Q4_K, Q5_K) or 16 (Q2_K, Q3_K, Q6_K) sub-blocks with their own small
  * integer scales, themselves scaled by fp16 super-block factors. Dequantization:
+ *   Q2_K:        w = d * sc[j] * q - dmin * m[j]     (q in 0..3, 4-bit sc, m)
  *   Q3_K:        w = d * sc[j] * q                   (q in -4..3, 6-bit signed sc)
  *   Q4_K / Q5_K: w = d * sc[j] * q - dmin * m[j]     (q in 0..15 / 0..31, 6-bit sc, m)
  *   Q6_K:        w = d * scales[j] * (q - 32)        (q in 0..63, int8 scales)
@@ -30,6 +31,17 @@
 
 #define QK_K 256
 #define K_SCALE_SIZE 12
+
+/* 2.625 bits per weight: 16 sub-blocks of 16, each with a 4-bit scale (low nibble of
+ * scales[s]) and a 4-bit min (high nibble); w = d * sc * q - dmin * m, q in 0..3 at bits
+ * 2 j of qs[32 h + l] for element e = 128 h + 32 j + l (as Q3_K's low bits). */
+typedef struct {
+    uint8_t scales[QK_K / 16];
+    uint8_t qs[QK_K / 4];
+    uint16_t d;    /* fp16 super-block scale of the scales */
+    uint16_t dmin; /* fp16 super-block scale of the mins */
+} st_block_q2_K;
+_Static_assert(sizeof(st_block_q2_K) == QK_K / 16 + QK_K / 4 + 4, "q2_K block size");
 
 /* 3.4375 bits per weight: 16 sub-blocks of 16 with 6-bit signed scales (stored + 32);
  * a quant is 2 low bits in qs and a high bit in hmask, its value (low | high << 2) - 4.
@@ -128,6 +140,7 @@ static inline void st_kq_unpack_scales_mins(const uint8_t q[K_SCALE_SIZE], uint6
 }
 
 /* ---- scalar reference quantization: x has k floats, y receives k / QK_K blocks ---- */
+void st_quantize_row_q2_K_ref(const float *x, void *y, int64_t k);
 void st_quantize_row_q3_K_ref(const float *x, void *y, int64_t k);
 void st_quantize_row_q4_K_ref(const float *x, void *y, int64_t k);
 void st_quantize_row_q5_K_ref(const float *x, void *y, int64_t k);
@@ -139,6 +152,7 @@ void st_quantize_row_q8_K_avx2(const float *x, void *y, int64_t k);
 void st_quantize_row_q8_K_avx512(const float *x, void *y, int64_t k);
 
 /* ---- dequantization: x holds k / QK_K blocks, y receives k floats ------------------- */
+void st_dequantize_row_q2_K(const void *x, float *y, int64_t k);
 void st_dequantize_row_q3_K(const void *x, float *y, int64_t k);
 void st_dequantize_row_q4_K(const void *x, float *y, int64_t k);
 void st_dequantize_row_q5_K(const void *x, float *y, int64_t k);
@@ -146,6 +160,9 @@ void st_dequantize_row_q6_K(const void *x, float *y, int64_t k);
 void st_dequantize_row_q8_K(const void *x, float *y, int64_t k);
 
 /* ---- dot products: *s = dot(weight row x, Q8_K activations y), n elements ----------- */
+void st_vec_dot_q2_K_q8_K_scalar(int n, float *s, const void *x, const void *y);
+void st_vec_dot_q2_K_q8_K_avx2(int n, float *s, const void *x, const void *y);
+void st_vec_dot_q2_K_q8_K_avx512(int n, float *s, const void *x, const void *y); /* + VNNI */
 void st_vec_dot_q3_K_q8_K_scalar(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q3_K_q8_K_avx2(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q3_K_q8_K_avx512(int n, float *s, const void *x, const void *y); /* + VNNI */

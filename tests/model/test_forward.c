@@ -251,7 +251,7 @@ TEST(test_fingerprint) {
 }
 
 TEST(test_forward_vs_reference_llama) {
-    static const char *types[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q3_k", "q4_k", "q5_k",
+    static const char *types[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k",
                                   "q6_k", "q4_k_m"};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         st_synth_params p = tiny(ST_ARCH_LLAMA, types[i]);

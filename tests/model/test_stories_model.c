@@ -196,7 +196,7 @@ TEST(test_cli_bad_input) {
     CASE_("--bogus", "run -m %s --bogus", model_path);
     CASE_("required", "perplexity -m %s", model_path);
     CASE_("multiple", "mkmodel -o %s --heads 3", x);
-    CASE_("--type", "mkmodel -o %s --type q2_k", x);
+    CASE_("--type", "mkmodel -o %s --type iq4_nl", x);
     CASE_("unsupported architecture", "run -m %s", arch);
     CASE_("memory", "run -m %s -c 4000000", huge);
 #undef CASE_

@@ -13,7 +13,7 @@ typedef struct qt_type {
     /* quantize -> dequantize RMS error / RMS of the data, on uniform [-1, 1) data.
      * Uniform rounding noise gives step / sqrt(12): q4_0 step = amax/8 -> 0.0625,
      * q4_1 2 amax/15 -> 0.067, q5_0 amax/16 -> 0.031, q5_1 -> 0.032, q8_0 amax/127 ->
-     * 0.0039, q3_K amax/4 -> 0.125; the K-quants fit sub-block scales so do at least as well. f16 / bf16:
+     * 0.0039, q3_K amax/4 -> 0.125, q2_K 2 amax/3 -> 0.33 (0.22 with the fitted offset and range); the K-quants fit sub-block scales so do at least as well. f16 / bf16:
      * half an ulp of 11 / 8 mantissa bits. The thresholds leave ~35% headroom. */
     double max_rel_rmse;
     /* |quantized dot - exact f64 dot of the original floats| / sum |x_i y_i|: weight
@@ -26,6 +26,7 @@ static const qt_type QT_TYPES[] = {
     {ST_TYPE_Q8_0, 0.0055, 0.01},  {ST_TYPE_Q4_0, 0.085, 0.06},  {ST_TYPE_Q4_1, 0.09, 0.06},
     {ST_TYPE_Q5_0, 0.043, 0.03},   {ST_TYPE_Q5_1, 0.045, 0.03},  {ST_TYPE_Q4_K, 0.09, 0.06},
     {ST_TYPE_Q5_K, 0.045, 0.03},   {ST_TYPE_Q6_K, 0.022, 0.015}, {ST_TYPE_Q3_K, 0.17, 0.03},
+    {ST_TYPE_Q2_K, 0.30, 0.05},
 };
 #define QT_N_TYPES ((int)(sizeof QT_TYPES / sizeof QT_TYPES[0]))
 

@@ -225,6 +225,41 @@ TEST(test_q3_K_known_block) {
     }
 }
 
+/* Q2_K as ggml lays it out (block_q2_K, dequantize_row_q2_K): scales[s] holds sub-block s's
+ * scale (low nibble) and min (high nibble), then qs (element e = 128 h + 32 j + l at bits
+ * 2 j of qs[32 h + l]), then d and dmin. */
+TEST(test_q2_K_known_block) {
+    uint8_t raw[84] = {0};
+    int sc[16], mn[16], v[QK_K];
+    for (int s = 0; s < 16; s++) {
+        sc[s] = (s * 7) % 16, mn[s] = (s * 5 + 3) % 16;
+        raw[s] = (uint8_t)(sc[s] | mn[s] << 4);
+    }
+    for (int e = 0; e < QK_K; e++) {
+        v[e] = (e * 3 + e / 5) % 4;
+        raw[16 + 32 * (e / 128) + e % 32] |= (uint8_t)(v[e] << (2 * ((e % 128) / 32)));
+    }
+    raw[80] = 0x00, raw[81] = 0x38; /* d = 0.5 */
+    raw[82] = 0x00, raw[83] = 0x34; /* dmin = 0.25 */
+    float y[QK_K];
+    st_dequantize_row_q2_K(raw, y, QK_K);
+    int bad = 0;
+    for (int e = 0; e < QK_K; e++) bad += y[e] != 0.5f * sc[e / 16] * v[e] - 0.25f * mn[e / 16];
+    CHECK_INT(bad, 0);
+    st_block_q8_K a;
+    memset(&a, 0, sizeof a);
+    a.d = 1.0f;
+    for (int e = 0; e < QK_K; e++) a.qs[e] = (int8_t)(e % 2 ? -1 : 2);
+    for (int g = 0; g < 16; g++) a.bsums[g] = 8; /* 8 * 2 + 8 * -1 */
+    double exact = 0;
+    for (int e = 0; e < QK_K; e++) exact += (0.5 * sc[e / 16] * v[e] - 0.25 * mn[e / 16]) * a.qs[e];
+    for (int isa = ST_ISA_SCALAR; isa <= max_isa(); isa++) {
+        float got = NAN;
+        st_kernels_get((st_isa)isa)->type[ST_TYPE_Q2_K].vec_dot(QK_K, &got, raw, &a);
+        CHECK_NEAR(got, exact, 0);
+    }
+}
+
 TEST(test_q8_K_known_block_and_rounding) {
     st_block_q8_K b;
     memset(&b, 0, sizeof b);
@@ -408,6 +443,11 @@ static const dot_case k_dots[] = {
      st_dequantize_row_q3_K,
      sizeof(st_block_q3_K),
      {st_vec_dot_q3_K_q8_K_scalar, st_vec_dot_q3_K_q8_K_avx2, st_vec_dot_q3_K_q8_K_avx512}},
+    {"q2_K",
+     st_quantize_row_q2_K_ref,
+     st_dequantize_row_q2_K,
+     sizeof(st_block_q2_K),
+     {st_vec_dot_q2_K_q8_K_scalar, st_vec_dot_q2_K_q8_K_avx2, st_vec_dot_q2_K_q8_K_avx512}},
 };
 
 /* Runs every dot case at every block count; for each checks scalar against the double
@@ -493,6 +533,11 @@ TEST(test_dots_extreme_values) {
             } else if (c == 3) { /* q3_K: quants 3, scales 31 */
                 blk[108] = 0x00;
                 blk[109] = 0x3C; /* d = 1 */
+            } else if (c == 4) { /* q2_K: quants 3, scales and mins 15 */
+                blk[80] = 0x00;
+                blk[81] = 0x3C; /* d = 1 */
+                blk[82] = 0x00;
+                blk[83] = 0x3C; /* dmin = 1 */
             } else {
                 blk[0] = 0x00;
                 blk[1] = 0x3C; /* d = 1 */
@@ -717,6 +762,7 @@ TEST(test_kquant_simd_builds) {
 }
 
 TEST_MAIN(test_block_layouts, test_scale_min_unpack, test_q4_K_known_block, test_q5_K_known_block,
-          test_q6_K_known_block, test_q3_K_known_block, test_q8_K_known_block_and_rounding, test_quantize_rmse,
+          test_q6_K_known_block, test_q3_K_known_block, test_q2_K_known_block,
+          test_q8_K_known_block_and_rounding, test_quantize_rmse,
           test_q4_K_search_beats_minmax, test_quantize_degenerate_blocks, test_dots_against_reference,
           test_dots_extreme_values, test_q8_K_simd_bytes_equal_ref, test_kquant_simd_builds)

@@ -179,7 +179,7 @@ TEST(test_product_errors) {
     CHECK_INT(st_matvec(NULL, k, ST_TYPE_Q8_0, w, -1, 32, xq, y), ST_E_INVAL);
     CHECK_INT(st_matvec(NULL, k, ST_TYPE_Q8_0, NULL, 2, 32, xq, y), ST_E_INVAL);
     CHECK_INT(st_matvec(NULL, k, ST_TYPE_Q8_1, w, 2, 32, xq, y), ST_E_UNSUPPORTED);
-    CHECK_INT(st_matvec(NULL, k, ST_TYPE_Q2_K, w, 2, 256, xq, y), ST_E_UNSUPPORTED);
+    CHECK_INT(st_matvec(NULL, k, ST_TYPE_IQ4_NL, w, 2, 32, xq, y), ST_E_UNSUPPORTED);
     CHECK_INT(st_matvec(NULL, NULL, ST_TYPE_Q8_0, w, 2, 32, xq, y), ST_E_INVAL);
     CHECK_INT(st_matmul(NULL, k, ST_TYPE_Q8_0, w, 4, 32, 2, xq, y, 3), ST_E_INVAL); /* ldy < rows */
     CHECK_INT(st_matmul(NULL, k, ST_TYPE_Q8_0, w, 4, 32, -1, xq, y, 4), ST_E_INVAL);

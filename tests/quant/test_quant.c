@@ -43,7 +43,10 @@ TEST(test_block_geometry) {
     CHECK_INT(st_type_vec_dot_type(ST_TYPE_Q6_K), ST_TYPE_Q8_K);
     CHECK_INT(st_type_vec_dot_type(ST_TYPE_F16), ST_TYPE_F16);
     CHECK_INT(st_type_vec_dot_type(ST_TYPE_BF16), ST_TYPE_F32);
-    CHECK_INT(st_type_vec_dot_type(ST_TYPE_Q2_K), ST_TYPE_COUNT_);
+    CHECK_INT(st_type_vec_dot_type(ST_TYPE_Q2_K), ST_TYPE_Q8_K);
+    CHECK_INT(st_type_size(ST_TYPE_Q2_K), sizeof(st_block_q2_K));
+    CHECK_INT(st_type_size(ST_TYPE_Q3_K), sizeof(st_block_q3_K));
+    CHECK_INT(st_type_vec_dot_type(ST_TYPE_IQ4_XS), ST_TYPE_COUNT_);
     CHECK_INT(st_type_vec_dot_type(ST_TYPE_Q8_1), ST_TYPE_COUNT_); /* activation only */
     CHECK(st_type_has_kernels(ST_TYPE_Q8_K));
     CHECK(!st_type_has_kernels(ST_TYPE_IQ4_NL));
@@ -123,7 +126,7 @@ TEST(test_ggml_known_quantization) {
     CHECK_INT((int8_t)q[18], -121); /* -7.6 * 15.875 = -120.65 */
     /* Errors: unsupported types and bad lengths */
     float y[32];
-    CHECK_INT(st_quantize_row(ST_TYPE_Q2_K, x, q, 256), ST_E_UNSUPPORTED);
+    CHECK_INT(st_quantize_row(ST_TYPE_IQ4_NL, x, q, 32), ST_E_UNSUPPORTED);
     CHECK_INT(st_dequantize_row(ST_TYPE_IQ2_XS, q, y, 256), ST_E_UNSUPPORTED);
     CHECK_INT(st_quantize_row(ST_TYPE_Q8_0, x, q, 31), ST_E_INVAL);
     CHECK_INT(st_quantize_row(ST_TYPE_Q8_0, x, q, -32), ST_E_INVAL);

@@ -1,5 +1,7 @@
 /*
- * The Q3_K dot for AVX2 (AVX2 + FMA + F16C); kquants_q3_avx512.c has the AVX-512 one.
+ * The Q3_K and Q2_K dots for AVX2 (AVX2 + FMA + F16C); kquants_q23_avx512.c has the AVX-512
+ * ones. Q2_K is Q3_K's low bits alone, with 4-bit scales and mins (the mins through the
+ * bsums, as Q4_K's).
  *
  * Per group of 32 weights (two sub-blocks) the 2 low bits and the high bit are shifted into
  * place from one 32-byte load of qs and one of hmask (16-bit shifts leave every byte's own
@@ -59,6 +61,40 @@ void st_vec_dot_q3_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) 
         sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 2));
         const float d = y[i].d * st_fp16_to_fp32(x[i].d);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = kq_hsum256(acc);
+}
+
+void st_vec_dot_q2_K_q8_K_avx2(int n, float *s, const void *vx, const void *vy) {
+    ST_ASSERT(n % QK_K == 0);
+    const st_block_q2_K *x = vx;
+    const st_block_q8_K *y = vy;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2,
+                                            3, 2, 3, 2, 3, 2, 3);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK_K; i++) {
+        const __m128i sm = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sm, _mm_set1_epi8(0xF)));
+        const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), _mm_set1_epi8(0xF)));
+        __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const int g = 4 * h + j;
+                const __m256i w = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
+                const __m256i p = _mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * g)));
+                const __m256i scw =
+                    _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(g)), spread);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scw));
+            }
+        }
+        const __m256i summ = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[i].bsums), mn16);
+        const float d = y[i].d * st_fp16_to_fp32(x[i].d), dm = y[i].d * st_fp16_to_fp32(x[i].dmin);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fnmadd_ps(_mm256_set1_ps(dm), _mm256_cvtepi32_ps(summ), acc);
     }
     *s = kq_hsum256(acc);
 }
