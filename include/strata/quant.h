@@ -16,7 +16,7 @@
  *                              ~10% of f16 matvec bandwidth, bench/matvec)
  *     Q8_0, Q4_0, Q5_0   Q8_0  (as ggml)
  *     Q4_1, Q5_1         Q8_1  (as ggml: the block sum lets the weight's min fold in)
- *     Q2_K-Q6_K          Q8_K  (as ggml; Q2_K and Q3_K have no tile)
+ *     Q2_K-Q6_K          Q8_K  (as ggml)
  * The caller quantizes the activation row once (st_quantize_act) and reuses it for
  * every weight matrix of the same type and width (Wq, Wk, Wv; W1, W3).
  *

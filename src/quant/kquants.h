@@ -163,6 +163,14 @@ void st_dequantize_row_q8_K(const void *x, float *y, int64_t k);
 void st_vec_dot_q2_K_q8_K_scalar(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q2_K_q8_K_avx2(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q2_K_q8_K_avx512(int n, float *s, const void *x, const void *y); /* + VNNI */
+void st_tile_q2_K_q8_K_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y, size_t by, int nr,
+                            int nc);
+void st_tile_q2_K_q8_K_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y, size_t by, int nr,
+                              int nc);
+void st_tile_q3_K_q8_K_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y, size_t by, int nr,
+                            int nc);
+void st_tile_q3_K_q8_K_avx512(int n, float *s, size_t bs, const void *x, size_t bx, const void *y, size_t by, int nr,
+                              int nc);
 void st_vec_dot_q3_K_q8_K_scalar(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q3_K_q8_K_avx2(int n, float *s, const void *x, const void *y);
 void st_vec_dot_q3_K_q8_K_avx512(int n, float *s, const void *x, const void *y); /* + VNNI */
