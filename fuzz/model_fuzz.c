@@ -186,7 +186,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else {
         g_loaded++;
         int32_t tok = -1;
-        const int run = me_session_run(g_ctx, &s, &tok);
+        const int run = me_session_run(&s, &tok);
         if (run) {
             fprintf(stderr, "model_fuzz: a loaded file failed to run: %s: '%s'\n", st_errname(run),
                     st_ctx_error(g_ctx));

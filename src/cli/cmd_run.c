@@ -87,8 +87,7 @@ typedef struct run_opts {
     int no_escape, ignore_eos;
     st_cli_bias bias[RUN_MAX_BIAS]; /* -l: logit biases, in the order given */
     int n_bias;
-    const char *cache_type_k, *cache_type_v; /* -ctk / -ctv: llama.cpp's spelling of --kv-type */
-    st_type kv_type_k, kv_type_v;
+    st_type kv_type_k, kv_type_v; /* -ctk / -ctv (llama.cpp's --kv-type); ST_TYPE_COUNT_: not given */
     const char *chat_template, *system;
     const char *prompt_cache;
     int prompt_cache_ro, prompt_cache_all;
@@ -103,6 +102,7 @@ static int bad(const char *opt, const char *val) {
 
 static int parse(int argc, char **argv, run_opts *o) {
     o->n_predict = 128, o->kv_page = 16, o->kv_type = ST_TYPE_F16;
+    o->kv_type_k = o->kv_type_v = ST_TYPE_COUNT_;
     o->sp = st_sampler_default_params();
     st_cli_quest_init(&o->quest);
     st_cli_kv_flags_init(&o->tier);
@@ -139,8 +139,7 @@ static int parse(int argc, char **argv, run_opts *o) {
                    !strcmp(a, "--cache-type-v")) {
             const int is_v = a[strlen(a) - 1] == 'v';
             if (!v || st_cli_kv_type(v, &o->kv_type)) return bad(a, v);
-            if (is_v) o->cache_type_v = v, o->kv_type_v = o->kv_type;
-            else o->cache_type_k = v, o->kv_type_k = o->kv_type;
+            *(is_v ? &o->kv_type_v : &o->kv_type_k) = o->kv_type;
         } else if (!strcmp(a, "-ngl") || !strcmp(a, "--n-gpu-layers") || !strcmp(a, "--gpu-layers")) {
             if (st_cli_int(v, -1, 1 << 20, &n) && (!v || (strcmp(v, "auto") && strcmp(v, "all")))) return bad(a, v);
             fprintf(stderr, "strata run: %s %s ignored: strata runs every layer on the CPU\n", a, v);
@@ -197,9 +196,9 @@ static int parse(int argc, char **argv, run_opts *o) {
         fprintf(stderr, "strata run: give -p or -f, not both\n");
         return ST_EXIT_INPUT;
     }
-    if (o->cache_type_k && o->cache_type_v && o->kv_type_k != o->kv_type_v) {
+    if (o->kv_type_k != ST_TYPE_COUNT_ && o->kv_type_v != ST_TYPE_COUNT_ && o->kv_type_k != o->kv_type_v) {
         fprintf(stderr, "strata run: -ctk %s and -ctv %s differ: strata keeps K and V in one type (--kv-type)\n",
-                o->cache_type_k, o->cache_type_v);
+                st_type_name(o->kv_type_k), st_type_name(o->kv_type_v));
         return ST_EXIT_INPUT;
     }
     if ((o->prompt_cache_ro || o->prompt_cache_all) && !o->prompt_cache) {

@@ -255,8 +255,20 @@ void st_quantize_row_q2_K_ref(const float *x, void *vy, int64_t k) {
 }
 
 /* The 256 quants of a Q2_K block (0..3) in element order. */
-static void kq_unpack_q2_K(const st_block_q2_K *b, uint8_t q[QK_K]) {
-    for (int e = 0; e < QK_K; e++) q[e] = (uint8_t)((b->qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3);
+static void kq_unpack_q2_K(const st_block_q2_K *b, int8_t q[QK_K]) {
+    for (int e = 0; e < QK_K; e++) q[e] = (int8_t)((b->qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3);
+}
+
+/* sum over the 16 sub-blocks of 16 of scale[j] * (q . a) over the sub-block: the integer part
+ * of the Q2_K, Q3_K and Q6_K reference dots */
+static int32_t kq_sum_sub16(const int8_t q[QK_K], const int8_t a[QK_K], const int8_t sc[16]) {
+    int32_t sum = 0;
+    for (int j = 0; j < 16; j++) {
+        int32_t sj = 0;
+        for (int l = 0; l < 16; l++) sj += q[16 * j + l] * a[16 * j + l];
+        sum += sc[j] * sj;
+    }
+    return sum;
 }
 
 /* ---- Q3_K ---------------------------------------------------------------------- */
@@ -383,7 +395,7 @@ void st_quantize_row_q8_K_ref(const float *x, void *vy, int64_t k) {
 void st_dequantize_row_q2_K(const void *vx, float *y, int64_t k) {
     ST_ASSERT(k % QK_K == 0);
     const st_block_q2_K *x = vx;
-    uint8_t q[QK_K];
+    int8_t q[QK_K];
     for (int64_t i = 0; i < k / QK_K; i++) {
         const float d = st_fp16_to_fp32(x[i].d), dmin = st_fp16_to_fp32(x[i].dmin);
         kq_unpack_q2_K(&x[i], q);
@@ -544,17 +556,17 @@ void st_vec_dot_q2_K_q8_K_scalar(int n, float *s, const void *vx, const void *vy
     ST_ASSERT(n % QK_K == 0);
     const st_block_q2_K *x = vx;
     const st_block_q8_K *y = vy;
-    uint8_t q[QK_K];
+    int8_t q[QK_K];
     float sum = 0;
     for (int i = 0; i < n / QK_K; i++) {
         kq_unpack_q2_K(&x[i], q);
-        int32_t sumi = 0, summ = 0;
+        int8_t sc[16];
+        int32_t summ = 0;
         for (int j = 0; j < 16; j++) {
-            int32_t sj = 0;
-            for (int l = 0; l < 16; l++) sj += q[16 * j + l] * y[i].qs[16 * j + l];
-            sumi += (x[i].scales[j] & 0xF) * sj;
+            sc[j] = (int8_t)(x[i].scales[j] & 0xF);
             summ += (x[i].scales[j] >> 4) * y[i].bsums[j];
         }
+        const int32_t sumi = kq_sum_sub16(q, y[i].qs, sc);
         sum += y[i].d * (st_fp16_to_fp32(x[i].d) * (float)sumi - st_fp16_to_fp32(x[i].dmin) * (float)summ);
     }
     *s = sum;
@@ -569,13 +581,7 @@ void st_vec_dot_q3_K_q8_K_scalar(int n, float *s, const void *vx, const void *vy
     for (int i = 0; i < n / QK_K; i++) {
         kq_unpack_q3_K(&x[i], q);
         st_kq_q3_scales(x[i].scales, sc);
-        int32_t sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            int32_t sj = 0;
-            for (int l = 0; l < 16; l++) sj += q[16 * j + l] * y[i].qs[16 * j + l];
-            sumi += sc[j] * sj;
-        }
-        sum += y[i].d * st_fp16_to_fp32(x[i].d) * (float)sumi;
+        sum += y[i].d * st_fp16_to_fp32(x[i].d) * (float)kq_sum_sub16(q, y[i].qs, sc);
     }
     *s = sum;
 }
@@ -588,14 +594,7 @@ void st_vec_dot_q6_K_q8_K_scalar(int n, float *s, const void *vx, const void *vy
     float sum = 0;
     for (int i = 0; i < n / QK_K; i++) {
         kq_unpack_q6_K(&x[i], q);
-        int32_t sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            int32_t sj = 0;
-            for (int l = 0; l < 16; l++)
-                sj += q[16 * j + l] * y[i].qs[16 * j + l];
-            sumi += x[i].scales[j] * sj;
-        }
-        sum += y[i].d * st_fp16_to_fp32(x[i].d) * (float)sumi;
+        sum += y[i].d * st_fp16_to_fp32(x[i].d) * (float)kq_sum_sub16(q, y[i].qs, x[i].scales);
     }
     *s = sum;
 }

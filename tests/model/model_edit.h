@@ -123,7 +123,7 @@ static int model_edit_apply(st_ctx *ctx, const void *src, size_t n, const model_
     }
     for (int j = 0; !rc && j < n_e; j++) {
         me_key(&e[j], a, key, sizeof key);
-        if (e[j].op == ME_SET_SCALAR && st_gguf_vtype_size(e[j].vt) && e[j].vt != ST_GGUF_STRING)
+        if (e[j].op == ME_SET_SCALAR && st_gguf_vtype_size(e[j].vt)) /* 0 for strings and arrays */
             (void)st_gguf_writer_set_scalar(w, key, e[j].vt, e[j].val);
         else if (e[j].op == ME_SET_STR)
             (void)st_gguf_writer_set_strn(w, key, e[j].str ? e[j].str : "", e[j].str ? strlen(e[j].str) : 0);
@@ -218,8 +218,7 @@ fail:
 
 /* A short prompt's prefill, a greedy token and one decode step on sequence 0: 0 or the
  * first error. *first gets the greedy token (in [0, n_vocab)). */
-static int me_session_run(st_ctx *ctx, me_session *s, int32_t *first) {
-    (void)ctx;
+static int me_session_run(me_session *s, int32_t *first) {
     const st_model_hparams *hp = st_model_get_hparams(s->model);
     int32_t *ids = NULL;
     int n = 0;

@@ -5,6 +5,8 @@
 #include "strata/quant.h"
 #include "../test.h"
 
+#include <errno.h>
+
 #include <unistd.h>
 
 #define REL_TOL 1e-3 /* max |forward - reference| / max |reference| of a position's logits */
@@ -63,6 +65,20 @@ static int env_open(env *e, const st_synth_params *p, int n_threads, st_type kv_
     if (!rc) rc = st_synth_write_memory(e->ctx, p, &e->buf, &e->size);
     if (!rc) rc = st_model_load_memory(e->ctx, e->buf, e->size, "synthetic", &e->m);
     return rc ? rc : env_runner(e, kv_type, n_batch);
+}
+
+/* b: a's model written to a file and loaded from it with st_model_load (which packs quads and
+ * panels, as strata run does), on 2 threads with f16 KV, page 16 */
+static int env_open_file(env *b, const env *a) {
+    char path[] = "/tmp/strata-model-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return -errno;
+    const int ok = write(fd, a->buf, a->size) == (ssize_t)a->size;
+    close(fd);
+    int rc = ok ? env_ctx(b, 2) : ST_E_IO;
+    if (!rc) rc = st_model_load(b->ctx, path, &b->m);
+    unlink(path);
+    return rc ? rc : env_runner(b, ST_TYPE_F16, 16);
 }
 
 static void env_close(env *e) {
@@ -461,16 +477,8 @@ TEST(test_quad_layout_forward) {
         st_synth_params p = tiny(ST_ARCH_LLAMA, types[ti]);
         env a, b;
         REQUIRE(env_open(&a, &p, 2, ST_TYPE_F16, 16) == 0);
-        char path[] = "/tmp/strata-quads-XXXXXX";
-        int fd = mkstemp(path);
-        REQUIRE(fd >= 0);
-        REQUIRE(write(fd, a.buf, a.size) == (ssize_t)a.size);
-        close(fd);
-        /* b: the same model from the file, its own ctx/kv/runner */
-        REQUIRE(env_ctx(&b, 2) == 0);
-        REQUIRE(st_model_load(b.ctx, path, &b.m) == 0);
-        unlink(path);
-        REQUIRE(env_runner(&b, ST_TYPE_F16, 16) == 0);
+        /* b: the same model from a file, its own ctx/kv/runner */
+        REQUIRE(env_open_file(&b, &a) == 0);
         const st_model_hparams *hp = st_model_get_hparams(b.m);
 
         const st_kernels *k = st_kernels_get(st_ctx_isa(b.ctx));
@@ -534,15 +542,7 @@ TEST(test_panel_layout_forward) {
     p.n_layer = 2, p.n_ff = 8192;
     env a, b;
     REQUIRE(env_open(&a, &p, 2, ST_TYPE_F16, 16) == 0);
-    char path[] = "/tmp/strata-panels-XXXXXX";
-    int fd = mkstemp(path);
-    REQUIRE(fd >= 0);
-    REQUIRE(write(fd, a.buf, a.size) == (ssize_t)a.size);
-    close(fd);
-    REQUIRE(env_ctx(&b, 2) == 0);
-    REQUIRE(st_model_load(b.ctx, path, &b.m) == 0);
-    unlink(path);
-    REQUIRE(env_runner(&b, ST_TYPE_F16, 16) == 0);
+    REQUIRE(env_open_file(&b, &a) == 0);
     CHECK_INT(st_model_n_panel_matrices(a.m), 0);
     CHECK_INT(st_model_n_panel_matrices(b.m), 2);
     for (int il = 0; il < 2; il++) {

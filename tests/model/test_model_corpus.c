@@ -224,7 +224,7 @@ TEST(test_corpus) {
         me_session s;
         int32_t tok = -1;
         CHECK_OK(me_session_open(ctx, base[a], base_n[a], FILE_NAME, &s));
-        if (s.model) CHECK_OK(me_session_run(ctx, &s, &tok));
+        if (s.model) CHECK_OK(me_session_run(&s, &tok));
         me_session_close(&s);
     }
     const int n = n_cases(NULL);
@@ -246,7 +246,7 @@ TEST(test_corpus) {
             int32_t tok = -1;
             if (rc) fprintf(stderr, "  FAIL case '%s': refused: %s (%s)\n", c->what, msg, st_errname(rc));
             CHECK_INT(rc, 0);
-            if (!rc) CHECK_OK(me_session_run(ctx, &s, &tok));
+            if (!rc) CHECK_OK(me_session_run(&s, &tok));
             me_session_close(&s);
         } else {
             const int named = strstr(msg, FILE_NAME ": ") == msg, found = strstr(msg, c->needle) != NULL;
