@@ -1,13 +1,18 @@
 /* The quad weight layout (st_wlayout): 4 rows of 32-element blocks interleaved block by
- * block, so a 4-row tile reads one sequential stream (see quant.h). Packing runs once per
- * matrix at model load, in place, one quad at a time through a 4-row scratch buffer. */
+ * block, or (Q4_K) the 4 rows' super-blocks rearranged into one quad block each
+ * (kquants.h), so a 4-row tile reads one sequential stream (see quant.h). Packing runs once
+ * per matrix at model load, in place, one quad at a time through a 4-row scratch buffer. */
 #include "quant_int.h"
+
+#include "quant/kquants.h"
 
 #include <stdlib.h>
 
 bool st_quads_shape(st_type t, int64_t rows, int64_t cols) {
     const bool type_ok = t == ST_TYPE_Q4_0 || t == ST_TYPE_Q4_1 || t == ST_TYPE_Q5_0 || t == ST_TYPE_Q5_1;
-    return type_ok && rows >= 0 && rows % 4 == 0 && cols > 0 && cols % 64 == 0 && cols <= INT32_MAX;
+    const int64_t col_step = t == ST_TYPE_Q4_K ? QK_K : 64;
+    return (type_ok || t == ST_TYPE_Q4_K) && rows >= 0 && rows % 4 == 0 && cols > 0 && cols % col_step == 0 &&
+           cols <= INT32_MAX;
 }
 
 bool st_quads_fit(const st_kernels *k, st_type t, int64_t rows, int64_t cols) {
@@ -32,8 +37,18 @@ _Static_assert(sizeof(st_block_q4_0) == 18 && sizeof(st_block_q4_1) == 20 && siz
                    sizeof(st_block_q5_1) == 24,
                "quad_convert's block sizes");
 
+/* Q4_K: super-block b of the 4 rows <-> quad block b */
+static void quad_convert_q4k(uint8_t *quad, uint8_t *rows4, size_t rb, int unpack) {
+    for (size_t b = 0; b < rb / sizeof(st_block_q4_K); b++) {
+        st_block_q4_K *r[4];
+        for (int j = 0; j < 4; j++) r[j] = (st_block_q4_K *)(rows4 + (size_t)j * rb) + b;
+        st_kq_q4k_quad_convert(quad + b * KQ_Q4K_QUAD_BYTES, r, unpack);
+    }
+}
+
 static void quad_convert(uint8_t *quad, uint8_t *rows4, size_t rb, size_t bb, int unpack) {
     switch (bb) {
+    case sizeof(st_block_q4_K): quad_convert_q4k(quad, rows4, rb, unpack); break;
     case 18: quad_convert_bb(quad, rows4, rb, 18, unpack); break; /* q4_0 */
     case 20: quad_convert_bb(quad, rows4, rb, 20, unpack); break; /* q4_1 */
     case 22: quad_convert_bb(quad, rows4, rb, 22, unpack); break; /* q5_0 */
@@ -63,6 +78,14 @@ int st_quads_row(st_type t, const void *W, int64_t rows, int64_t cols, int64_t r
     if (!W || !row || !st_quads_shape(t, rows, cols) || r < 0 || r >= rows) return ST_E_INVAL;
     const size_t rb = st_row_bytes(t, cols), bb = st_type_size(t), nb = rb / bb;
     const uint8_t *quad = (const uint8_t *)W + (size_t)(r / 4) * 4 * rb;
+    if (t == ST_TYPE_Q4_K) {
+        for (size_t b = 0; b < nb; b++) {
+            st_block_q4_K blk[4], *p[4] = {&blk[0], &blk[1], &blk[2], &blk[3]};
+            st_kq_q4k_quad_convert((uint8_t *)(uintptr_t)(quad + b * KQ_Q4K_QUAD_BYTES), p, 1);
+            memcpy((uint8_t *)row + b * bb, &blk[r % 4], bb);
+        }
+        return 0;
+    }
     for (size_t b = 0; b < nb; b++) memcpy((uint8_t *)row + b * bb, quad + (4 * b + (size_t)(r % 4)) * bb, bb);
     return 0;
 }
