@@ -11,7 +11,8 @@
 #define ST_KQ_SIMD 1
 
 /* with a quad-layout tile (the legacy 32-blocks on AVX2 and AVX-512: bench/matvec measured
- * quads 1.09-1.41x the rows; Q8_0 0.86-0.96x, so it keeps rows; Q4_K on AVX-512) */
+ * quads 1.09-1.41x the rows; Q8_0 interleaved that way 0.86-0.96x, so on AVX2 it keeps rows;
+ * Q4_K and Q8_0 in their own quad blocks on AVX-512) */
 #define ROWX_(vdt, from, to, dot, tl, t4, ex, rw) {.vec_dot_type = (vdt), .from_float = (from), .to_float = (to), .vec_dot = (dot), .tile = (tl), .tile4 = (t4), .act_expand = (ex), .rows = (rw)}
 #define ROW4_(vdt, from, to, dot, tl, t4) ROWX_(vdt, from, to, dot, tl, t4, NULL, NULL)
 #define ROW_(vdt, from, to, dot, tl) ROW4_(vdt, from, to, dot, tl, NULL)
@@ -101,7 +102,7 @@ static const st_kernels kernels_avx2vnni = KERNELS_AVX2_(avx2vnni, true);
         [ST_TYPE_Q4_1] = ROWX_(ST_TYPE_Q8_1, st_quantize_row_q4_1_ref, st_dequantize_row_q4_1, st_vec_dot_q4_1_q8_1_avx512, st_tile_q4_1_q8_1_avx512, st_tile4_q4_1_q8_1_avx512, st_act_expand_q4_1_q8_1_avx512, st_rows_q4_1_q8_1_avx512), \
         [ST_TYPE_Q5_0] = ROWX_(ST_TYPE_Q8_0, st_quantize_row_q5_0_ref, st_dequantize_row_q5_0, st_vec_dot_q5_0_q8_0_avx512, st_tile_q5_0_q8_0_avx512, st_tile4_q5_0_q8_0_avx512, st_act_expand_q5_0_q8_0_avx512, st_rows_q5_0_q8_0_avx512), \
         [ST_TYPE_Q5_1] = ROWX_(ST_TYPE_Q8_1, st_quantize_row_q5_1_ref, st_dequantize_row_q5_1, st_vec_dot_q5_1_q8_1_avx512, st_tile_q5_1_q8_1_avx512, st_tile4_q5_1_q8_1_avx512, st_act_expand_q5_1_q8_1_avx512, st_rows_q5_1_q8_1_avx512), \
-        [ST_TYPE_Q8_0] = ROWX_(ST_TYPE_Q8_0, st_quantize_row_q8_0_avx512, st_dequantize_row_q8_0, st_vec_dot_q8_0_q8_0_avx512, st_tile_q8_0_q8_0_avx512, NULL, st_act_expand_q8_0_q8_0_avx512, st_rows_q8_0_q8_0_avx512), \
+        [ST_TYPE_Q8_0] = ROWX_(ST_TYPE_Q8_0, st_quantize_row_q8_0_avx512, st_dequantize_row_q8_0, st_vec_dot_q8_0_q8_0_avx512, st_tile_q8_0_q8_0_avx512, st_tile4_q8_0_q8_0_avx512, st_act_expand_q8_0_q8_0_avx512, st_rows_q8_0_q8_0_avx512), \
         [ST_TYPE_Q8_1] = ROW_(NOT_, st_quantize_row_q8_1_avx512, st_dequantize_row_q8_1, NULL, NULL), \
         KQ_AVX512_(nib), \
     }, \

@@ -10,8 +10,8 @@
 
 bool st_quads_shape(st_type t, int64_t rows, int64_t cols) {
     const bool type_ok = t == ST_TYPE_Q4_0 || t == ST_TYPE_Q4_1 || t == ST_TYPE_Q5_0 || t == ST_TYPE_Q5_1;
-    const int64_t col_step = t == ST_TYPE_Q4_K ? QK_K : 64;
-    return (type_ok || t == ST_TYPE_Q4_K) && rows >= 0 && rows % 4 == 0 && cols > 0 && cols % col_step == 0 &&
+    const int64_t col_step = t == ST_TYPE_Q4_K ? QK_K : t == ST_TYPE_Q8_0 ? 32 * ST_Q8Q_SPAN : 64;
+    return (type_ok || t == ST_TYPE_Q4_K || t == ST_TYPE_Q8_0) && rows >= 0 && rows % 4 == 0 && cols > 0 && cols % col_step == 0 &&
            cols <= INT32_MAX;
 }
 
@@ -46,8 +46,36 @@ static void quad_convert_q4k(uint8_t *quad, uint8_t *rows4, size_t rb, int unpac
     }
 }
 
+void st_q8q_convert(uint8_t *quad, st_block_q8_0 *const r[4], int unpack) {
+    for (int b = 0; b < ST_Q8Q_SPAN; b++) {
+        for (int j = 0; j < 4; j++) {
+            st_block_q8_0 *blk = r[j] + b;
+            uint8_t *d = quad + 2 * (4 * b + j);
+            if (unpack) memcpy(&blk->d, d, 2);
+            else memcpy(d, &blk->d, 2);
+            for (int h = 0; h < 2; h++) {
+                uint8_t *q = quad + ST_Q8Q_QS + 128 * b + 64 * h + 16 * j;
+                for (int e = 0; e < 16; e++) {
+                    if (unpack) blk->qs[16 * h + e] = (int8_t)(q[e] ^ 0x80);
+                    else q[e] = (uint8_t)blk->qs[16 * h + e] ^ 0x80;
+                }
+            }
+        }
+    }
+}
+
+/* Q8_0: span s of the 4 rows <-> quad block s */
+static void quad_convert_q8(uint8_t *quad, uint8_t *rows4, size_t rb, int unpack) {
+    for (size_t sp = 0; sp < rb / (ST_Q8Q_SPAN * sizeof(st_block_q8_0)); sp++) {
+        st_block_q8_0 *r[4];
+        for (int j = 0; j < 4; j++) r[j] = (st_block_q8_0 *)(rows4 + (size_t)j * rb) + ST_Q8Q_SPAN * sp;
+        st_q8q_convert(quad + sp * ST_Q8Q_BLOCK_BYTES, r, unpack);
+    }
+}
+
 static void quad_convert(uint8_t *quad, uint8_t *rows4, size_t rb, size_t bb, int unpack) {
     switch (bb) {
+    case sizeof(st_block_q8_0): quad_convert_q8(quad, rows4, rb, unpack); break;
     case sizeof(st_block_q4_K): quad_convert_q4k(quad, rows4, rb, unpack); break;
     case 18: quad_convert_bb(quad, rows4, rb, 18, unpack); break; /* q4_0 */
     case 20: quad_convert_bb(quad, rows4, rb, 20, unpack); break; /* q4_1 */
@@ -78,6 +106,14 @@ int st_quads_row(st_type t, const void *W, int64_t rows, int64_t cols, int64_t r
     if (!W || !row || !st_quads_shape(t, rows, cols) || r < 0 || r >= rows) return ST_E_INVAL;
     const size_t rb = st_row_bytes(t, cols), bb = st_type_size(t), nb = rb / bb;
     const uint8_t *quad = (const uint8_t *)W + (size_t)(r / 4) * 4 * rb;
+    if (t == ST_TYPE_Q8_0) {
+        for (size_t sp = 0; sp < nb / ST_Q8Q_SPAN; sp++) {
+            st_block_q8_0 blk[4][ST_Q8Q_SPAN], *p[4] = {blk[0], blk[1], blk[2], blk[3]};
+            st_q8q_convert((uint8_t *)(uintptr_t)(quad + sp * ST_Q8Q_BLOCK_BYTES), p, 1);
+            memcpy((uint8_t *)row + sp * ST_Q8Q_SPAN * bb, blk[r % 4], ST_Q8Q_SPAN * bb);
+        }
+        return 0;
+    }
     if (t == ST_TYPE_Q4_K) {
         for (size_t b = 0; b < nb; b++) {
             st_block_q4_K blk[4], *p[4] = {&blk[0], &blk[1], &blk[2], &blk[3]};

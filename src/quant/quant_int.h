@@ -86,6 +86,19 @@ static inline uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); re
 bool st_quads_shape(st_type t, int64_t rows, int64_t cols);
 void st_quads_unpack4(st_type t, const void *quad, int64_t cols, void *rows4);
 
+/* The Q8_0 quad layout: a quad's 4 rows cut into spans of 8 blocks (256 columns), each
+ * span one 1088-byte quad block (8 x 4 x 34 bytes, 17 cache lines):
+ *   bytes  0..63     d of block b of row r (f16) at 2 * (4 b + r)
+ *   bytes 64..1087   block b's quants at 64 + 128 b: half h (elements 16 h .. 16 h + 15)
+ *                    of row r at + 64 h + 16 r, each byte q XOR 0x80 (q + 128, unsigned)
+ * so one 64-byte load holds 16 quants of each of the 4 rows, as vpdpbusd's unsigned side
+ * (quads_avx512.c). */
+#define ST_Q8Q_SPAN 8
+#define ST_Q8Q_BLOCK_BYTES (4 * ST_Q8Q_SPAN * sizeof(st_block_q8_0))
+#define ST_Q8Q_QS 64
+/* quad block <-> the 4 rows' 8 blocks r[j][0..7] (unpack: back into them) */
+void st_q8q_convert(uint8_t *quad, st_block_q8_0 *const r[4], int unpack);
+
 /* ---- quad tiles (st_tile4_fn) ---- */
 #define ST_DECL_TILE4_(isa)                                                                          \
     void st_tile4_q4_0_q8_0_##isa(int n, float *s, size_t bs, const void *x, const void *y, size_t by, \
@@ -98,6 +111,9 @@ void st_quads_unpack4(st_type t, const void *quad, int64_t cols, void *rows4);
                                   int nr, int nc);
 ST_DECL_TILE4_(avx2)
 ST_DECL_TILE4_(avx512)
+/* Q8_0 in its quad layout (quads_avx512.c): its own arithmetic, not the rows' bits */
+void st_tile4_q8_0_q8_0_avx512(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr,
+                               int nc);
 
 /* ---- AVX2 tiles (bit-identical per element to the matching _avx2 dot) ---- */
 void st_tile_q4_0_q8_0_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,

@@ -194,24 +194,25 @@ TEST(test_product_errors) {
 /* The quad layout: for every table (the scalar one has no tile4 and unpacks each quad),
  * st_matvec_multi_l and st_matmul_l over a packed matrix give the row layout's bits for
  * 1 and 2 threads; st_quads_row returns the original rows; shapes and types that cannot
- * take the layout are refused and left as they were. Q4_K's quad kernel (AVX-512) has its
- * own arithmetic: there matvec and matmul over quads must agree bit for bit, for 1 and 2
- * threads, and the row layout's products within the kernels' rounding; a table without
- * it unpacks the quads and gives the rows' bits. */
+ * take the layout are refused and left as they were. The Q4_K and Q8_0 quad kernels
+ * (AVX-512) have their own arithmetic: there matvec and matmul over quads must agree bit for
+ * bit, for 1 and 2 threads, and the row layout's products within the kernels' rounding; a
+ * table without them unpacks the quads and gives the rows' bits. */
 TEST(test_quad_layout) {
     enum { QR = 44, QC_MAX = 1280, QT = 7 };
     st_threadpool *tp2 = NULL;
     CHECK_OK(st_threadpool_create(2, &tp2));
-    const st_type types[] = {ST_TYPE_Q4_0, ST_TYPE_Q4_1, ST_TYPE_Q5_0, ST_TYPE_Q5_1, ST_TYPE_Q4_K};
+    const st_type types[] = {ST_TYPE_Q4_0, ST_TYPE_Q4_1, ST_TYPE_Q5_0, ST_TYPE_Q5_1, ST_TYPE_Q4_K, ST_TYPE_Q8_0};
     int n_checked = 0, n_own = 0;
     for (int isa = ST_ISA_SCALAR; isa <= ST_ISA_AVX512; isa++) {
         const st_kernels *k = st_kernels_get((st_isa)isa);
         if ((int)k->isa != isa) continue;
-        for (int ti = 0; ti < 5; ti++) {
+        for (int ti = 0; ti < 6; ti++) {
             const st_type t = types[ti];
-            /* Q4_K: 5 super-blocks a row (an odd count); the others 12 blocks of 32 */
-            const int QC = t == ST_TYPE_Q4_K ? QC_MAX : 384;
-            const bool own_bits = t == ST_TYPE_Q4_K && k->type[t].tile4;
+            /* Q4_K, Q8_0: 5 spans of 256 columns a row (an odd count); the others 12 blocks of 32 */
+            const bool own_layout = t == ST_TYPE_Q4_K || t == ST_TYPE_Q8_0;
+            const int QC = own_layout ? QC_MAX : 384;
+            const bool own_bits = own_layout && k->type[t].tile4;
             const size_t rb = st_row_bytes(t, QC), ab = st_act_bytes(t, QC);
             uint8_t *W = malloc(rb * QR), *P = malloc(rb * QR), *row = malloc(rb), *Xq = malloc(ab * QT);
             float *tmp = malloc(sizeof(float) * QC * QR);
@@ -222,8 +223,8 @@ TEST(test_quad_layout) {
             qt_fill(&r, tmp, (int64_t)QC * QT, 2.0f);
             CHECK_OK(st_quantize_act_rows(NULL, k, t, tmp, QC, QT, QC, Xq));
             memcpy(P, W, rb * QR);
-            /* the tables with tile4: every SIMD table for the 32-blocks, AVX-512 for Q4_K */
-            CHECK_INT(st_quads_fit(k, t, QR, QC), t == ST_TYPE_Q4_K ? isa == ST_ISA_AVX512 : isa != ST_ISA_SCALAR);
+            /* the tables with tile4: every SIMD table for the 32-blocks, AVX-512 for Q4_K and Q8_0 */
+            CHECK_INT(st_quads_fit(k, t, QR, QC), own_layout ? isa == ST_ISA_AVX512 : isa != ST_ISA_SCALAR);
             CHECK_OK(st_pack_quads(t, P, QR, QC));
             CHECK(memcmp(P, W, rb * QR) != 0); /* really rearranged */
             int rows_same = 1;
@@ -263,17 +264,18 @@ TEST(test_quad_layout) {
             const double rel = max_diff / max_y;
             CHECK(own_bits ? rel < 1e-6 && rel > 0 : rel == 0);
             if (own_bits)
-                fprintf(stderr, "  %s q4_K quads vs rows: max difference %.2g of max |y| %.3g (%.2g)\n",
-                        st_isa_name(k->isa), max_diff, max_y, rel);
+                fprintf(stderr, "  %s %s quads vs rows: max difference %.2g of max |y| %.3g (%.2g)\n",
+                        st_isa_name(k->isa), st_type_name(t), max_diff, max_y, rel);
             n_checked++, n_own += own_bits;
             free(W), free(P), free(row), free(Xq), free(tmp);
         }
     }
-    CHECK(n_checked >= 5);
-    /* refusals: not a packable type, rows not a multiple of 4, cols not of 64 (Q4_K: of 256) */
+    CHECK(n_checked >= 6);
+    /* refusals: not a packable type, rows not a multiple of 4, cols not of 64 (Q4_K, Q8_0: of 256) */
     uint8_t buf[8 * 34 * 2] = {0}, before[sizeof buf];
     memcpy(before, buf, sizeof buf);
     CHECK_INT(st_pack_quads(ST_TYPE_Q8_0, buf, 4, 64), ST_E_INVAL);
+    CHECK_INT(st_pack_quads(ST_TYPE_Q6_K, buf, 4, 256), ST_E_INVAL);
     CHECK_INT(st_pack_quads(ST_TYPE_Q4_0, buf, 6, 64), ST_E_INVAL);
     CHECK_INT(st_pack_quads(ST_TYPE_Q4_0, buf, 4, 96), ST_E_INVAL);
     CHECK_INT(st_pack_quads(ST_TYPE_Q4_K, buf, 4, 128), ST_E_INVAL);
@@ -291,6 +293,61 @@ TEST(test_quad_layout) {
     st_threadpool_destroy(tp2);
 }
 
+
+/* The Q8_0 quad kernel at the ends of the ranges: quants -128 and 127 against activations
+ * -128 and 127 (the kernel adds 128 to each quant and takes 128 * sum(a) back out), every
+ * tile shape and the three alignments of the quad (64, 32, 16 past a cache line), against
+ * the exact sum of the dequantized products. */
+TEST(test_q8_0_quad_extremes) {
+    const st_kernels *k = st_kernels_get(ST_ISA_AVX512);
+    if (k->isa != ST_ISA_AVX512 || !k->type[ST_TYPE_Q8_0].tile4) {
+        test_skip("no AVX-512 with VNNI: the Q8_0 quad kernel untested");
+        return;
+    }
+    enum { C = 512, NBK = C / 32, NA = 4 };
+    st_block_q8_0 w[4][NBK], a[NA][NBK];
+    for (int r = 0; r < 4; r++)
+        for (int b = 0; b < NBK; b++) {
+            w[r][b].d = st_fp32_to_fp16(r == 3 ? 0.5f : 1.0f / (1 + b));
+            for (int e = 0; e < 32; e++) w[r][b].qs[e] = (int8_t)(r == 0 ? -128 : r == 1 ? 127 : r == 2 ? ((e + b) & 1 ? 127 : -128) : e - 16);
+        }
+    for (int c = 0; c < NA; c++)
+        for (int b = 0; b < NBK; b++) {
+            a[c][b].d = st_fp32_to_fp16(0.25f);
+            for (int e = 0; e < 32; e++) a[c][b].qs[e] = (int8_t)(c == 0 ? -128 : c == 1 ? 127 : c == 2 ? (e & 1 ? -128 : 127) : 3 * e - 50);
+        }
+    uint8_t *buf = malloc(sizeof w + 128);
+    REQUIRE(buf);
+    int bad = 0, n = 0;
+    for (int al = 0; al < 3; al++) {
+        uint8_t *quad = (uint8_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63) + (al == 0 ? 0 : al == 1 ? 32 : 16);
+        memcpy(quad, w, sizeof w);
+        CHECK_OK(st_pack_quads(ST_TYPE_Q8_0, quad, 4, C));
+        for (int nr = 1; nr <= 4; nr++)
+            for (int nc = 1; nc <= NA; nc++) {
+                float s[NA * 4];
+                k->type[ST_TYPE_Q8_0].tile4(C, s, 4, quad, a, sizeof a[0], nr, nc);
+                for (int r = 0; r < nr; r++)
+                    for (int c = 0; c < nc; c++) {
+                        double exact = 0, mag = 0;
+                        for (int b = 0; b < NBK; b++)
+                            for (int e = 0; e < 32; e++) {
+                                const double p = (double)st_fp16_to_fp32(w[r][b].d) * w[r][b].qs[e] *
+                                                 st_fp16_to_fp32(a[c][b].d) * a[c][b].qs[e];
+                                exact += p, mag += fabs(p);
+                            }
+                        if (fabs(s[c * 4 + r] - exact) > 1e-6 * mag) {
+                            fprintf(stderr, "  q8_0 quad row %d act %d (align %d): %.9g vs %.9g\n", r, c, al, s[c * 4 + r], exact);
+                            bad++;
+                        }
+                        n++;
+                    }
+            }
+    }
+    CHECK_INT(bad, 0);
+    CHECK_INT(n, 3 * 10 * 10);
+    free(buf);
+}
 
 /* The panel layout: st_panels_count's cuts; packing round-trips every row; matvec and matmul
  * over panels equal, for 1 and 2 threads, the definition (each panel's row dotted with its
@@ -401,4 +458,4 @@ TEST(test_panel_layout) {
 }
 
 TEST_MAIN(test_products_deterministic_and_exact, test_rows_kernels_match_vec_dot, test_product_errors, test_quad_layout,
-          test_panel_layout)
+          test_q8_0_quad_extremes, test_panel_layout)
