@@ -220,42 +220,63 @@ void st_tile_q5_K_q8_K_avx512gfni(int n, float *s, size_t bs, const void *x, siz
 void st_tile_q6_K_q8_K_avx512gfni(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,
                                   size_t by, int nr, int nc);
 
-/* The Q4_K quad block (ST_WLAYOUT_QUADS, quads.c): super-block b of a quad's 4 rows in
- * the same 4 x 144 bytes, arranged for a kernel that holds one row per 128-bit lane:
+/* The Q4_K and Q5_K quad blocks (ST_WLAYOUT_QUADS, quads.c): super-block b of a quad's 4
+ * rows in the same 4 x 144 (Q4_K) or 4 x 176 (Q5_K) bytes, arranged for a kernel that holds
+ * one row per 128-bit lane:
  *   bytes   0..7    d of rows 0-3 (f16)
  *   bytes   8..15   dmin of rows 0-3 (f16)
  *   bytes  16..63   the rows' 12 packed scale bytes, row after row
- *   bytes  64..575  8 chunks of 64 bytes: chunk k holds qs[16 k .. 16 k + 15] of rows 0, 1,
- *                   2, 3, so one 64-byte load gives 16 quant bytes of each row.
- * The chunks start 64 bytes into the block and a block is 9 cache lines, so in a matrix
- * whose base is 64-byte aligned every chunk load is aligned. */
-#define KQ_Q4K_QUAD_BYTES (4 * sizeof(st_block_q4_K))
-#define KQ_Q4K_QUAD_DMIN 8
-#define KQ_Q4K_QUAD_SCALES 16
-#define KQ_Q4K_QUAD_QS 64
-_Static_assert(KQ_Q4K_QUAD_QS + 4 * QK_K / 2 == 576 && KQ_Q4K_QUAD_BYTES == 576, "q4_K quad block");
+ *   Q5_K only, bytes 64..191: 2 chunks of 64 bytes, chunk h holding qh[16 h .. 16 h + 15]
+ *                   of rows 0, 1, 2, 3
+ *   then (from byte KQ_QUAD_QS(Q5)) 8 chunks of 64 bytes: chunk k holds qs[16 k .. 16 k + 15]
+ *                   of rows 0, 1, 2, 3, so one 64-byte load gives 16 quant bytes of each row.
+ * The chunks start 64 or 192 bytes into the block and a block is 9 or 11 cache lines, so in
+ * a matrix whose base is 64-byte aligned every chunk load is aligned. */
+#define KQ_QUAD_DMIN 8
+#define KQ_QUAD_SCALES 16
+#define KQ_QUAD_QH 64
+#define KQ_QUAD_QS(Q5) ((Q5) ? 192 : 64)
+#define KQ_QUAD_BYTES(Q5) (4 * ((Q5) ? sizeof(st_block_q5_K) : sizeof(st_block_q4_K)))
+_Static_assert(KQ_QUAD_QS(0) + 4 * QK_K / 2 == KQ_QUAD_BYTES(0) && KQ_QUAD_QS(1) + 4 * QK_K / 2 == KQ_QUAD_BYTES(1) &&
+                   KQ_QUAD_BYTES(0) % 64 == 0 && KQ_QUAD_BYTES(1) % 64 == 0,
+               "q4_K / q5_K quad blocks");
 
-/* Writes the quad block of the 4 blocks r[0..3] into quad, or (unpack) block r[j] back from it. */
-static inline void st_kq_q4k_quad_convert(uint8_t *quad, st_block_q4_K *const r[4], int unpack) {
+/* Writes the quad block of the 4 blocks r[0..3] (st_block_q4_K, or st_block_q5_K when Q5)
+ * into quad, or (unpack) the blocks back from it. */
+static inline void st_kq_q45k_quad_convert(int Q5, uint8_t *quad, void *const r[4], int unpack) {
     for (int j = 0; j < 4; j++) {
-        uint8_t *d = quad + 2 * j, *dmin = quad + KQ_Q4K_QUAD_DMIN + 2 * j;
-        uint8_t *sc = quad + KQ_Q4K_QUAD_SCALES + K_SCALE_SIZE * j;
-        if (unpack) {
-            memcpy(&r[j]->d, d, 2), memcpy(&r[j]->dmin, dmin, 2), memcpy(r[j]->scales, sc, K_SCALE_SIZE);
-            for (int k = 0; k < 8; k++) memcpy(r[j]->qs + 16 * k, quad + KQ_Q4K_QUAD_QS + 64 * k + 16 * j, 16);
-        } else {
-            memcpy(d, &r[j]->d, 2), memcpy(dmin, &r[j]->dmin, 2), memcpy(sc, r[j]->scales, K_SCALE_SIZE);
-            for (int k = 0; k < 8; k++) memcpy(quad + KQ_Q4K_QUAD_QS + 64 * k + 16 * j, r[j]->qs + 16 * k, 16);
+        /* both block types start with d, dmin and the scales */
+        uint8_t *blk = r[j];
+        uint8_t *qs = Q5 ? ((st_block_q5_K *)r[j])->qs : ((st_block_q4_K *)r[j])->qs;
+        const size_t head[3][3] = {{2 * (size_t)j, 0, 2}, {KQ_QUAD_DMIN + 2 * (size_t)j, 2, 2},
+                                   {KQ_QUAD_SCALES + K_SCALE_SIZE * (size_t)j, 4, K_SCALE_SIZE}};
+        for (int f = 0; f < 3; f++) {
+            if (unpack) memcpy(blk + head[f][1], quad + head[f][0], head[f][2]);
+            else memcpy(quad + head[f][0], blk + head[f][1], head[f][2]);
+        }
+        for (int h = 0; Q5 && h < 2; h++) {
+            uint8_t *qh = ((st_block_q5_K *)r[j])->qh + 16 * h, *c = quad + KQ_QUAD_QH + 64 * h + 16 * j;
+            if (unpack) memcpy(qh, c, 16);
+            else memcpy(c, qh, 16);
+        }
+        for (int k = 0; k < 8; k++) {
+            uint8_t *c = quad + KQ_QUAD_QS(Q5) + 64 * k + 16 * j;
+            if (unpack) memcpy(qs + 16 * k, c, 16);
+            else memcpy(c, qs + 16 * k, 16);
         }
     }
 }
 
-/* Q4_K over a quad of that layout (st_tile4_fn; AVX-512 + VNNI, kquants_avx512*.c): its own
- * arithmetic (a row's sums in one 128-bit lane), so not the row dots' bits; deterministic and
- * the same per element whatever nr and nc. */
+/* Q4_K and Q5_K over a quad of that layout (st_tile4_fn; AVX-512 + VNNI, kquants_avx512*.c):
+ * their own arithmetic (a row's sums in one 128-bit lane), so not the row dots' bits;
+ * deterministic and the same per element whatever nr and nc. */
 void st_tile4_q4_K_q8_K_avx512(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr,
                                int nc);
 void st_tile4_q4_K_q8_K_avx512gfni(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr,
+                                   int nc);
+void st_tile4_q5_K_q8_K_avx512(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr,
+                               int nc);
+void st_tile4_q5_K_q8_K_avx512gfni(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr,
                                    int nc);
 
 /* ---- for the SIMD files' row kernels ---- */

@@ -188,12 +188,12 @@ KQ_AI void q6k_row(const int NC, int nb, const st_block_q6_K *x, const void *y, 
     for (int c = 0; c < NC; c++) s[(size_t)c * bs] = _mm512_reduce_add_ps(acc[c]);
 }
 
-/* ---- Q4_K over a quad (kquants.h: the quad block) -------------------------------------
+/* ---- Q4_K and Q5_K over a quad (kquants.h: the quad blocks) ---------------------------
  * One row per 128-bit lane: a chunk load holds 16 quant bytes of each of the 4 rows, its low
- * nibbles are 16 weights of sub-block 2g (g = chunk / 2) and its high nibbles 16 of 2g + 1,
- * and the matching 16 activations are broadcast to the 4 lanes. The two chunks of a
- * sub-block accumulate in one vpdpbusd chain (8 products a dword lane, within
- * +-8 * 15 * 128, so vpackssdw keeps them), a pair of sub-blocks is packed to words and
+ * nibbles are 16 weights of sub-block 2g (g = chunk / 2) and its high nibbles 16 of 2g + 1
+ * (Q5_K: plus 16 where the qh chunk's bit 2g / 2g + 1 is set), and the matching 16
+ * activations are broadcast to the 4 lanes. The two chunks of a sub-block accumulate in one
+ * vpdpbusd chain (8 products a dword lane, within +-8 * 31 * 128, so vpackssdw keeps them), a pair of sub-blocks is packed to words and
  * multiplied by its scale words in one vpdpwssd: a row's integer sums end in the 4 dword
  * lanes of its 128-bit lane. What a row dot spends on its block header (the 6-bit scales
  * unpacked, the mins against the bsums, d and dmin converted and applied) is then done for
@@ -229,9 +229,9 @@ KQ_AI __m512i q4k_quad_load(const int ALIGN, const uint8_t *p) {
     return _mm512_loadu_si512(p);
 }
 
-KQ_AI void q4k_quad_rows(const int ALIGN, const int NC, int nb, const uint8_t *x, const void *y, size_t by,
-                         float *s, size_t bs, int nr) {
-    const __m512i m0f = _mm512_set1_epi8(0x0F);
+KQ_AI void q45k_quad_rows(const int Q5, const int ALIGN, const int NC, int nb, const uint8_t *x, const void *y,
+                          size_t by, float *s, size_t bs, int nr) {
+    const __m512i m0f = _mm512_set1_epi8(0x0F), b16 = _mm512_set1_epi8(16);
     __m512i pick_sw[4]; /* pair g's scale words: 4 of scale 2g, 4 of scale 2g + 1, per lane */
 #pragma GCC unroll 4
     for (int g = 0; g < 4; g++) {
@@ -245,18 +245,27 @@ KQ_AI void q4k_quad_rows(const int ALIGN, const int NC, int nb, const uint8_t *x
 #pragma GCC unroll 4
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps(), accm[c] = _mm512_setzero_ps();
     for (int i = 0; i < nb; i++) {
-        const uint8_t *qb = x + (size_t)i * KQ_Q4K_QUAD_BYTES;
-        const __m512i scm = q4k_quad_scales(qb + KQ_Q4K_QUAD_SCALES);
+        const uint8_t *qb = x + (size_t)i * KQ_QUAD_BYTES(Q5);
+        const __m512i scm = q4k_quad_scales(qb + KQ_QUAD_SCALES);
+        __m512i qh[2];
+        if (Q5) qh[0] = q4k_quad_load(ALIGN, qb + KQ_QUAD_QH), qh[1] = q4k_quad_load(ALIGN, qb + KQ_QUAD_QH + 64);
         const __m512i mins = _mm512_shuffle_epi8(scm, pick_min);
         const __m512 ddm = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)qb)));
         const __m512 dv = _mm512_permutexvar_ps(lane_d, ddm), mv = _mm512_permutexvar_ps(lane_dmin, ddm);
         __m512i sumi[ST_TILE_MAX];
 #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
-            const __m512i L0 = q4k_quad_load(ALIGN, qb + KQ_Q4K_QUAD_QS + 128 * g);
-            const __m512i L1 = q4k_quad_load(ALIGN, qb + KQ_Q4K_QUAD_QS + 128 * g + 64);
-            const __m512i lo0 = _mm512_and_si512(L0, m0f), hi0 = kq_high_nibbles(L0);
-            const __m512i lo1 = _mm512_and_si512(L1, m0f), hi1 = kq_high_nibbles(L1);
+            const __m512i L0 = q4k_quad_load(ALIGN, qb + KQ_QUAD_QS(Q5) + 128 * g);
+            const __m512i L1 = q4k_quad_load(ALIGN, qb + KQ_QUAD_QS(Q5) + 128 * g + 64);
+            __m512i lo0 = _mm512_and_si512(L0, m0f), hi0 = kq_high_nibbles(L0);
+            __m512i lo1 = _mm512_and_si512(L1, m0f), hi1 = kq_high_nibbles(L1);
+            if (Q5) { /* chunk 2g + h's elements take their 5th bit from qh chunk h */
+                const __m512i bl = _mm512_set1_epi8((char)(1 << (2 * g))), bh = _mm512_set1_epi8((char)(2 << (2 * g)));
+                lo0 = _mm512_mask_add_epi8(lo0, _mm512_test_epi8_mask(qh[0], bl), lo0, b16);
+                hi0 = _mm512_mask_add_epi8(hi0, _mm512_test_epi8_mask(qh[0], bh), hi0, b16);
+                lo1 = _mm512_mask_add_epi8(lo1, _mm512_test_epi8_mask(qh[1], bl), lo1, b16);
+                hi1 = _mm512_mask_add_epi8(hi1, _mm512_test_epi8_mask(qh[1], bh), hi1, b16);
+            }
             const __m512i sw = _mm512_shuffle_epi8(scm, pick_sw[g]);
 #pragma GCC unroll 4
             for (int c = 0; c < NC; c++) {
@@ -290,26 +299,26 @@ KQ_AI void q4k_quad_rows(const int ALIGN, const int NC, int nb, const uint8_t *x
     }
 }
 
-/* Defines st_tile4_q4_K_q8_K_<isa> (st_tile4_fn) from q4k_quad_rows; the three loads give
- * the same bytes, so the results do not depend on the matrix's alignment. */
-#define KQ_Q4K_QUAD_NC_(A)                                                                      \
+#define KQ_QUAD_NC_(Q5, A)                                                                      \
     switch (nc) {                                                                               \
-    case 1: q4k_quad_rows(A, 1, nb, x, y, by, s, bs, nr); break;                                \
-    case 2: q4k_quad_rows(A, 2, nb, x, y, by, s, bs, nr); break;                                \
-    case 3: q4k_quad_rows(A, 3, nb, x, y, by, s, bs, nr); break;                                \
-    default: q4k_quad_rows(A, 4, nb, x, y, by, s, bs, nr); break;                               \
+    case 1: q45k_quad_rows(Q5, A, 1, nb, x, y, by, s, bs, nr); break;                           \
+    case 2: q45k_quad_rows(Q5, A, 2, nb, x, y, by, s, bs, nr); break;                           \
+    case 3: q45k_quad_rows(Q5, A, 3, nb, x, y, by, s, bs, nr); break;                           \
+    default: q45k_quad_rows(Q5, A, 4, nb, x, y, by, s, bs, nr); break;                          \
     }
-#define ST_KQ_DEF_Q4K_QUAD_(isa)                                                                        \
-    void st_tile4_q4_K_q8_K_##isa(int n, float *s, size_t bs, const void *x, const void *y, size_t by, \
-                                  int nr, int nc) {                                                     \
+/* Defines st_tile4_<name>_<isa> (st_tile4_fn) from q45k_quad_rows; the three loads give the
+ * same bytes, so the results do not depend on the matrix's alignment. */
+#define ST_KQ_DEF_QUAD_(name, isa, Q5)                                                                   \
+    void st_tile4_##name##_##isa(int n, float *s, size_t bs, const void *x, const void *y, size_t by,   \
+                                 int nr, int nc) {                                                      \
         ST_ASSERT(n % QK_K == 0 && nr >= 1 && nr <= 4 && nc >= 1 && nc <= 4);                          \
         const int nb = n / QK_K, al = (int)((uintptr_t)x & 63);                                          \
         if (al == 0) {                                                                                  \
-            KQ_Q4K_QUAD_NC_(64)                                                                         \
+            KQ_QUAD_NC_(Q5, 64)                                                                         \
         } else if (al == 32) {                                                                          \
-            KQ_Q4K_QUAD_NC_(32)                                                                         \
+            KQ_QUAD_NC_(Q5, 32)                                                                         \
         } else {                                                                                        \
-            KQ_Q4K_QUAD_NC_(1)                                                                          \
+            KQ_QUAD_NC_(Q5, 1)                                                                          \
         }                                                                                               \
     }
 

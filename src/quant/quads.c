@@ -1,5 +1,5 @@
 /* The quad weight layout (st_wlayout): 4 rows of 32-element blocks interleaved block by
- * block, or (Q4_K) the 4 rows' super-blocks rearranged into one quad block each
+ * block, or (Q4_K, Q5_K, Q8_0) rearranged into quad blocks of their own
  * (kquants.h), so a 4-row tile reads one sequential stream (see quant.h). Packing runs once
  * per matrix at model load, in place, one quad at a time through a 4-row scratch buffer. */
 #include "quant_int.h"
@@ -10,8 +10,9 @@
 
 bool st_quads_shape(st_type t, int64_t rows, int64_t cols) {
     const bool type_ok = t == ST_TYPE_Q4_0 || t == ST_TYPE_Q4_1 || t == ST_TYPE_Q5_0 || t == ST_TYPE_Q5_1;
-    const int64_t col_step = t == ST_TYPE_Q4_K ? QK_K : t == ST_TYPE_Q8_0 ? 32 * ST_Q8Q_SPAN : 64;
-    return (type_ok || t == ST_TYPE_Q4_K || t == ST_TYPE_Q8_0) && rows >= 0 && rows % 4 == 0 && cols > 0 && cols % col_step == 0 &&
+    const bool own = t == ST_TYPE_Q4_K || t == ST_TYPE_Q5_K || t == ST_TYPE_Q8_0; /* quad blocks of their own */
+    const int64_t col_step = t == ST_TYPE_Q8_0 ? 32 * ST_Q8Q_SPAN : own ? QK_K : 64;
+    return (type_ok || own) && rows >= 0 && rows % 4 == 0 && cols > 0 && cols % col_step == 0 &&
            cols <= INT32_MAX;
 }
 
@@ -37,12 +38,13 @@ _Static_assert(sizeof(st_block_q4_0) == 18 && sizeof(st_block_q4_1) == 20 && siz
                    sizeof(st_block_q5_1) == 24,
                "quad_convert's block sizes");
 
-/* Q4_K: super-block b of the 4 rows <-> quad block b */
-static void quad_convert_q4k(uint8_t *quad, uint8_t *rows4, size_t rb, int unpack) {
-    for (size_t b = 0; b < rb / sizeof(st_block_q4_K); b++) {
-        st_block_q4_K *r[4];
-        for (int j = 0; j < 4; j++) r[j] = (st_block_q4_K *)(rows4 + (size_t)j * rb) + b;
-        st_kq_q4k_quad_convert(quad + b * KQ_Q4K_QUAD_BYTES, r, unpack);
+/* Q4_K, Q5_K: super-block b of the 4 rows <-> quad block b */
+static void quad_convert_q45k(int q5, uint8_t *quad, uint8_t *rows4, size_t rb, int unpack) {
+    const size_t bb = q5 ? sizeof(st_block_q5_K) : sizeof(st_block_q4_K);
+    for (size_t b = 0; b < rb / bb; b++) {
+        void *r[4];
+        for (int j = 0; j < 4; j++) r[j] = rows4 + (size_t)j * rb + b * bb;
+        st_kq_q45k_quad_convert(q5, quad + b * KQ_QUAD_BYTES(q5), r, unpack);
     }
 }
 
@@ -76,7 +78,8 @@ static void quad_convert_q8(uint8_t *quad, uint8_t *rows4, size_t rb, int unpack
 static void quad_convert(uint8_t *quad, uint8_t *rows4, size_t rb, size_t bb, int unpack) {
     switch (bb) {
     case sizeof(st_block_q8_0): quad_convert_q8(quad, rows4, rb, unpack); break;
-    case sizeof(st_block_q4_K): quad_convert_q4k(quad, rows4, rb, unpack); break;
+    case sizeof(st_block_q4_K): quad_convert_q45k(0, quad, rows4, rb, unpack); break;
+    case sizeof(st_block_q5_K): quad_convert_q45k(1, quad, rows4, rb, unpack); break;
     case 18: quad_convert_bb(quad, rows4, rb, 18, unpack); break; /* q4_0 */
     case 20: quad_convert_bb(quad, rows4, rb, 20, unpack); break; /* q4_1 */
     case 22: quad_convert_bb(quad, rows4, rb, 22, unpack); break; /* q5_0 */
@@ -114,11 +117,13 @@ int st_quads_row(st_type t, const void *W, int64_t rows, int64_t cols, int64_t r
         }
         return 0;
     }
-    if (t == ST_TYPE_Q4_K) {
+    if (t == ST_TYPE_Q4_K || t == ST_TYPE_Q5_K) {
+        const int q5 = t == ST_TYPE_Q5_K;
         for (size_t b = 0; b < nb; b++) {
-            st_block_q4_K blk[4], *p[4] = {&blk[0], &blk[1], &blk[2], &blk[3]};
-            st_kq_q4k_quad_convert((uint8_t *)(uintptr_t)(quad + b * KQ_Q4K_QUAD_BYTES), p, 1);
-            memcpy((uint8_t *)row + b * bb, &blk[r % 4], bb);
+            st_block_q5_K blk[4]; /* the larger block: room for either */
+            void *p[4] = {&blk[0], &blk[1], &blk[2], &blk[3]};
+            st_kq_q45k_quad_convert(q5, (uint8_t *)(uintptr_t)(quad + b * KQ_QUAD_BYTES(q5)), p, 1);
+            memcpy((uint8_t *)row + b * bb, p[r % 4], bb);
         }
         return 0;
     }

@@ -761,27 +761,32 @@ TEST(test_kquant_simd_builds) {
     free(qa);
 }
 
-/* The Q4_K quad kernels (AVX-512, with GFNI and without) over 4 rows packed by
+/* The Q4_K and Q5_K quad kernels (AVX-512, with GFNI and without) over 4 rows packed by
  * st_pack_quads: every element of every tile shape against the scalar dot of its row, with
  * random blocks and one of every quant, scale and min at its maximum against -128
  * activations (where a vpackssdw of the 8-product sums would saturate if they did not fit);
  * an element the same bits whatever nr and nc, whatever the quad's alignment (64, 32 or 16
  * bytes past a cache line: three load paths), and in both builds; and the AVX-512 table
- * carries the build this CPU runs best. */
-TEST(test_q4_K_quad_kernels) {
+ * carries the builds this CPU runs best. */
+TEST(test_q45_K_quad_kernels) {
     if (max_isa() < ST_ISA_AVX512) {
-        test_skip("no AVX-512 with VNNI on this CPU (or STRATA_ISA): Q4_K quad kernels untested");
+        test_skip("no AVX-512 with VNNI on this CPU (or STRATA_ISA): Q4_K / Q5_K quad kernels untested");
         return;
     }
     typedef void (*tile4_fn)(int, float *, size_t, const void *, const void *, size_t, int, int);
-    const tile4_fn builds[2] = {st_tile4_q4_K_q8_K_avx512, st_tile4_q4_K_q8_K_avx512gfni};
+    const tile4_fn builds[2][2] = {{st_tile4_q4_K_q8_K_avx512, st_tile4_q4_K_q8_K_avx512gfni},
+                                   {st_tile4_q5_K_q8_K_avx512, st_tile4_q5_K_q8_K_avx512gfni}};
+    const quant_fn quant[2] = {st_quantize_row_q4_K_ref, st_quantize_row_q5_K_ref};
+    const dequant_fn deq[2] = {st_dequantize_row_q4_K, st_dequantize_row_q5_K};
+    const dot_fn ref[2] = {st_vec_dot_q4_K_q8_K_scalar, st_vec_dot_q5_K_q8_K_scalar};
+    const size_t bbytes[2] = {sizeof(st_block_q4_K), sizeof(st_block_q5_K)};
+    const st_type types[2] = {ST_TYPE_Q4_K, ST_TYPE_Q5_K};
     const int runs_gfni = st_cpu_has_gfni();
-    if (!runs_gfni) test_skip("no GFNI on this CPU: the GFNI Q4_K quad kernel untested");
+    if (!runs_gfni) test_skip("no GFNI on this CPU: the GFNI Q4_K / Q5_K quad kernels untested");
     enum { NB = 33, NR = 4, NC = 4 };
     const int n = NB * QK_K;
-    const size_t rb = NB * sizeof(st_block_q4_K);
     float *x = malloc((size_t)n * sizeof *x), *xd = malloc((size_t)n * sizeof *xd), *ad = malloc((size_t)n * sizeof *ad);
-    uint8_t *rows = malloc(NR * rb), *buf = malloc(NR * rb + 128);
+    uint8_t *rows = malloc(NR * NB * sizeof(st_block_q5_K)), *buf = malloc(NR * NB * sizeof(st_block_q5_K) + 128);
     st_block_q8_K *qa = malloc((size_t)NC * NB * sizeof *qa);
     REQUIRE(x && xd && ad && rows && buf && qa);
     for (int c = 0; c < NC; c++) {
@@ -790,65 +795,68 @@ TEST(test_q4_K_quad_kernels) {
     }
     for (int j = 0; j < QK_K; j++) qa[3 * NB].qs[j] = -128; /* activation 3, block 0 */
     for (int g = 0; g < QK_K / 16; g++) qa[3 * NB].bsums[g] = -128 * 16;
-    for (int r = 0; r < NR; r++) {
-        fill(x, n, r & 1, 950 + r);
-        for (int i = 0; i < n; i++) x[i] *= 1.f + (float)((i / QK_K) % 5);
-        st_quantize_row_q4_K_ref(x, rows + r * rb, n);
-    }
-    uint8_t *ext = rows + 2 * rb; /* row 2, block 0: all at their maximum, d = dmin = 1 */
-    memset(ext, 0xFF, sizeof(st_block_q4_K));
-    ext[0] = 0x00, ext[1] = 0x3C, ext[2] = 0x00, ext[3] = 0x3C;
-    int n_elems = 0, all_near = 1, all_same = 1;
-    for (int v = 0; v < 2; v++) { /* one block (the extreme one at row 2, activation 3) and all */
-        const int nb = v ? NB : 1, m = nb * QK_K;
-        /* a quad of m columns: the 4 rows' first nb blocks */
-        uint8_t *rows_m = malloc(NR * nb * sizeof(st_block_q4_K));
-        REQUIRE(rows_m);
-        for (int r = 0; r < NR; r++) memcpy(rows_m + (size_t)r * nb * sizeof(st_block_q4_K), rows + r * rb, nb * sizeof(st_block_q4_K));
-        CHECK_OK(st_pack_quads(ST_TYPE_Q4_K, rows_m, NR, m));
-        float first[NR * NC];
-        int have_first = 0;
-        for (int al = 0; al < 3; al++) {
-            const size_t off = al == 0 ? 0 : al == 1 ? 32 : 16;
-            uint8_t *quad = (uint8_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63) + off;
-            memcpy(quad, rows_m, NR * nb * sizeof(st_block_q4_K));
-            for (int bi = 0; bi < 1 + runs_gfni; bi++) {
-                for (int nr = 1; nr <= NR; nr++) {
-                    for (int nc = 1; nc <= NC; nc++) {
-                        float t[NR * NC];
-                        builds[bi](m, t, NR, quad, qa, NB * sizeof *qa, nr, nc);
-                        for (int r = 0; r < nr; r++) {
-                            for (int c = 0; c < nc; c++) {
-                                const float got = t[c * NR + r];
-                                if (!have_first && nr == NR && nc == NC) first[c * NR + r] = got;
-                                else if (have_first) all_same &= memcmp(&got, &first[c * NR + r], sizeof got) == 0;
-                                if (al || bi || nr != NR || nc != NC) continue;
-                                st_dequantize_row_q4_K(rows + r * rb, xd, m);
-                                st_dequantize_row_q8_K(qa + (size_t)c * NB, ad, m);
-                                double mag = 0;
-                                for (int i = 0; i < m; i++) mag += fabs((double)xd[i] * ad[i]);
-                                float want = NAN;
-                                st_vec_dot_q4_K_q8_K_scalar(m, &want, rows + r * rb, qa + (size_t)c * NB);
-                                if (!(fabs(got - want) <= DOT_SIMD_REL_TOL * mag)) {
-                                    fprintf(stderr, "  q4_K quad row %d act %d, %d blocks: %.9g vs scalar %.9g\n", r, c, nb,
-                                            got, want);
-                                    all_near = 0;
+    for (int k = 0; k < 2; k++) {
+        const size_t bb = bbytes[k], rb = NB * bb;
+        for (int r = 0; r < NR; r++) {
+            fill(x, n, r & 1, 950 + 10 * k + r);
+            for (int i = 0; i < n; i++) x[i] *= 1.f + (float)((i / QK_K) % 5);
+            quant[k](x, rows + r * rb, n);
+        }
+        uint8_t *ext = rows + 2 * rb; /* row 2, block 0: all at their maximum, d = dmin = 1 */
+        memset(ext, 0xFF, bb);
+        ext[0] = 0x00, ext[1] = 0x3C, ext[2] = 0x00, ext[3] = 0x3C;
+        int n_elems = 0, all_near = 1, all_same = 1;
+        for (int v = 0; v < 2; v++) { /* one block (the extreme one at row 2, activation 3) and all */
+            const int nb = v ? NB : 1, m = nb * QK_K;
+            /* a quad of m columns: the 4 rows' first nb blocks */
+            uint8_t *rows_m = malloc(NR * nb * bb);
+            REQUIRE(rows_m);
+            for (int r = 0; r < NR; r++) memcpy(rows_m + (size_t)r * nb * bb, rows + r * rb, nb * bb);
+            CHECK_OK(st_pack_quads(types[k], rows_m, NR, m));
+            float first[NR * NC];
+            int have_first = 0;
+            for (int al = 0; al < 3; al++) {
+                const size_t off = al == 0 ? 0 : al == 1 ? 32 : 16;
+                uint8_t *quad = (uint8_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63) + off;
+                memcpy(quad, rows_m, NR * nb * bb);
+                for (int bi = 0; bi < 1 + runs_gfni; bi++) {
+                    for (int nr = 1; nr <= NR; nr++) {
+                        for (int nc = 1; nc <= NC; nc++) {
+                            float t[NR * NC];
+                            builds[k][bi](m, t, NR, quad, qa, NB * sizeof *qa, nr, nc);
+                            for (int r = 0; r < nr; r++) {
+                                for (int c = 0; c < nc; c++) {
+                                    const float got = t[c * NR + r];
+                                    if (!have_first && nr == NR && nc == NC) first[c * NR + r] = got;
+                                    else if (have_first) all_same &= memcmp(&got, &first[c * NR + r], sizeof got) == 0;
+                                    if (al || bi || nr != NR || nc != NC) continue;
+                                    deq[k](rows + r * rb, xd, m);
+                                    st_dequantize_row_q8_K(qa + (size_t)c * NB, ad, m);
+                                    double mag = 0;
+                                    for (int i = 0; i < m; i++) mag += fabs((double)xd[i] * ad[i]);
+                                    float want = NAN;
+                                    ref[k](m, &want, rows + r * rb, qa + (size_t)c * NB);
+                                    if (!(fabs(got - want) <= DOT_SIMD_REL_TOL * mag)) {
+                                        fprintf(stderr, "  q%d_K quad row %d act %d, %d blocks: %.9g vs scalar %.9g\n", 4 + k, r,
+                                                c, nb, got, want);
+                                        all_near = 0;
+                                    }
+                                    n_elems++;
                                 }
-                                n_elems++;
                             }
+                            if (nr == NR && nc == NC) have_first = 1;
                         }
-                        if (nr == NR && nc == NC) have_first = 1;
                     }
                 }
             }
+            free(rows_m);
         }
-        free(rows_m);
+        CHECK(all_near);
+        CHECK(all_same);
+        CHECK_INT(n_elems, 2 * NR * NC);
+        const st_kernels *k5 = st_kernels_get(ST_ISA_AVX512);
+        if (k5->isa == ST_ISA_AVX512) CHECK(k5->type[types[k]].tile4 == builds[k][runs_gfni]);
     }
-    CHECK(all_near);
-    CHECK(all_same);
-    CHECK_INT(n_elems, 2 * NR * NC);
-    const st_kernels *k5 = st_kernels_get(ST_ISA_AVX512);
-    if (k5->isa == ST_ISA_AVX512) CHECK(k5->type[ST_TYPE_Q4_K].tile4 == builds[runs_gfni]);
     free(x), free(xd), free(ad), free(rows), free(buf), free(qa);
 }
 
@@ -857,4 +865,4 @@ TEST_MAIN(test_block_layouts, test_scale_min_unpack, test_q4_K_known_block, test
           test_q8_K_known_block_and_rounding, test_quantize_rmse,
           test_q4_K_search_beats_minmax, test_quantize_degenerate_blocks, test_dots_against_reference,
           test_dots_extreme_values, test_q8_K_simd_bytes_equal_ref, test_kquant_simd_builds,
-          test_q4_K_quad_kernels)
+          test_q45_K_quad_kernels)
