@@ -64,8 +64,10 @@ typedef struct st_gguf_tensor {
     uint64_t offset;    /* byte offset relative to the data section */
     uint64_t nbytes;    /* bytes of tensor data: ne[0]/block_size * block_bytes * ne[1]*ne[2]*ne[3] */
     const void *data;   /* borrowed: inside the mapping. From st_gguf_open it is aligned to
-                         * the file's alignment (the mapping is page-aligned); from memory,
-                         * only as well as the caller's buffer is. */
+                         * the file's alignment (the mapping is page-aligned; with
+                         * ST_GGUF_OPEN_ANON the copy starts up to 63 bytes into it, a
+                         * multiple of that alignment, so that most tensor bytes start on a
+                         * 64-byte line); from memory, only as well as the caller's buffer is. */
 } st_gguf_tensor;
 
 /* Opens and validates path (mmap, read-only). *out owned by caller: st_gguf_close.

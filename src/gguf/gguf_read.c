@@ -538,12 +538,36 @@ int st_gguf_open_memory(st_ctx *ctx, const void *data, size_t size, const char *
     return open_image(ctx, data, size, name, NULL, 0, out);
 }
 
+/* Where in a cache line the anonymous copy should start so that most tensor bytes start on
+ * one: GGUF aligns tensors to 32 bytes by default, so half of llama.cpp's files put every
+ * tensor 32 bytes past a cache line, where the quad kernels' 64-byte loads cross lines
+ * (q4_K 1.93 against 1.77 ns per 256 weights, kquants_avx512.h). Parses the file once from
+ * a read-only mapping; 0 when that fails (the real open then says why). */
+static size_t anonymous_shift(int fd, uint64_t size) {
+    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED) return 0;
+    st_gguf *g = NULL;
+    uint64_t bytes_at[64] = {0}; /* tensor bytes by start offset mod 64 */
+    if (open_image(NULL, m, size, NULL, NULL, 0, &g) == 0) {
+        for (int64_t i = 0; i < g->n_tensors; i++)
+            bytes_at[(g->data_offset + g->tensors[i].offset) % 64] += g->tensors[i].nbytes;
+        st_gguf_close(g);
+    }
+    munmap(m, (size_t)size);
+    int best = 0;
+    for (int r = 1; r < 64; r++)
+        if (bytes_at[r] > bytes_at[best]) best = r;
+    return (size_t)(64 - best) % 64;
+}
+
 /* Reads the whole file into anonymous memory backed by transparent huge pages where the
  * kernel allows: weights streamed at memory bandwidth stall on 4 KiB TLB misses when they
- * sit in the page cache behind a file mapping (measured: decode ~1.3x faster on the 1B shape). */
-static int read_anonymous(st_ctx *ctx, int fd, const char *path, uint64_t size, void **map, size_t *map_len) {
-    const size_t huge = (size_t)2 << 20;
-    size_t len = ((size_t)size + huge - 1) & ~(huge - 1);
+ * sit in the page cache behind a file mapping (measured: decode ~1.3x faster on the 1B shape).
+ * The image starts *image_off bytes into the mapping (anonymous_shift). */
+static int read_anonymous(st_ctx *ctx, int fd, const char *path, uint64_t size, void **map, size_t *map_len,
+                          size_t *image_off) {
+    const size_t huge = (size_t)2 << 20, shift = anonymous_shift(fd, size);
+    size_t len = ((size_t)size + shift + huge - 1) & ~(huge - 1);
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
         int e = errno;
@@ -555,7 +579,7 @@ static int read_anonymous(st_ctx *ctx, int fd, const char *path, uint64_t size, 
     uint64_t done = 0;
     while (done < size) {
         size_t chunk = size - done > ((size_t)1 << 30) ? ((size_t)1 << 30) : (size_t)(size - done);
-        ssize_t n = pread(fd, (char *)p + done, chunk, (off_t)done);
+        ssize_t n = pread(fd, (char *)p + shift + done, chunk, (off_t)done);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
             int e = n < 0 ? errno : EIO;
@@ -567,6 +591,7 @@ static int read_anonymous(st_ctx *ctx, int fd, const char *path, uint64_t size, 
     mprotect(p, len, PROT_READ);
     *map = p;
     *map_len = len;
+    *image_off = shift;
     return 0;
 }
 
@@ -593,9 +618,9 @@ int st_gguf_open_flags(st_ctx *ctx, const char *path, unsigned flags, st_gguf **
     }
     void *map = NULL;
     uint64_t size = (uint64_t)st.st_size;
-    size_t map_len = (size_t)size;
+    size_t map_len = (size_t)size, image_off = 0;
     if (size > 0 && (flags & ST_GGUF_OPEN_ANON)) {
-        int rc = read_anonymous(ctx, fd, path, size, &map, &map_len);
+        int rc = read_anonymous(ctx, fd, path, size, &map, &map_len, &image_off);
         if (rc) {
             close(fd);
             return rc;
@@ -609,7 +634,7 @@ int st_gguf_open_flags(st_ctx *ctx, const char *path, unsigned flags, st_gguf **
         }
     }
     close(fd); /* the mapping keeps the file referenced */
-    int rc = open_image(ctx, map, size, path, map, map_len, out);
+    int rc = open_image(ctx, map ? (const uint8_t *)map + image_off : NULL, size, path, map, map_len, out);
     if (!rc) (*out)->anon = size > 0 && (flags & ST_GGUF_OPEN_ANON);
     return rc;
 }

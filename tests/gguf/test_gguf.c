@@ -255,6 +255,51 @@ TEST(test_roundtrip_file) {
     st_ctx_destroy(ctx);
 }
 
+/* ST_GGUF_OPEN_ANON places its copy so that most tensor bytes start on a 64-byte line: with
+ * the default 32-byte alignment and a small tensor first, the big one starts 32 past a line
+ * in the file's data section in one of two metadata sizes; either way it starts on a line in
+ * memory, every tensor keeps the file's alignment, and every byte reads back. */
+TEST(test_anon_copy_aligns_tensors) {
+    st_ctx *ctx = new_ctx();
+    char dir[] = "/tmp/strata-gguf-test-XXXXXX";
+    REQUIRE(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof path, "%s/a.gguf", dir);
+    static float small[8], big[4096];
+    for (int i = 0; i < 4096; i++) big[i] = (float)i * 0.5f;
+    for (int i = 0; i < 8; i++) small[i] = -(float)i;
+    int seen_at32 = 0;
+    for (int pad = 0; pad < 2; pad++) { /* two metadata sizes: the data section 32 bytes apart */
+        st_gguf_writer *w = NULL;
+        CHECK_OK(st_gguf_writer_create(ctx, &w));
+        CHECK_OK(st_gguf_writer_set_str(w, "general.architecture", "llama"));
+        CHECK_OK(st_gguf_writer_set_str(w, "pad", pad ? "0123456789abcdef0123456789abcdef" : ""));
+        const int64_t ne_s[1] = {8}, ne_b[1] = {4096};
+        CHECK_OK(st_gguf_writer_add_tensor(w, "small", ST_TYPE_F32, 1, ne_s, small));
+        CHECK_OK(st_gguf_writer_add_tensor(w, "big", ST_TYPE_F32, 1, ne_b, big));
+        CHECK_OK(st_gguf_writer_write(w, path));
+        st_gguf_writer_destroy(w);
+        st_gguf *g = NULL;
+        CHECK_OK(st_gguf_open(ctx, path, &g)); /* a file mapping: page-aligned, as in the file */
+        REQUIRE(g);
+        const st_gguf_tensor *b = st_gguf_find_tensor(g, "big");
+        seen_at32 |= ((uintptr_t)b->data & 63) == 32;
+        st_gguf_close(g);
+        CHECK_OK(st_gguf_open_flags(ctx, path, ST_GGUF_OPEN_ANON, &g));
+        REQUIRE(g);
+        const st_gguf_tensor *sm = st_gguf_find_tensor(g, "small");
+        b = st_gguf_find_tensor(g, "big");
+        CHECK_INT((int)((uintptr_t)b->data & 63), 0);
+        CHECK_INT((int)((uintptr_t)sm->data & 31), 0);
+        CHECK(memcmp(b->data, big, sizeof big) == 0 && memcmp(sm->data, small, sizeof small) == 0);
+        st_gguf_close(g);
+    }
+    CHECK(seen_at32); /* one of the two files really put it 32 past a line */
+    unlink(path);
+    rmdir(dir);
+    st_ctx_destroy(ctx);
+}
+
 /* read -> copy every key and tensor into a new writer -> write: the same bytes */
 TEST(test_copy_is_identity) {
     st_ctx *ctx = new_ctx();
@@ -712,6 +757,6 @@ TEST(test_cli_inspect) {
     st_ctx_destroy(ctx);
 }
 
-TEST_MAIN(test_roundtrip_memory, test_roundtrip_file, test_copy_is_identity, test_nested_arrays,
+TEST_MAIN(test_roundtrip_memory, test_roundtrip_file, test_anon_copy_aligns_tensors, test_copy_is_identity, test_nested_arrays,
           test_getter_mismatches, test_writer_rejects, test_every_truncation, test_byte_flips, test_open_errors,
           test_cli_inspect)
