@@ -221,12 +221,12 @@ int st_quantize_act_rows(st_threadpool *tp, const st_kernels *k, st_type wtype, 
  * group block b of row r at byte (4 * b + r) * block bytes, so the 4 rows' blocks are
  * interleaved one by one. A matrix-vector product then reads the 4 rows of a quad as one
  * sequential stream while it loads and converts each activation block once per 4 rows (from
- * cache, a 4-row q4_0 tile ran 34 GB/s per core against 24 a row at a time). Q4_K (cols a
- * multiple of 256, tables with a Q4_K tile4: AVX-512) takes it too, the 4 rows' super-blocks
- * b in one 576-byte quad block arranged for a kernel with a row per 128-bit lane
- * (src/quant/kquants.h): its products are deterministic and the same in matvec and matmul,
- * but not the row layout's bits (a row's f32 sums run in another order). In memory only:
- * files keep GGUF's layout. */
+ * cache, a 4-row q4_0 tile ran 34 GB/s per core against 24 a row at a time). Q4_K, Q5_K,
+ * Q6_K and Q8_0 (cols a multiple of 256, tables with their tile4: AVX-512) take it too, in
+ * quad blocks of their own arranged for kernels with a row per 128-bit lane
+ * (src/quant/kquants.h, quant_int.h; docs/FORMATS.md): their products are deterministic and
+ * the same in matvec and matmul, but not the row layout's bits (a row's f32 sums run in
+ * another order). In memory only: files keep GGUF's layout. */
 /* ST_WLAYOUT_PANELS (rows longer than ST_PANEL_MAX_COLS, any type): the columns cut into
  * st_panels_count() panels of equal width, each a plain row-major rows x width matrix, stored
  * panel after panel. A thread then streams one panel's rows with an activation slice that

@@ -12,23 +12,23 @@
 
 /* with a quad-layout tile (the legacy 32-blocks on AVX2 and AVX-512: bench/matvec measured
  * quads 1.09-1.41x the rows; Q8_0 interleaved that way 0.86-0.96x, so on AVX2 it keeps rows;
- * Q4_K, Q5_K and Q8_0 in their own quad blocks on AVX-512) */
+ * Q4_K, Q5_K, Q6_K and Q8_0 in their own quad blocks on AVX-512) */
 #define ROWX_(vdt, from, to, dot, tl, t4, ex, rw) {.vec_dot_type = (vdt), .from_float = (from), .to_float = (to), .vec_dot = (dot), .tile = (tl), .tile4 = (t4), .act_expand = (ex), .rows = (rw)}
 #define ROW4_(vdt, from, to, dot, tl, t4) ROWX_(vdt, from, to, dot, tl, t4, NULL, NULL)
 #define ROW_(vdt, from, to, dot, tl) ROW4_(vdt, from, to, dot, tl, NULL)
 #define NOT_ ST_TYPE_COUNT_
 
 /* Rows every table shares apart from the ISA-specific entries. */
-#define KQ_ROWS_T_(q8k_from, dot2, dot3, dot4, dot5, dot6, tl2, tl3, tl4, tl5, tl6, q4k_quad, q5k_quad) \
+#define KQ_ROWS_T_(q8k_from, dot2, dot3, dot4, dot5, dot6, tl2, tl3, tl4, tl5, tl6, q4q, q5q, q6q)      \
     [ST_TYPE_Q2_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q2_K_ref, st_dequantize_row_q2_K, dot2, tl2), \
     [ST_TYPE_Q3_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q3_K_ref, st_dequantize_row_q3_K, dot3, tl3), \
-    [ST_TYPE_Q4_K] = ROW4_(ST_TYPE_Q8_K, st_quantize_row_q4_K_ref, st_dequantize_row_q4_K, dot4, tl4, q4k_quad), \
-    [ST_TYPE_Q5_K] = ROW4_(ST_TYPE_Q8_K, st_quantize_row_q5_K_ref, st_dequantize_row_q5_K, dot5, tl5, q5k_quad), \
-    [ST_TYPE_Q6_K] = ROW_(ST_TYPE_Q8_K, st_quantize_row_q6_K_ref, st_dequantize_row_q6_K, dot6, tl6), \
+    [ST_TYPE_Q4_K] = ROW4_(ST_TYPE_Q8_K, st_quantize_row_q4_K_ref, st_dequantize_row_q4_K, dot4, tl4, q4q), \
+    [ST_TYPE_Q5_K] = ROW4_(ST_TYPE_Q8_K, st_quantize_row_q5_K_ref, st_dequantize_row_q5_K, dot5, tl5, q5q), \
+    [ST_TYPE_Q6_K] = ROW4_(ST_TYPE_Q8_K, st_quantize_row_q6_K_ref, st_dequantize_row_q6_K, dot6, tl6, q6q), \
     [ST_TYPE_Q8_K] = ROW_(NOT_, q8k_from, st_dequantize_row_q8_K, NULL, NULL)
 /* (Q2_K and Q3_K dots and tiles: kquants_q23_avx2.c, kquants_q23_avx512.c) */
 #define KQ_ROWS_(q8k_from, dot2, dot3, dot4, dot5, dot6) \
-    KQ_ROWS_T_(q8k_from, dot2, dot3, dot4, dot5, dot6, NULL, NULL, NULL, NULL, NULL, NULL, NULL)
+    KQ_ROWS_T_(q8k_from, dot2, dot3, dot4, dot5, dot6, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)
 
 static const st_kernels kernels_scalar = {
     .isa = ST_ISA_SCALAR,
@@ -54,12 +54,13 @@ static const st_kernels kernels_scalar = {
 #define KQ_AVX2_(kq)                                                                               \
     KQ_ROWS_T_(st_quantize_row_q8_K_avx2, st_vec_dot_q2_K_q8_K_avx2, st_vec_dot_q3_K_q8_K_avx2, st_vec_dot_q4_K_q8_K_##kq, st_vec_dot_q5_K_q8_K_##kq,     \
                st_vec_dot_q6_K_q8_K_##kq, st_tile_q2_K_q8_K_avx2, st_tile_q3_K_q8_K_avx2, st_tile_q4_K_q8_K_##kq, st_tile_q5_K_q8_K_##kq,           \
-               st_tile_q6_K_q8_K_##kq, NULL, NULL)
+               st_tile_q6_K_q8_K_##kq, NULL, NULL, NULL)
 /* nib: the K-quant dots' suffix, avx512 or avx512gfni (kquants_avx512gfni.c) */
 #define KQ_AVX512_(nib)                                                                                \
     KQ_ROWS_T_(st_quantize_row_q8_K_avx512, st_vec_dot_q2_K_q8_K_avx512, st_vec_dot_q3_K_q8_K_avx512, st_vec_dot_q4_K_q8_K_##nib, st_vec_dot_q5_K_q8_K_##nib,    \
                st_vec_dot_q6_K_q8_K_##nib, st_tile_q2_K_q8_K_avx512, st_tile_q3_K_q8_K_avx512, st_tile_q4_K_q8_K_##nib, st_tile_q5_K_q8_K_##nib,           \
-               st_tile_q6_K_q8_K_##nib, st_tile4_q4_K_q8_K_##nib, st_tile4_q5_K_q8_K_##nib)
+               st_tile_q6_K_q8_K_##nib, st_tile4_q4_K_q8_K_##nib, st_tile4_q5_K_q8_K_##nib, \
+               st_tile4_q6_K_q8_K_##nib)
 #else
 #define KQ_AVX2_(kq) KQ_ROWS_(st_quantize_row_q8_K_ref, st_vec_dot_q2_K_q8_K_scalar, st_vec_dot_q3_K_q8_K_scalar, st_vec_dot_q4_K_q8_K_scalar, st_vec_dot_q5_K_q8_K_scalar, st_vec_dot_q6_K_q8_K_scalar)
 #define KQ_AVX512_(nib) KQ_AVX2_(avx2)

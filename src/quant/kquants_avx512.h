@@ -299,26 +299,111 @@ KQ_AI void q45k_quad_rows(const int Q5, const int ALIGN, const int NC, int nb, c
     }
 }
 
-#define KQ_QUAD_NC_(Q5, A)                                                                      \
-    switch (nc) {                                                                               \
-    case 1: q45k_quad_rows(Q5, A, 1, nb, x, y, by, s, bs, nr); break;                           \
-    case 2: q45k_quad_rows(Q5, A, 2, nb, x, y, by, s, bs, nr); break;                           \
-    case 3: q45k_quad_rows(Q5, A, 3, nb, x, y, by, s, bs, nr); break;                           \
-    default: q45k_quad_rows(Q5, A, 4, nb, x, y, by, s, bs, nr); break;                          \
+/* Q6_K over a quad (kquants.h: KQ_Q6Q_*), one row per 128-bit lane as for Q4_K. A ql chunk k
+ * (k = 4 n + kk) holds, in its low nibbles, 16 weights of sub-block 8 n + kk and, in its high
+ * nibbles, 16 of 8 n + 4 + kk; their 2 high bits sit in qh chunk 2 n + (kk & 1) at bits
+ * 0-1 / 4-5 (kk < 2) or 2-3 / 6-7. Each 16 weights give one vpdpbusd (4 products a dword
+ * lane, within 4 * 63 * 128: vpackssdw keeps them); chunks k, k + 1 give the pairs of
+ * sub-blocks (8 n + kk, + 1) and (8 n + 4 + kk, + 1), packed and multiplied by their
+ * sign-extended scale words. The -32 offset goes through the bsums as in q6k_row. */
+KQ_AI void q6k_quad_rows(const int ALIGN, const int NC, int nb, const uint8_t *x, const void *y, size_t by,
+                         float *s, size_t bs, int nr) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    __m512i pick_sw[4]; /* pair p of a 8-scale half: words 2p (x4) and 2p + 1 (x4) */
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+        const long long a = kq_words4((uint64_t)(0x0100 + 0x0202 * 2 * p)), b = kq_words4((uint64_t)(0x0100 + 0x0202 * (2 * p + 1)));
+        pick_sw[p] = _mm512_set_epi64(b, a, b, a, b, a, b, a);
     }
-/* Defines st_tile4_<name>_<isa> (st_tile4_fn) from q45k_quad_rows; the three loads give the
- * same bytes, so the results do not depend on the matrix's alignment. */
-#define ST_KQ_DEF_QUAD_(name, isa, Q5)                                                                   \
+    const __m512i lane_d = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const uint8_t *dq = x, *bodies = x + 8 * (size_t)nb;
+    __m512 acc[ST_TILE_MAX];
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const uint8_t *body = bodies + (size_t)i * KQ_Q6Q_BODY;
+        const __m512i S = q4k_quad_load(ALIGN, body);
+        /* sign-extended scale words, lane r: sub-blocks 0-7 (lo) and 8-15 (hi) of row r */
+        const __m512i sc_lo = _mm512_srai_epi16(_mm512_unpacklo_epi8(_mm512_setzero_si512(), S), 8);
+        const __m512i sc_hi = _mm512_srai_epi16(_mm512_unpackhi_epi8(_mm512_setzero_si512(), S), 8);
+        const __m512 dv = _mm512_permutexvar_ps(lane_d, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dq + 8 * (size_t)i)))));
+        __m512i sumi[ST_TILE_MAX];
+#pragma GCC unroll 2
+        for (int n = 0; n < 2; n++) {
+            const __m512i H0 = q4k_quad_load(ALIGN, body + KQ_Q6Q_QH(n, 0));
+            const __m512i H1 = q4k_quad_load(ALIGN, body + KQ_Q6Q_QH(n, 1));
+#pragma GCC unroll 2
+            for (int p = 0; p < 2; p++) { /* chunks k = 4 n + 2 p and k + 1 */
+                const __m512i L0 = q4k_quad_load(ALIGN, body + KQ_Q6Q_QL(n, 2 * p));
+                const __m512i L1 = q4k_quad_load(ALIGN, body + KQ_Q6Q_QL(n, 2 * p + 1));
+                /* A | (B & C): the nibble, and the 2 high bits moved to bits 4-5 */
+                const __m512i lo0 = _mm512_ternarylogic_epi32(_mm512_and_si512(L0, m4), p ? _mm512_slli_epi16(H0, 2) : _mm512_slli_epi16(H0, 4), m30, 0xF8);
+                const __m512i lo1 = _mm512_ternarylogic_epi32(_mm512_and_si512(L1, m4), p ? _mm512_slli_epi16(H1, 2) : _mm512_slli_epi16(H1, 4), m30, 0xF8);
+                const __m512i hi0 = _mm512_ternarylogic_epi32(kq_high_nibbles(L0), p ? _mm512_srli_epi16(H0, 2) : H0, m30, 0xF8);
+                const __m512i hi1 = _mm512_ternarylogic_epi32(kq_high_nibbles(L1), p ? _mm512_srli_epi16(H1, 2) : H1, m30, 0xF8);
+                /* scale words of the pairs (8 n + 2 p, + 1) and (8 n + 4 + 2 p, + 1) */
+                const __m512i sw_lo = _mm512_shuffle_epi8(n ? sc_hi : sc_lo, pick_sw[p]);
+                const __m512i sw_hi = _mm512_shuffle_epi8(n ? sc_hi : sc_lo, pick_sw[2 + p]);
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; c++) {
+                    const int8_t *a = kq_act(y, by, c, i)->qs + 128 * n + 32 * p;
+#define KQ_BCAST16_(q) _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(q)))
+                    const __m512i pl0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo0, KQ_BCAST16_(a));
+                    const __m512i pl1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo1, KQ_BCAST16_(a + 16));
+                    const __m512i ph0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi0, KQ_BCAST16_(a + 64));
+                    const __m512i ph1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi1, KQ_BCAST16_(a + 80));
+#undef KQ_BCAST16_
+                    const __m512i t = _mm512_madd_epi16(_mm512_packs_epi32(pl0, pl1), sw_lo);
+                    sumi[c] = (n | p) ? _mm512_add_epi32(sumi[c], t) : t;
+                    sumi[c] = _mm512_dpwssd_epi32(sumi[c], _mm512_packs_epi32(ph0, ph1), sw_hi);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            const st_block_q8_K *yc = kq_act(y, by, c, i);
+            /* the stored quants are q + 32: subtract 32 * sum_j scale_j * bsum_j */
+            const __m512i b_lo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)yc->bsums));
+            const __m512i b_hi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(yc->bsums + 8)));
+            const __m512i corr = _mm512_dpwssd_epi32(_mm512_madd_epi16(sc_lo, b_lo), sc_hi, b_hi);
+            const __m512i si = _mm512_sub_epi32(sumi[c], _mm512_slli_epi32(corr, 5));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(dv, _mm512_set1_ps(yc->d)), acc[c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++) {
+        float t[16];
+        _mm512_storeu_ps(t, acc[c]);
+        for (int r = 0; r < nr; r++) s[(size_t)c * bs + r] = (t[4 * r] + t[4 * r + 1]) + (t[4 * r + 2] + t[4 * r + 3]);
+    }
+}
+
+#define KQ_QUAD_NC_(ROWS, A)                                                                    \
+    switch (nc) {                                                                               \
+    case 1: ROWS(A, 1, nb, x, y, by, s, bs, nr); break;                                         \
+    case 2: ROWS(A, 2, nb, x, y, by, s, bs, nr); break;                                         \
+    case 3: ROWS(A, 3, nb, x, y, by, s, bs, nr); break;                                         \
+    default: ROWS(A, 4, nb, x, y, by, s, bs, nr); break;                                        \
+    }
+#define KQ_Q4K_QUAD_ROWS_(...) q45k_quad_rows(0, __VA_ARGS__)
+#define KQ_Q5K_QUAD_ROWS_(...) q45k_quad_rows(1, __VA_ARGS__)
+/* bytes before a quad's first 64-byte loads (Q6_K: the d's), for the alignment pick */
+#define KQ_Q4K_QUAD_ROWS__LEAD(nb) 0
+#define KQ_Q5K_QUAD_ROWS__LEAD(nb) 0
+#define q6k_quad_rows_LEAD(nb) (8 * (size_t)(nb))
+/* Defines st_tile4_<name>_<isa> (st_tile4_fn) from a quad kernel ROWS(ALIGN, NC, ...); the
+ * three loads give the same bytes, so the results do not depend on the matrix's alignment. */
+#define ST_KQ_DEF_QUAD_(name, isa, ROWS)                                                                 \
     void st_tile4_##name##_##isa(int n, float *s, size_t bs, const void *x, const void *y, size_t by,   \
                                  int nr, int nc) {                                                      \
         ST_ASSERT(n % QK_K == 0 && nr >= 1 && nr <= 4 && nc >= 1 && nc <= 4);                          \
-        const int nb = n / QK_K, al = (int)((uintptr_t)x & 63);                                          \
+        const int nb = n / QK_K, al = (int)(((uintptr_t)x + ROWS##_LEAD(nb)) & 63);                      \
         if (al == 0) {                                                                                  \
-            KQ_QUAD_NC_(Q5, 64)                                                                         \
+            KQ_QUAD_NC_(ROWS, 64)                                                                       \
         } else if (al == 32) {                                                                          \
-            KQ_QUAD_NC_(Q5, 32)                                                                         \
+            KQ_QUAD_NC_(ROWS, 32)                                                                       \
         } else {                                                                                        \
-            KQ_QUAD_NC_(Q5, 1)                                                                          \
+            KQ_QUAD_NC_(ROWS, 1)                                                                        \
         }                                                                                               \
     }
 

@@ -13,5 +13,6 @@
 ST_KQ_DEF_DOT_TILE_(q4_K_q8_K, avx512gfni, st_block_q4_K, KQ_Q4K_ROW_)
 ST_KQ_DEF_DOT_TILE_(q5_K_q8_K, avx512gfni, st_block_q5_K, KQ_Q5K_ROW_)
 ST_KQ_DEF_DOT_TILE_(q6_K_q8_K, avx512gfni, st_block_q6_K, q6k_row)
-ST_KQ_DEF_QUAD_(q4_K_q8_K, avx512gfni, 0)
-ST_KQ_DEF_QUAD_(q5_K_q8_K, avx512gfni, 1)
+ST_KQ_DEF_QUAD_(q4_K_q8_K, avx512gfni, KQ_Q4K_QUAD_ROWS_)
+ST_KQ_DEF_QUAD_(q5_K_q8_K, avx512gfni, KQ_Q5K_QUAD_ROWS_)
+ST_KQ_DEF_QUAD_(q6_K_q8_K, avx512gfni, q6k_quad_rows)

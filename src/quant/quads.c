@@ -1,5 +1,5 @@
 /* The quad weight layout (st_wlayout): 4 rows of 32-element blocks interleaved block by
- * block, or (Q4_K, Q5_K, Q8_0) rearranged into quad blocks of their own
+ * block, or (Q4_K, Q5_K, Q6_K, Q8_0) rearranged into quad blocks of their own
  * (kquants.h), so a 4-row tile reads one sequential stream (see quant.h). Packing runs once
  * per matrix at model load, in place, one quad at a time through a 4-row scratch buffer. */
 #include "quant_int.h"
@@ -10,7 +10,7 @@
 
 bool st_quads_shape(st_type t, int64_t rows, int64_t cols) {
     const bool type_ok = t == ST_TYPE_Q4_0 || t == ST_TYPE_Q4_1 || t == ST_TYPE_Q5_0 || t == ST_TYPE_Q5_1;
-    const bool own = t == ST_TYPE_Q4_K || t == ST_TYPE_Q5_K || t == ST_TYPE_Q8_0; /* quad blocks of their own */
+    const bool own = t == ST_TYPE_Q4_K || t == ST_TYPE_Q5_K || t == ST_TYPE_Q6_K || t == ST_TYPE_Q8_0; /* layouts of their own */
     const int64_t col_step = t == ST_TYPE_Q8_0 ? 32 * ST_Q8Q_SPAN : own ? QK_K : 64;
     return (type_ok || own) && rows >= 0 && rows % 4 == 0 && cols > 0 && cols % col_step == 0 &&
            cols <= INT32_MAX;
@@ -75,8 +75,19 @@ static void quad_convert_q8(uint8_t *quad, uint8_t *rows4, size_t rb, int unpack
     }
 }
 
+/* Q6_K: super-block b of the 4 rows <-> body b and the d's */
+static void quad_convert_q6k(uint8_t *quad, uint8_t *rows4, size_t rb, int unpack) {
+    const size_t nb = rb / sizeof(st_block_q6_K);
+    for (size_t b = 0; b < nb; b++) {
+        st_block_q6_K *r[4];
+        for (int j = 0; j < 4; j++) r[j] = (st_block_q6_K *)(rows4 + (size_t)j * rb) + b;
+        st_kq_q6k_quad_convert(quad, nb, b, r, unpack);
+    }
+}
+
 static void quad_convert(uint8_t *quad, uint8_t *rows4, size_t rb, size_t bb, int unpack) {
     switch (bb) {
+    case sizeof(st_block_q6_K): quad_convert_q6k(quad, rows4, rb, unpack); break;
     case sizeof(st_block_q8_0): quad_convert_q8(quad, rows4, rb, unpack); break;
     case sizeof(st_block_q4_K): quad_convert_q45k(0, quad, rows4, rb, unpack); break;
     case sizeof(st_block_q5_K): quad_convert_q45k(1, quad, rows4, rb, unpack); break;
@@ -114,6 +125,14 @@ int st_quads_row(st_type t, const void *W, int64_t rows, int64_t cols, int64_t r
             st_block_q8_0 blk[4][ST_Q8Q_SPAN], *p[4] = {blk[0], blk[1], blk[2], blk[3]};
             st_q8q_convert((uint8_t *)(uintptr_t)(quad + sp * ST_Q8Q_BLOCK_BYTES), p, 1);
             memcpy((uint8_t *)row + sp * ST_Q8Q_SPAN * bb, blk[r % 4], ST_Q8Q_SPAN * bb);
+        }
+        return 0;
+    }
+    if (t == ST_TYPE_Q6_K) {
+        st_block_q6_K blk[4], *p[4] = {&blk[0], &blk[1], &blk[2], &blk[3]};
+        for (size_t b = 0; b < nb; b++) {
+            st_kq_q6k_quad_convert((uint8_t *)(uintptr_t)quad, nb, b, p, 1);
+            memcpy((uint8_t *)row + b * bb, &blk[r % 4], bb);
         }
         return 0;
     }

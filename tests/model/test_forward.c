@@ -469,11 +469,11 @@ static float *prompt_logits(env *e, int *n_vals) {
 
 /* A model loaded from a file takes the quad layout where its ctx's kernels have it
  * (st_model_load_memory keeps the file's rows): the forward's logits are the rows layout's
- * bit for bit for the 32-element types, within its rounding for Q4_K, Q5_K and Q8_0 (whose quad
+ * bit for bit for the 32-element types, not for Q4_K, Q5_K, Q6_K and Q8_0 (whose quad
  * kernels sum in their own order), prefill and decode; the reference's (which reads its
  * rows back out of the quads) are identical. */
 TEST(test_quad_layout_forward) {
-    static const char *types[] = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k"};
+    static const char *types[] = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"};
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         st_synth_params p = tiny(ST_ARCH_LLAMA, types[ti]);
         env a, b;
@@ -498,7 +498,7 @@ TEST(test_quad_layout_forward) {
         /* Q4_K / Q5_K / Q8_0 quads: not the rows' bits (the forward against the reference is
          * test_quad_kernels_forward's); a random tiny model can carry a last-bit difference
          * through an activation rounded the other way at a tie, so no bound between the two */
-        const bool own_bits = (t == ST_TYPE_Q8_0 || t == ST_TYPE_Q4_K || t == ST_TYPE_Q5_K) && want_quads;
+        const bool own_bits = (t == ST_TYPE_Q8_0 || t == ST_TYPE_Q4_K || t == ST_TYPE_Q5_K || t == ST_TYPE_Q6_K) && want_quads;
         const double e = rel_err(lb, la, (size_t)na);
         if (!own_bits) CHECK(memcmp(la, lb, (size_t)na * sizeof(float)) == 0);
         const int nv = hp->n_vocab, n = 20;
@@ -534,11 +534,11 @@ static void edit_quads(st_model *m) {
     }
 }
 
-/* The quad kernels with an arithmetic of their own (Q4_K, Q5_K, Q8_0 on AVX-512): prefill
+/* The quad kernels with an arithmetic of their own (Q4_K, Q5_K, Q6_K, Q8_0 on AVX-512): prefill
  * (matmul) and decode (matvec) against the reference, which reads the rows back out of the
  * quads. */
 TEST(test_quad_kernels_forward) {
-    static const char *types[] = {"q4_k", "q5_k", "q8_0"};
+    static const char *types[] = {"q4_k", "q5_k", "q6_k", "q8_0"};
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         st_synth_params p = tiny(ST_ARCH_LLAMA, types[ti]);
         char what[64];
@@ -573,9 +573,9 @@ TEST(test_panel_layout_forward) {
         check_vs_ref_edit(&p, ST_TYPE_F16, 12, 5, what, edit_panels);
     }
     /* st_model_load does it for a file: ffn_down (and nothing else) in panels, the fingerprint
-     * of the file's bytes, logits within the rows layout's rounding (q6_K: a type without a
+     * of the file's bytes, logits within the rows layout's rounding (f16: a type without a
      * quad layout, which loading would pick first) */
-    st_synth_params p = tiny(ST_ARCH_LLAMA, "q6_k");
+    st_synth_params p = tiny(ST_ARCH_LLAMA, "f16");
     p.n_layer = 2, p.n_ff = 8192;
     env a, b;
     REQUIRE(env_open(&a, &p, 2, ST_TYPE_F16, 16) == 0);

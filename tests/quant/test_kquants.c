@@ -761,32 +761,33 @@ TEST(test_kquant_simd_builds) {
     free(qa);
 }
 
-/* The Q4_K and Q5_K quad kernels (AVX-512, with GFNI and without) over 4 rows packed by
+/* The Q4_K, Q5_K and Q6_K quad kernels (AVX-512, with GFNI and without) over 4 rows packed by
  * st_pack_quads: every element of every tile shape against the scalar dot of its row, with
  * random blocks and one of every quant, scale and min at its maximum against -128
  * activations (where a vpackssdw of the 8-product sums would saturate if they did not fit);
  * an element the same bits whatever nr and nc, whatever the quad's alignment (64, 32 or 16
  * bytes past a cache line: three load paths), and in both builds; and the AVX-512 table
  * carries the builds this CPU runs best. */
-TEST(test_q45_K_quad_kernels) {
+TEST(test_kquant_quad_kernels) {
     if (max_isa() < ST_ISA_AVX512) {
-        test_skip("no AVX-512 with VNNI on this CPU (or STRATA_ISA): Q4_K / Q5_K quad kernels untested");
+        test_skip("no AVX-512 with VNNI on this CPU (or STRATA_ISA): K-quant quad kernels untested");
         return;
     }
     typedef void (*tile4_fn)(int, float *, size_t, const void *, const void *, size_t, int, int);
-    const tile4_fn builds[2][2] = {{st_tile4_q4_K_q8_K_avx512, st_tile4_q4_K_q8_K_avx512gfni},
-                                   {st_tile4_q5_K_q8_K_avx512, st_tile4_q5_K_q8_K_avx512gfni}};
-    const quant_fn quant[2] = {st_quantize_row_q4_K_ref, st_quantize_row_q5_K_ref};
-    const dequant_fn deq[2] = {st_dequantize_row_q4_K, st_dequantize_row_q5_K};
-    const dot_fn ref[2] = {st_vec_dot_q4_K_q8_K_scalar, st_vec_dot_q5_K_q8_K_scalar};
-    const size_t bbytes[2] = {sizeof(st_block_q4_K), sizeof(st_block_q5_K)};
-    const st_type types[2] = {ST_TYPE_Q4_K, ST_TYPE_Q5_K};
+    const tile4_fn builds[3][2] = {{st_tile4_q4_K_q8_K_avx512, st_tile4_q4_K_q8_K_avx512gfni},
+                                   {st_tile4_q5_K_q8_K_avx512, st_tile4_q5_K_q8_K_avx512gfni},
+                                   {st_tile4_q6_K_q8_K_avx512, st_tile4_q6_K_q8_K_avx512gfni}};
+    const quant_fn quant[3] = {st_quantize_row_q4_K_ref, st_quantize_row_q5_K_ref, st_quantize_row_q6_K_ref};
+    const dequant_fn deq[3] = {st_dequantize_row_q4_K, st_dequantize_row_q5_K, st_dequantize_row_q6_K};
+    const dot_fn ref[3] = {st_vec_dot_q4_K_q8_K_scalar, st_vec_dot_q5_K_q8_K_scalar, st_vec_dot_q6_K_q8_K_scalar};
+    const size_t bbytes[3] = {sizeof(st_block_q4_K), sizeof(st_block_q5_K), sizeof(st_block_q6_K)};
+    const st_type types[3] = {ST_TYPE_Q4_K, ST_TYPE_Q5_K, ST_TYPE_Q6_K};
     const int runs_gfni = st_cpu_has_gfni();
-    if (!runs_gfni) test_skip("no GFNI on this CPU: the GFNI Q4_K / Q5_K quad kernels untested");
+    if (!runs_gfni) test_skip("no GFNI on this CPU: the GFNI K-quant quad kernels untested");
     enum { NB = 33, NR = 4, NC = 4 };
     const int n = NB * QK_K;
     float *x = malloc((size_t)n * sizeof *x), *xd = malloc((size_t)n * sizeof *xd), *ad = malloc((size_t)n * sizeof *ad);
-    uint8_t *rows = malloc(NR * NB * sizeof(st_block_q5_K)), *buf = malloc(NR * NB * sizeof(st_block_q5_K) + 128);
+    uint8_t *rows = malloc(NR * NB * sizeof(st_block_q6_K)), *buf = malloc(NR * NB * sizeof(st_block_q6_K) + 128);
     st_block_q8_K *qa = malloc((size_t)NC * NB * sizeof *qa);
     REQUIRE(x && xd && ad && rows && buf && qa);
     for (int c = 0; c < NC; c++) {
@@ -795,7 +796,7 @@ TEST(test_q45_K_quad_kernels) {
     }
     for (int j = 0; j < QK_K; j++) qa[3 * NB].qs[j] = -128; /* activation 3, block 0 */
     for (int g = 0; g < QK_K / 16; g++) qa[3 * NB].bsums[g] = -128 * 16;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         const size_t bb = bbytes[k], rb = NB * bb;
         for (int r = 0; r < NR; r++) {
             fill(x, n, r & 1, 950 + 10 * k + r);
@@ -804,7 +805,12 @@ TEST(test_q45_K_quad_kernels) {
         }
         uint8_t *ext = rows + 2 * rb; /* row 2, block 0: all at their maximum, d = dmin = 1 */
         memset(ext, 0xFF, bb);
-        ext[0] = 0x00, ext[1] = 0x3C, ext[2] = 0x00, ext[3] = 0x3C;
+        if (k == 2) { /* Q6_K: quants 63, scales -128 (the largest magnitude), d = 1 */
+            memset(ext + offsetof(st_block_q6_K, scales), 0x80, 16);
+            ext[offsetof(st_block_q6_K, d)] = 0x00, ext[offsetof(st_block_q6_K, d) + 1] = 0x3C;
+        } else {
+            ext[0] = 0x00, ext[1] = 0x3C, ext[2] = 0x00, ext[3] = 0x3C;
+        }
         int n_elems = 0, all_near = 1, all_same = 1;
         for (int v = 0; v < 2; v++) { /* one block (the extreme one at row 2, activation 3) and all */
             const int nb = v ? NB : 1, m = nb * QK_K;
@@ -865,4 +871,4 @@ TEST_MAIN(test_block_layouts, test_scale_min_unpack, test_q4_K_known_block, test
           test_q8_K_known_block_and_rounding, test_quantize_rmse,
           test_q4_K_search_beats_minmax, test_quantize_degenerate_blocks, test_dots_against_reference,
           test_dots_extreme_values, test_q8_K_simd_bytes_equal_ref, test_kquant_simd_builds,
-          test_q45_K_quad_kernels)
+          test_kquant_quad_kernels)

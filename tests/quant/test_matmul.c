@@ -194,7 +194,7 @@ TEST(test_product_errors) {
 /* The quad layout: for every table (the scalar one has no tile4 and unpacks each quad),
  * st_matvec_multi_l and st_matmul_l over a packed matrix give the row layout's bits for
  * 1 and 2 threads; st_quads_row returns the original rows; shapes and types that cannot
- * take the layout are refused and left as they were. The Q4_K, Q5_K and Q8_0 quad kernels
+ * take the layout are refused and left as they were. The Q4_K, Q5_K, Q6_K and Q8_0 quad kernels
  * (AVX-512) have their own arithmetic: there matvec and matmul over quads must agree bit for
  * bit, for 1 and 2 threads, and the row layout's products within the kernels' rounding; a
  * table without them unpacks the quads and gives the rows' bits. */
@@ -202,15 +202,15 @@ TEST(test_quad_layout) {
     enum { QR = 44, QC_MAX = 1280, QT = 7 };
     st_threadpool *tp2 = NULL;
     CHECK_OK(st_threadpool_create(2, &tp2));
-    const st_type types[] = {ST_TYPE_Q4_0, ST_TYPE_Q4_1, ST_TYPE_Q5_0, ST_TYPE_Q5_1, ST_TYPE_Q4_K, ST_TYPE_Q5_K, ST_TYPE_Q8_0};
+    const st_type types[] = {ST_TYPE_Q4_0, ST_TYPE_Q4_1, ST_TYPE_Q5_0, ST_TYPE_Q5_1, ST_TYPE_Q4_K, ST_TYPE_Q5_K, ST_TYPE_Q6_K, ST_TYPE_Q8_0};
     int n_checked = 0, n_own = 0;
     for (int isa = ST_ISA_SCALAR; isa <= ST_ISA_AVX512; isa++) {
         const st_kernels *k = st_kernels_get((st_isa)isa);
         if ((int)k->isa != isa) continue;
-        for (int ti = 0; ti < 7; ti++) {
+        for (int ti = 0; ti < 8; ti++) {
             const st_type t = types[ti];
-            /* Q4_K, Q5_K, Q8_0: 5 spans of 256 columns a row (an odd count); the others 12 blocks of 32 */
-            const bool own_layout = t == ST_TYPE_Q4_K || t == ST_TYPE_Q5_K || t == ST_TYPE_Q8_0;
+            /* the K-quants, Q8_0: 5 spans of 256 columns a row (an odd count); the others 12 blocks of 32 */
+            const bool own_layout = t == ST_TYPE_Q4_K || t == ST_TYPE_Q5_K || t == ST_TYPE_Q6_K || t == ST_TYPE_Q8_0;
             const int QC = own_layout ? QC_MAX : 384;
             const bool own_bits = own_layout && k->type[t].tile4;
             const size_t rb = st_row_bytes(t, QC), ab = st_act_bytes(t, QC);
@@ -270,17 +270,17 @@ TEST(test_quad_layout) {
             free(W), free(P), free(row), free(Xq), free(tmp);
         }
     }
-    CHECK(n_checked >= 7);
-    /* refusals: not a packable type, rows not a multiple of 4, cols not of 64 (Q4_K, Q5_K, Q8_0: of 256) */
+    CHECK(n_checked >= 8);
+    /* refusals: not a packable type, rows not a multiple of 4, cols not of 64 (K-quants, Q8_0: of 256) */
     uint8_t buf[8 * 34 * 2] = {0}, before[sizeof buf];
     memcpy(before, buf, sizeof buf);
     CHECK_INT(st_pack_quads(ST_TYPE_Q8_0, buf, 4, 64), ST_E_INVAL);
-    CHECK_INT(st_pack_quads(ST_TYPE_Q6_K, buf, 4, 256), ST_E_INVAL);
+    CHECK_INT(st_pack_quads(ST_TYPE_Q3_K, buf, 4, 256), ST_E_INVAL);
     CHECK_INT(st_pack_quads(ST_TYPE_Q4_0, buf, 6, 64), ST_E_INVAL);
     CHECK_INT(st_pack_quads(ST_TYPE_Q4_0, buf, 4, 96), ST_E_INVAL);
     CHECK_INT(st_pack_quads(ST_TYPE_Q4_K, buf, 4, 128), ST_E_INVAL);
     CHECK(memcmp(buf, before, sizeof buf) == 0);
-    CHECK(!st_quads_fit(st_kernels_get(ST_ISA_AVX512), ST_TYPE_Q6_K, 4, 256));
+    CHECK(!st_quads_fit(st_kernels_get(ST_ISA_AVX512), ST_TYPE_Q2_K, 4, 256));
     CHECK(!st_quads_fit(st_kernels_get(ST_ISA_AVX2), ST_TYPE_Q4_K, 4, 256));
     float y[8];
     const void *Wb = buf;
