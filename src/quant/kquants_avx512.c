@@ -12,9 +12,9 @@
 ST_KQ_DEF_DOT_TILE_(q4_K_q8_K, avx512, st_block_q4_K, KQ_Q4K_ROW_)
 ST_KQ_DEF_DOT_TILE_(q5_K_q8_K, avx512, st_block_q5_K, KQ_Q5K_ROW_)
 ST_KQ_DEF_DOT_TILE_(q6_K_q8_K, avx512, st_block_q6_K, q6k_row)
-ST_KQ_DEF_QUAD_(q4_K_q8_K, avx512, KQ_Q4K_QUAD_ROWS_)
-ST_KQ_DEF_QUAD_(q5_K_q8_K, avx512, KQ_Q5K_QUAD_ROWS_)
-ST_KQ_DEF_QUAD_(q6_K_q8_K, avx512, q6k_quad_rows)
+ST_KQ_DEF_QUAD_(q4_K_q8_K, avx512, KQ_Q4K_QUAD_ROWS_, 0)
+ST_KQ_DEF_QUAD_(q5_K_q8_K, avx512, KQ_Q5K_QUAD_ROWS_, 0)
+ST_KQ_DEF_QUAD_(q6_K_q8_K, avx512, q6k_quad_rows, 8 * (size_t)nb)
 
 /* Same arithmetic as st_quantize_row_q8_K_ref, 16 floats at a time: the product
  * iscale * x rounded by cvtps2dq (nearest even) equals the reference's rounding. */

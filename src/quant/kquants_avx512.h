@@ -22,6 +22,7 @@
 #define STRATA_QUANT_KQUANTS_AVX512_H
 
 #include "quant/kquants.h"
+#include "quant/quad_avx512.h"
 
 #include "strata/core.h"
 #include "strata/quant.h"
@@ -217,18 +218,6 @@ KQ_AI __m512i q4k_quad_scales(const uint8_t *sc48) {
     return _mm512_ternarylogic_epi32(A, keep, H, 0xEA); /* (A & keep) | H */
 }
 
-/* 64 bytes of a quad block: one aligned load when the matrix base is 64-byte aligned
- * (ALIGN 64), two 32-byte loads when it is 32 past (ALIGN 32: a 64-byte load would cross a
- * cache line every time, 2.10 against 1.77 ns per 256 weights; two halves 1.93), else
- * unaligned. The same bytes whichever. */
-KQ_AI __m512i q4k_quad_load(const int ALIGN, const uint8_t *p) {
-    if (ALIGN == 64) return _mm512_load_si512(p);
-    if (ALIGN == 32)
-        return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)p)),
-                                  _mm256_load_si256((const __m256i *)(p + 32)), 1);
-    return _mm512_loadu_si512(p);
-}
-
 KQ_AI void q45k_quad_rows(const int Q5, const int ALIGN, const int NC, int nb, const uint8_t *x, const void *y,
                           size_t by, float *s, size_t bs, int nr) {
     const __m512i m0f = _mm512_set1_epi8(0x0F), b16 = _mm512_set1_epi8(16);
@@ -248,15 +237,15 @@ KQ_AI void q45k_quad_rows(const int Q5, const int ALIGN, const int NC, int nb, c
         const uint8_t *qb = x + (size_t)i * KQ_QUAD_BYTES(Q5);
         const __m512i scm = q4k_quad_scales(qb + KQ_QUAD_SCALES);
         __m512i qh[2];
-        if (Q5) qh[0] = q4k_quad_load(ALIGN, qb + KQ_QUAD_QH), qh[1] = q4k_quad_load(ALIGN, qb + KQ_QUAD_QH + 64);
+        if (Q5) qh[0] = st_quad_load(ALIGN, qb + KQ_QUAD_QH), qh[1] = st_quad_load(ALIGN, qb + KQ_QUAD_QH + 64);
         const __m512i mins = _mm512_shuffle_epi8(scm, pick_min);
         const __m512 ddm = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)qb)));
         const __m512 dv = _mm512_permutexvar_ps(lane_d, ddm), mv = _mm512_permutexvar_ps(lane_dmin, ddm);
         __m512i sumi[ST_TILE_MAX];
 #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
-            const __m512i L0 = q4k_quad_load(ALIGN, qb + KQ_QUAD_QS(Q5) + 128 * g);
-            const __m512i L1 = q4k_quad_load(ALIGN, qb + KQ_QUAD_QS(Q5) + 128 * g + 64);
+            const __m512i L0 = st_quad_load(ALIGN, qb + KQ_QUAD_QS(Q5) + 128 * g);
+            const __m512i L1 = st_quad_load(ALIGN, qb + KQ_QUAD_QS(Q5) + 128 * g + 64);
             __m512i lo0 = _mm512_and_si512(L0, m0f), hi0 = kq_high_nibbles(L0);
             __m512i lo1 = _mm512_and_si512(L1, m0f), hi1 = kq_high_nibbles(L1);
             if (Q5) { /* chunk 2g + h's elements take their 5th bit from qh chunk h */
@@ -292,11 +281,8 @@ KQ_AI void q45k_quad_rows(const int Q5, const int ALIGN, const int NC, int nb, c
         }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) {
-        float t[16];
-        _mm512_storeu_ps(t, _mm512_sub_ps(acc[c], accm[c]));
-        for (int r = 0; r < nr; r++) s[(size_t)c * bs + r] = (t[4 * r] + t[4 * r + 1]) + (t[4 * r + 2] + t[4 * r + 3]);
-    }
+    for (int c = 0; c < NC; c++) acc[c] = _mm512_sub_ps(acc[c], accm[c]);
+    st_quad_store(NC, acc, s, bs, nr);
 }
 
 /* Q6_K over a quad (kquants.h: KQ_Q6Q_*), one row per 128-bit lane as for Q4_K. A ql chunk k
@@ -322,7 +308,7 @@ KQ_AI void q6k_quad_rows(const int ALIGN, const int NC, int nb, const uint8_t *x
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const uint8_t *body = bodies + (size_t)i * KQ_Q6Q_BODY;
-        const __m512i S = q4k_quad_load(ALIGN, body);
+        const __m512i S = st_quad_load(ALIGN, body);
         /* sign-extended scale words, lane r: sub-blocks 0-7 (lo) and 8-15 (hi) of row r */
         const __m512i sc_lo = _mm512_srai_epi16(_mm512_unpacklo_epi8(_mm512_setzero_si512(), S), 8);
         const __m512i sc_hi = _mm512_srai_epi16(_mm512_unpackhi_epi8(_mm512_setzero_si512(), S), 8);
@@ -330,12 +316,12 @@ KQ_AI void q6k_quad_rows(const int ALIGN, const int NC, int nb, const uint8_t *x
         __m512i sumi[ST_TILE_MAX];
 #pragma GCC unroll 2
         for (int n = 0; n < 2; n++) {
-            const __m512i H0 = q4k_quad_load(ALIGN, body + KQ_Q6Q_QH(n, 0));
-            const __m512i H1 = q4k_quad_load(ALIGN, body + KQ_Q6Q_QH(n, 1));
+            const __m512i H0 = st_quad_load(ALIGN, body + KQ_Q6Q_QH(n, 0));
+            const __m512i H1 = st_quad_load(ALIGN, body + KQ_Q6Q_QH(n, 1));
 #pragma GCC unroll 2
             for (int p = 0; p < 2; p++) { /* chunks k = 4 n + 2 p and k + 1 */
-                const __m512i L0 = q4k_quad_load(ALIGN, body + KQ_Q6Q_QL(n, 2 * p));
-                const __m512i L1 = q4k_quad_load(ALIGN, body + KQ_Q6Q_QL(n, 2 * p + 1));
+                const __m512i L0 = st_quad_load(ALIGN, body + KQ_Q6Q_QL(n, 2 * p));
+                const __m512i L1 = st_quad_load(ALIGN, body + KQ_Q6Q_QL(n, 2 * p + 1));
                 /* A | (B & C): the nibble, and the 2 high bits moved to bits 4-5 */
                 const __m512i lo0 = _mm512_ternarylogic_epi32(_mm512_and_si512(L0, m4), p ? _mm512_slli_epi16(H0, 2) : _mm512_slli_epi16(H0, 4), m30, 0xF8);
                 const __m512i lo1 = _mm512_ternarylogic_epi32(_mm512_and_si512(L1, m4), p ? _mm512_slli_epi16(H1, 2) : _mm512_slli_epi16(H1, 4), m30, 0xF8);
@@ -370,41 +356,20 @@ KQ_AI void q6k_quad_rows(const int ALIGN, const int NC, int nb, const uint8_t *x
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(dv, _mm512_set1_ps(yc->d)), acc[c]);
         }
     }
-#pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) {
-        float t[16];
-        _mm512_storeu_ps(t, acc[c]);
-        for (int r = 0; r < nr; r++) s[(size_t)c * bs + r] = (t[4 * r] + t[4 * r + 1]) + (t[4 * r + 2] + t[4 * r + 3]);
-    }
+    st_quad_store(NC, acc, s, bs, nr);
 }
 
-#define KQ_QUAD_NC_(ROWS, A)                                                                    \
-    switch (nc) {                                                                               \
-    case 1: ROWS(A, 1, nb, x, y, by, s, bs, nr); break;                                         \
-    case 2: ROWS(A, 2, nb, x, y, by, s, bs, nr); break;                                         \
-    case 3: ROWS(A, 3, nb, x, y, by, s, bs, nr); break;                                         \
-    default: ROWS(A, 4, nb, x, y, by, s, bs, nr); break;                                        \
-    }
 #define KQ_Q4K_QUAD_ROWS_(...) q45k_quad_rows(0, __VA_ARGS__)
 #define KQ_Q5K_QUAD_ROWS_(...) q45k_quad_rows(1, __VA_ARGS__)
-/* bytes before a quad's first 64-byte loads (Q6_K: the d's), for the alignment pick */
-#define KQ_Q4K_QUAD_ROWS__LEAD(nb) 0
-#define KQ_Q5K_QUAD_ROWS__LEAD(nb) 0
-#define q6k_quad_rows_LEAD(nb) (8 * (size_t)(nb))
-/* Defines st_tile4_<name>_<isa> (st_tile4_fn) from a quad kernel ROWS(ALIGN, NC, ...); the
- * three loads give the same bytes, so the results do not depend on the matrix's alignment. */
-#define ST_KQ_DEF_QUAD_(name, isa, ROWS)                                                                 \
-    void st_tile4_##name##_##isa(int n, float *s, size_t bs, const void *x, const void *y, size_t by,   \
-                                 int nr, int nc) {                                                      \
-        ST_ASSERT(n % QK_K == 0 && nr >= 1 && nr <= 4 && nc >= 1 && nc <= 4);                          \
-        const int nb = n / QK_K, al = (int)(((uintptr_t)x + ROWS##_LEAD(nb)) & 63);                      \
-        if (al == 0) {                                                                                  \
-            KQ_QUAD_NC_(ROWS, 64)                                                                       \
-        } else if (al == 32) {                                                                          \
-            KQ_QUAD_NC_(ROWS, 32)                                                                       \
-        } else {                                                                                        \
-            KQ_QUAD_NC_(ROWS, 1)                                                                        \
-        }                                                                                               \
+
+/* Defines st_tile4_<name>_<isa> (st_tile4_fn) from a quad kernel; lead: the bytes before a
+ * quad's first 64-byte loads (Q6_K: its d's). */
+#define ST_KQ_DEF_QUAD_(name, isa, ROWS, lead)                                                         \
+    void st_tile4_##name##_##isa(int n, float *s, size_t bs, const void *x, const void *y, size_t by, \
+                                 int nr, int nc) {                                                    \
+        ST_ASSERT(n % QK_K == 0 && nr >= 1 && nr <= 4 && nc >= 1 && nc <= 4);                        \
+        const int nb = n / QK_K;                                                                       \
+        ST_QUAD_DISPATCH_(ROWS, lead, nb)                                                              \
     }
 
 #endif /* STRATA_QUANT_KQUANTS_AVX512_H */

@@ -13,20 +13,11 @@
  * sums run through 4 lanes).
  */
 #include "quant_int.h"
+#include "quad_avx512.h"
 
 #include <immintrin.h>
 
 #define AI static inline __attribute__((always_inline))
-
-/* 64 bytes of a quad block: aligned, two aligned 32-byte halves (a 64-byte load 32 past a
- * cache line crosses one every time), or unaligned. */
-AI __m512i q8q_load(const int ALIGN, const uint8_t *p) {
-    if (ALIGN == 64) return _mm512_load_si512(p);
-    if (ALIGN == 32)
-        return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)p)),
-                                  _mm256_load_si256((const __m256i *)(p + 32)), 1);
-    return _mm512_loadu_si512(p);
-}
 
 AI __m512i bcast16(const int8_t *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
 
@@ -43,7 +34,7 @@ AI void q8q_rows(const int ALIGN, const int NC, int n_span, const uint8_t *x, co
                              _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(xb + 32)))};
 #pragma GCC unroll 8
         for (int b = 0; b < ST_Q8Q_SPAN; b++) {
-            const __m512i w0 = q8q_load(ALIGN, xb + ST_Q8Q_QS + 128 * b), w1 = q8q_load(ALIGN, xb + ST_Q8Q_QS + 128 * b + 64);
+            const __m512i w0 = st_quad_load(ALIGN, xb + ST_Q8Q_QS + 128 * b), w1 = st_quad_load(ALIGN, xb + ST_Q8Q_QS + 128 * b + 64);
             const int j = 4 * (b & 3);
             const __m512 dw = _mm512_permutexvar_ps(_mm512_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1, j + 2, j + 2, j + 2,
                                                                       j + 2, j + 3, j + 3, j + 3, j + 3),
@@ -61,31 +52,12 @@ AI void q8q_rows(const int ALIGN, const int NC, int n_span, const uint8_t *x, co
             }
         }
     }
-#pragma GCC unroll 4
-    for (int c = 0; c < NC; c++) {
-        float t[16];
-        _mm512_storeu_ps(t, acc[c]);
-        for (int r = 0; r < nr; r++) s[(size_t)c * bs + r] = (t[4 * r] + t[4 * r + 1]) + (t[4 * r + 2] + t[4 * r + 3]);
-    }
+    st_quad_store(NC, acc, s, bs, nr);
 }
-
-#define Q8Q_NC_(A)                                                      \
-    switch (nc) {                                                       \
-    case 1: q8q_rows(A, 1, n_span, x, y, by, s, bs, nr); break;         \
-    case 2: q8q_rows(A, 2, n_span, x, y, by, s, bs, nr); break;         \
-    case 3: q8q_rows(A, 3, n_span, x, y, by, s, bs, nr); break;         \
-    default: q8q_rows(A, 4, n_span, x, y, by, s, bs, nr); break;        \
-    }
 
 void st_tile4_q8_0_q8_0_avx512(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr,
                                int nc) {
     ST_ASSERT(n % (32 * ST_Q8Q_SPAN) == 0 && nr >= 1 && nr <= 4 && nc >= 1 && nc <= 4);
-    const int n_span = n / (32 * ST_Q8Q_SPAN), al = (int)((uintptr_t)x & 63);
-    if (al == 0) {
-        Q8Q_NC_(64)
-    } else if (al == 32) {
-        Q8Q_NC_(32)
-    } else {
-        Q8Q_NC_(1)
-    }
+    const int n_span = n / (32 * ST_Q8Q_SPAN);
+    ST_QUAD_DISPATCH_(q8q_rows, 0, n_span)
 }
