@@ -54,7 +54,7 @@ static const st_kernels kernels_scalar = {
 #define KQ_AVX2_(kq)                                                                               \
     KQ_ROWS_T_(st_quantize_row_q8_K_avx2, st_vec_dot_q2_K_q8_K_avx2, st_vec_dot_q3_K_q8_K_avx2, st_vec_dot_q4_K_q8_K_##kq, st_vec_dot_q5_K_q8_K_##kq,     \
                st_vec_dot_q6_K_q8_K_##kq, st_tile_q2_K_q8_K_avx2, st_tile_q3_K_q8_K_avx2, st_tile_q4_K_q8_K_##kq, st_tile_q5_K_q8_K_##kq,           \
-               st_tile_q6_K_q8_K_##kq, NULL, NULL, NULL)
+               st_tile_q6_K_q8_K_##kq, st_tile4_q4_K_q8_K_##kq, NULL, NULL)
 /* nib: the K-quant dots' suffix, avx512 or avx512gfni (kquants_avx512gfni.c) */
 #define KQ_AVX512_(nib)                                                                                \
     KQ_ROWS_T_(st_quantize_row_q8_K_avx512, st_vec_dot_q2_K_q8_K_avx512, st_vec_dot_q3_K_q8_K_avx512, st_vec_dot_q4_K_q8_K_##nib, st_vec_dot_q5_K_q8_K_##nib,    \

@@ -325,6 +325,10 @@ void st_tile4_q6_K_q8_K_avx512(int n, float *s, size_t bs, const void *x, const 
                                int nc);
 void st_tile4_q6_K_q8_K_avx512gfni(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr,
                                    int nc);
+/* Q4_K over its quad layout on AVX2 (kquants_avx2.c) and AVX2 + AVX-VNNI (kquants_avx2vnni.c). */
+void st_tile4_q4_K_q8_K_avx2(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr, int nc);
+void st_tile4_q4_K_q8_K_avx2vnni(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr,
+                                 int nc);
 
 /* ---- for the SIMD files' row kernels ---- */
 #define KQ_AI static inline __attribute__((always_inline))

@@ -16,6 +16,7 @@ static inline int kq_hsum256_epi32(__m256i v) {
 ST_KQ_DEF_DOT_TILE_(q4_K_q8_K, avx2, st_block_q4_K, KQ_Q4K_ROW_)
 ST_KQ_DEF_DOT_TILE_(q5_K_q8_K, avx2, st_block_q5_K, KQ_Q5K_ROW_)
 ST_KQ_DEF_DOT_TILE_(q6_K_q8_K, avx2, st_block_q6_K, q6k_row)
+ST_KQ_DEF_Q4K_QUAD_AVX2_(avx2)
 
 /* Same arithmetic as st_quantize_row_q8_K_ref, 8 floats at a time: the product
  * iscale * x rounded by cvtps2dq (nearest even) equals the reference's rounding. */

@@ -13,3 +13,4 @@
 ST_KQ_DEF_DOT_TILE_(q4_K_q8_K, avx2vnni, st_block_q4_K, KQ_Q4K_ROW_)
 ST_KQ_DEF_DOT_TILE_(q5_K_q8_K, avx2vnni, st_block_q5_K, KQ_Q5K_ROW_)
 ST_KQ_DEF_DOT_TILE_(q6_K_q8_K, avx2vnni, st_block_q6_K, q6k_row)
+ST_KQ_DEF_Q4K_QUAD_AVX2_(avx2vnni)
