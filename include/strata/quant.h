@@ -247,7 +247,7 @@ bool st_quads_fit(const st_kernels *k, st_type t, int64_t rows, int64_t cols);
  * place. 0, or ST_E_INVAL when the shape or type cannot take it (W unchanged). */
 int st_pack_quads(st_type t, void *W, int64_t rows, int64_t cols);
 /* Copies row r of W (quad layout) into row (st_row_bytes(t, cols) bytes, caller-owned) in
- * the row layout. 0 or ST_E_INVAL. */
+ * the row layout (through a 4-row scratch it allocates). 0, ST_E_INVAL or ST_E_NOMEM. */
 int st_quads_row(st_type t, const void *W, int64_t rows, int64_t cols, int64_t r, void *row);
 /* Panels of the panel layout for a rows x cols matrix of type t: the fewest panels of at
  * most ST_PANEL_MAX_COLS columns whose width divides cols, is a multiple of ST_PANEL_ALIGN and

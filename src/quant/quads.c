@@ -118,34 +118,11 @@ void st_quads_unpack4(st_type t, const void *quad, int64_t cols, void *rows4) {
 
 int st_quads_row(st_type t, const void *W, int64_t rows, int64_t cols, int64_t r, void *row) {
     if (!W || !row || !st_quads_shape(t, rows, cols) || r < 0 || r >= rows) return ST_E_INVAL;
-    const size_t rb = st_row_bytes(t, cols), bb = st_type_size(t), nb = rb / bb;
-    const uint8_t *quad = (const uint8_t *)W + (size_t)(r / 4) * 4 * rb;
-    if (t == ST_TYPE_Q8_0) {
-        for (size_t sp = 0; sp < nb / ST_Q8Q_SPAN; sp++) {
-            st_block_q8_0 blk[4][ST_Q8Q_SPAN], *p[4] = {blk[0], blk[1], blk[2], blk[3]};
-            st_q8q_convert((uint8_t *)(uintptr_t)(quad + sp * ST_Q8Q_BLOCK_BYTES), p, 1);
-            memcpy((uint8_t *)row + sp * ST_Q8Q_SPAN * bb, blk[r % 4], ST_Q8Q_SPAN * bb);
-        }
-        return 0;
-    }
-    if (t == ST_TYPE_Q6_K) {
-        st_block_q6_K blk[4], *p[4] = {&blk[0], &blk[1], &blk[2], &blk[3]};
-        for (size_t b = 0; b < nb; b++) {
-            st_kq_q6k_quad_convert((uint8_t *)(uintptr_t)quad, nb, b, p, 1);
-            memcpy((uint8_t *)row + b * bb, &blk[r % 4], bb);
-        }
-        return 0;
-    }
-    if (t == ST_TYPE_Q4_K || t == ST_TYPE_Q5_K) {
-        const int q5 = t == ST_TYPE_Q5_K;
-        for (size_t b = 0; b < nb; b++) {
-            st_block_q5_K blk[4]; /* the larger block: room for either */
-            void *p[4] = {&blk[0], &blk[1], &blk[2], &blk[3]};
-            st_kq_q45k_quad_convert(q5, (uint8_t *)(uintptr_t)(quad + b * KQ_QUAD_BYTES(q5)), p, 1);
-            memcpy((uint8_t *)row + b * bb, p[r % 4], bb);
-        }
-        return 0;
-    }
-    for (size_t b = 0; b < nb; b++) memcpy((uint8_t *)row + b * bb, quad + (4 * b + (size_t)(r % 4)) * bb, bb);
+    const size_t rb = st_row_bytes(t, cols);
+    uint8_t *rows4 = malloc(4 * rb);
+    if (!rows4) return ST_E_NOMEM;
+    st_quads_unpack4(t, (const uint8_t *)W + (size_t)(r / 4) * 4 * rb, cols, rows4);
+    memcpy(row, rows4 + (size_t)(r % 4) * rb, rb);
+    free(rows4);
     return 0;
 }
