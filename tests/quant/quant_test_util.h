@@ -3,6 +3,7 @@
 #ifndef STRATA_QUANT_TEST_UTIL_H
 #define STRATA_QUANT_TEST_UTIL_H
 
+#include "strata/core.h"
 #include "strata/quant.h"
 
 #include <math.h>
@@ -34,6 +35,21 @@ static const qt_type QT_TYPES[] = {
  * differs, so the difference is a few ulps of sum |w_i x_i| (f32 products summed over
  * up to ~300k terms, both sides in f32). */
 #define QT_SIMD_DOT_REL_TOL 2e-5
+
+/* The best ISA the tests may use: the CPU's, capped by STRATA_ISA (scalar | avx2, e.g.
+ * under valgrind); with need_vnni, AVX2 when AVX-512 comes without VNNI (the AVX-512
+ * K-quant and quad kernels need it). */
+static inline int qt_allowed_isa(int need_vnni) {
+    int isa = (int)st_cpu_best_isa();
+    const char *e = getenv("STRATA_ISA");
+    if (e && *e) {
+        const int want = st_isa_parse(e);
+        if (want >= 0 && want < isa) isa = want;
+    }
+    if (need_vnni && isa >= ST_ISA_AVX512 && !st_cpu_has_vnni()) isa = ST_ISA_AVX2;
+    return isa;
+}
+static inline int qt_max_isa(void) { return qt_allowed_isa(1); }
 
 typedef struct qt_rng {
     uint64_t s;

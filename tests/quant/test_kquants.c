@@ -3,6 +3,7 @@
  * STRATA_ISA=scalar|avx2 limits the SIMD paths tested (e.g. under valgrind). */
 #include "../test.h"
 #include "quant/kquants.h"
+#include "quant_test_util.h"
 #include "strata/core.h"
 #include "strata/quant.h"
 
@@ -58,23 +59,9 @@ static void fill(float *x, int64_t n, int gauss, uint64_t seed) {
         x[i] = gauss ? rng_gauss(&r) : rng_uniform(&r);
 }
 
-/* Which SIMD levels to test: what the CPU has, capped by STRATA_ISA. The AVX-512
- * K-quant kernels also need VNNI. */
-static int allowed_isa(int need_vnni) {
-    int isa = (int)st_cpu_best_isa();
-    const char *e = getenv("STRATA_ISA");
-    if (e && *e) {
-        int want = st_isa_parse(e);
-        if (want >= 0 && want < isa)
-            isa = want;
-    }
-    if (need_vnni && isa >= ST_ISA_AVX512 && !st_cpu_has_vnni())
-        isa = ST_ISA_AVX2;
-    return isa;
-}
-static int max_isa(void) {
-    return allowed_isa(1);
-}
+/* Which SIMD levels to test (quant_test_util.h): what the CPU has, capped by STRATA_ISA. */
+#define allowed_isa qt_allowed_isa
+#define max_isa qt_max_isa
 
 /* ---- layouts: hand-built blocks with hand-computed values ------------------------------ */
 
@@ -761,140 +748,8 @@ TEST(test_kquant_simd_builds) {
     free(qa);
 }
 
-/* The K-quant quad kernels (AVX-512 with GFNI and without for Q4_K, Q5_K, Q6_K; AVX2 with
- * AVX-VNNI and without for Q4_K) over 4 rows packed by st_pack_quads: every element of every
- * tile shape against the scalar dot of its row, with random blocks and one of every quant,
- * scale and min at its maximum against -128 activations (where a vpackssdw of the 8-product
- * sums would saturate if they did not fit); in each build an element the same bits whatever
- * nr and nc and whatever the quad's alignment (64, 32 or 16 bytes past a cache line: the
- * AVX-512 kernels' three load paths), the two AVX-512 builds the same bits; and each ISA's
- * table carries the build this CPU runs best. */
-typedef void (*tile4_fn)(int, float *, size_t, const void *, const void *, size_t, int, int);
-typedef struct {
-    const char *name;
-    tile4_fn fn[3]; /* q4_K, q5_K, q6_K; NULL where the build has none */
-    int isa, needs;  /* needs: 1 GFNI, 2 AVX-VNNI */
-} quad_build;
-static const quad_build k_quad_builds[] = {
-    {"avx512", {st_tile4_q4_K_q8_K_avx512, st_tile4_q5_K_q8_K_avx512, st_tile4_q6_K_q8_K_avx512}, ST_ISA_AVX512, 0},
-    {"avx512gfni", {st_tile4_q4_K_q8_K_avx512gfni, st_tile4_q5_K_q8_K_avx512gfni, st_tile4_q6_K_q8_K_avx512gfni}, ST_ISA_AVX512, 1},
-    {"avx2", {st_tile4_q4_K_q8_K_avx2, NULL, NULL}, ST_ISA_AVX2, 0},
-    {"avx2vnni", {st_tile4_q4_K_q8_K_avx2vnni, NULL, NULL}, ST_ISA_AVX2, 2},
-};
-enum { N_QUAD_BUILDS = sizeof k_quad_builds / sizeof k_quad_builds[0] };
-
-TEST(test_kquant_quad_kernels) {
-    int runs[N_QUAD_BUILDS];
-    for (int bi = 0; bi < N_QUAD_BUILDS; bi++) {
-        const quad_build *qb = &k_quad_builds[bi];
-        runs[bi] = max_isa() >= qb->isa && (qb->needs != 1 || st_cpu_has_gfni()) && (qb->needs != 2 || st_cpu_has_avxvnni());
-        if (!runs[bi]) {
-            char why[128];
-            snprintf(why, sizeof why, "the %s quad kernels cannot run on this CPU (or STRATA_ISA): untested", qb->name);
-            test_skip(why);
-        }
-    }
-    const quant_fn quant[3] = {st_quantize_row_q4_K_ref, st_quantize_row_q5_K_ref, st_quantize_row_q6_K_ref};
-    const dequant_fn deq[3] = {st_dequantize_row_q4_K, st_dequantize_row_q5_K, st_dequantize_row_q6_K};
-    const dot_fn ref[3] = {st_vec_dot_q4_K_q8_K_scalar, st_vec_dot_q5_K_q8_K_scalar, st_vec_dot_q6_K_q8_K_scalar};
-    const size_t bbytes[3] = {sizeof(st_block_q4_K), sizeof(st_block_q5_K), sizeof(st_block_q6_K)};
-    const st_type types[3] = {ST_TYPE_Q4_K, ST_TYPE_Q5_K, ST_TYPE_Q6_K};
-    enum { NB = 33, NR = 4, NC = 4 };
-    const int n = NB * QK_K;
-    float *x = malloc((size_t)n * sizeof *x), *xd = malloc((size_t)n * sizeof *xd), *ad = malloc((size_t)n * sizeof *ad);
-    uint8_t *rows = malloc(NR * NB * sizeof(st_block_q6_K)), *buf = malloc(NR * NB * sizeof(st_block_q6_K) + 128);
-    st_block_q8_K *qa = malloc((size_t)NC * NB * sizeof *qa);
-    REQUIRE(x && xd && ad && rows && buf && qa);
-    for (int c = 0; c < NC; c++) {
-        fill(x, n, c & 1, 900 + c);
-        st_quantize_row_q8_K_ref(x, qa + (size_t)c * NB, n);
-    }
-    for (int j = 0; j < QK_K; j++) qa[3 * NB].qs[j] = -128; /* activation 3, block 0 */
-    for (int g = 0; g < QK_K / 16; g++) qa[3 * NB].bsums[g] = -128 * 16;
-    int n_elems = 0, n_builds_run = 0;
-    for (int k = 0; k < 3; k++) {
-        const size_t bb = bbytes[k], rb = NB * bb;
-        for (int r = 0; r < NR; r++) {
-            fill(x, n, r & 1, 950 + 10 * k + r);
-            for (int i = 0; i < n; i++) x[i] *= 1.f + (float)((i / QK_K) % 5);
-            quant[k](x, rows + r * rb, n);
-        }
-        uint8_t *ext = rows + 2 * rb; /* row 2, block 0: all at their maximum, d = dmin = 1 */
-        memset(ext, 0xFF, bb);
-        if (k == 2) { /* Q6_K: quants 63, scales -128 (the largest magnitude), d = 1 */
-            memset(ext + offsetof(st_block_q6_K, scales), 0x80, 16);
-            ext[offsetof(st_block_q6_K, d)] = 0x00, ext[offsetof(st_block_q6_K, d) + 1] = 0x3C;
-        } else {
-            ext[0] = 0x00, ext[1] = 0x3C, ext[2] = 0x00, ext[3] = 0x3C;
-        }
-        for (int v = 0; v < 2; v++) { /* one block (the extreme one at row 2, activation 3) and all */
-            const int nb = v ? NB : 1, m = nb * QK_K;
-            /* a quad of m columns: the 4 rows' first nb blocks */
-            uint8_t *rows_m = malloc(NR * nb * bb);
-            REQUIRE(rows_m);
-            for (int r = 0; r < NR; r++) memcpy(rows_m + (size_t)r * nb * bb, rows + r * rb, nb * bb);
-            CHECK_OK(st_pack_quads(types[k], rows_m, NR, m));
-            float want[NR * NC], mag[NR * NC], avx512[NR * NC];
-            for (int r = 0; r < NR; r++)
-                for (int c = 0; c < NC; c++) {
-                    deq[k](rows + r * rb, xd, m);
-                    st_dequantize_row_q8_K(qa + (size_t)c * NB, ad, m);
-                    double sum = 0;
-                    for (int i = 0; i < m; i++) sum += fabs((double)xd[i] * ad[i]);
-                    mag[c * NR + r] = (float)sum;
-                    ref[k](m, &want[c * NR + r], rows + r * rb, qa + (size_t)c * NB);
-                }
-            for (int bi = 0; bi < N_QUAD_BUILDS; bi++) {
-                const tile4_fn fn = k_quad_builds[bi].fn[k];
-                if (!runs[bi] || !fn) continue;
-                n_builds_run++;
-                float first[NR * NC];
-                int near = 1, same = 1;
-                for (int al = 0; al < 3; al++) {
-                    uint8_t *quad = (uint8_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63) + (al == 0 ? 0 : al == 1 ? 32 : 16);
-                    memcpy(quad, rows_m, NR * nb * bb);
-                    for (int nr = NR; nr >= 1; nr--) {
-                        for (int nc = NC; nc >= 1; nc--) {
-                            float t[NR * NC];
-                            fn(m, t, NR, quad, qa, NB * sizeof *qa, nr, nc);
-                            for (int r = 0; r < nr; r++) {
-                                for (int c = 0; c < nc; c++) {
-                                    const int e = c * NR + r;
-                                    if (al == 0 && nr == NR && nc == NC) {
-                                        first[e] = t[e];
-                                        n_elems++;
-                                        if (!(fabs(t[e] - want[e]) <= DOT_SIMD_REL_TOL * mag[e])) {
-                                            fprintf(stderr, "  q%d_K %s quad row %d act %d, %d blocks: %.9g vs scalar %.9g\n",
-                                                    4 + k, k_quad_builds[bi].name, r, c, nb, t[e], want[e]);
-                                            near = 0;
-                                        }
-                                    } else {
-                                        same &= memcmp(&t[e], &first[e], sizeof t[e]) == 0;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-                CHECK(near);
-                CHECK(same);
-                if (bi == 0) memcpy(avx512, first, sizeof avx512);
-                if (bi == 1 && runs[0]) CHECK(memcmp(avx512, first, sizeof avx512) == 0);
-            }
-            free(rows_m);
-        }
-        /* dispatch: each ISA's table carries the build this CPU runs best */
-        const st_kernels *k5 = st_kernels_get(ST_ISA_AVX512), *k2 = st_kernels_get(ST_ISA_AVX2);
-        if (k5->isa == ST_ISA_AVX512) CHECK(k5->type[types[k]].tile4 == k_quad_builds[runs[1] ? 1 : 0].fn[k]);
-        if (k2->isa == ST_ISA_AVX2) CHECK(k2->type[types[k]].tile4 == k_quad_builds[runs[3] ? 3 : 2].fn[k]);
-    }
-    CHECK(n_elems == n_builds_run * NR * NC);
-    free(x), free(xd), free(ad), free(rows), free(buf), free(qa);
-}
-
 TEST_MAIN(test_block_layouts, test_scale_min_unpack, test_q4_K_known_block, test_q5_K_known_block,
           test_q6_K_known_block, test_q3_K_known_block, test_q2_K_known_block,
           test_q8_K_known_block_and_rounding, test_quantize_rmse,
           test_q4_K_search_beats_minmax, test_quantize_degenerate_blocks, test_dots_against_reference,
-          test_dots_extreme_values, test_q8_K_simd_bytes_equal_ref, test_kquant_simd_builds,
-          test_kquant_quad_kernels)
+          test_dots_extreme_values, test_q8_K_simd_bytes_equal_ref, test_kquant_simd_builds)

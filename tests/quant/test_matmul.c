@@ -294,61 +294,6 @@ TEST(test_quad_layout) {
 }
 
 
-/* The Q8_0 quad kernel at the ends of the ranges: quants -128 and 127 against activations
- * -128 and 127 (the kernel adds 128 to each quant and takes 128 * sum(a) back out), every
- * tile shape and the three alignments of the quad (64, 32, 16 past a cache line), against
- * the exact sum of the dequantized products. */
-TEST(test_q8_0_quad_extremes) {
-    const st_kernels *k = st_kernels_get(ST_ISA_AVX512);
-    if (k->isa != ST_ISA_AVX512 || !k->type[ST_TYPE_Q8_0].tile4) {
-        test_skip("no AVX-512 with VNNI: the Q8_0 quad kernel untested");
-        return;
-    }
-    enum { C = 512, NBK = C / 32, NA = 4 };
-    st_block_q8_0 w[4][NBK], a[NA][NBK];
-    for (int r = 0; r < 4; r++)
-        for (int b = 0; b < NBK; b++) {
-            w[r][b].d = st_fp32_to_fp16(r == 3 ? 0.5f : 1.0f / (1 + b));
-            for (int e = 0; e < 32; e++) w[r][b].qs[e] = (int8_t)(r == 0 ? -128 : r == 1 ? 127 : r == 2 ? ((e + b) & 1 ? 127 : -128) : e - 16);
-        }
-    for (int c = 0; c < NA; c++)
-        for (int b = 0; b < NBK; b++) {
-            a[c][b].d = st_fp32_to_fp16(0.25f);
-            for (int e = 0; e < 32; e++) a[c][b].qs[e] = (int8_t)(c == 0 ? -128 : c == 1 ? 127 : c == 2 ? (e & 1 ? -128 : 127) : 3 * e - 50);
-        }
-    uint8_t *buf = malloc(sizeof w + 128);
-    REQUIRE(buf);
-    int bad = 0, n = 0;
-    for (int al = 0; al < 3; al++) {
-        uint8_t *quad = (uint8_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63) + (al == 0 ? 0 : al == 1 ? 32 : 16);
-        memcpy(quad, w, sizeof w);
-        CHECK_OK(st_pack_quads(ST_TYPE_Q8_0, quad, 4, C));
-        for (int nr = 1; nr <= 4; nr++)
-            for (int nc = 1; nc <= NA; nc++) {
-                float s[NA * 4];
-                k->type[ST_TYPE_Q8_0].tile4(C, s, 4, quad, a, sizeof a[0], nr, nc);
-                for (int r = 0; r < nr; r++)
-                    for (int c = 0; c < nc; c++) {
-                        double exact = 0, mag = 0;
-                        for (int b = 0; b < NBK; b++)
-                            for (int e = 0; e < 32; e++) {
-                                const double p = (double)st_fp16_to_fp32(w[r][b].d) * w[r][b].qs[e] *
-                                                 st_fp16_to_fp32(a[c][b].d) * a[c][b].qs[e];
-                                exact += p, mag += fabs(p);
-                            }
-                        if (fabs(s[c * 4 + r] - exact) > 1e-6 * mag) {
-                            fprintf(stderr, "  q8_0 quad row %d act %d (align %d): %.9g vs %.9g\n", r, c, al, s[c * 4 + r], exact);
-                            bad++;
-                        }
-                        n++;
-                    }
-            }
-    }
-    CHECK_INT(bad, 0);
-    CHECK_INT(n, 3 * 10 * 10);
-    free(buf);
-}
-
 /* The panel layout: st_panels_count's cuts; packing round-trips every row; matvec and matmul
  * over panels equal, for 1 and 2 threads, the definition (each panel's row dotted with its
  * slice of the activation by the table's vec_dot, summed in panel order) bit for bit, and the
@@ -458,4 +403,4 @@ TEST(test_panel_layout) {
 }
 
 TEST_MAIN(test_products_deterministic_and_exact, test_rows_kernels_match_vec_dot, test_product_errors, test_quad_layout,
-          test_q8_0_quad_extremes, test_panel_layout)
+          test_panel_layout)
