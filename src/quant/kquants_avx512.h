@@ -235,6 +235,7 @@ KQ_AI void q45k_quad_rows(const int Q5, const int ALIGN, const int NC, int nb, c
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps(), accm[c] = _mm512_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const uint8_t *qb = x + (size_t)i * KQ_QUAD_BYTES(Q5);
+        st_quad_prefetch(qb, (int)KQ_QUAD_BYTES(Q5));
         const __m512i scm = q4k_quad_scales(qb + KQ_QUAD_SCALES);
         __m512i qh[2];
         if (Q5) qh[0] = st_quad_load(ALIGN, qb + KQ_QUAD_QH), qh[1] = st_quad_load(ALIGN, qb + KQ_QUAD_QH + 64);
@@ -308,6 +309,7 @@ KQ_AI void q6k_quad_rows(const int ALIGN, const int NC, int nb, const uint8_t *x
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const uint8_t *body = bodies + (size_t)i * KQ_Q6Q_BODY;
+        st_quad_prefetch(body, KQ_Q6Q_BODY);
         const __m512i S = st_quad_load(ALIGN, body);
         /* sign-extended scale words, lane r: sub-blocks 0-7 (lo) and 8-15 (hi) of row r */
         const __m512i sc_lo = _mm512_srai_epi16(_mm512_unpacklo_epi8(_mm512_setzero_si512(), S), 8);

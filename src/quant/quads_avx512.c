@@ -29,6 +29,7 @@ AI void q8q_rows(const int ALIGN, const int NC, int n_span, const uint8_t *x, co
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
     for (int i = 0; i < n_span; i++) {
         const uint8_t *xb = x + (size_t)i * ST_Q8Q_BLOCK_BYTES;
+        st_quad_prefetch(xb, (int)ST_Q8Q_BLOCK_BYTES);
         /* d of blocks 0-3 and 4-7 of the 4 rows, lane 4 b + r */
         const __m512 d[2] = {_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)xb)),
                              _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(xb + 32)))};
