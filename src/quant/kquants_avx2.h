@@ -217,6 +217,7 @@ KQ_AI void q4k_quad_pass(const int NC, const int h0, const int h1, int nb, const
         for (int c = 0; c < NC; c++) acc[hp][c] = accm[hp][c] = _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const uint8_t *qb = x + (size_t)i * KQ_QUAD_BYTES(0);
+        st_quad_prefetch(qb, (int)KQ_QUAD_BYTES(0));
         for (int hp = h0; hp < h1; hp++) {
             const __m256i scm = q4k_quad_scales2(qb + KQ_QUAD_SCALES + 2 * K_SCALE_SIZE * hp);
             const __m256i mins = _mm256_shuffle_epi8(scm, pick_min);

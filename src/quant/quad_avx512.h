@@ -6,6 +6,7 @@
 #ifndef STRATA_QUANT_QUAD_AVX512_H
 #define STRATA_QUANT_QUAD_AVX512_H
 
+#include "quant/kquants.h"
 #include "strata/quant.h"
 
 #include <immintrin.h>
@@ -22,16 +23,6 @@ static inline __attribute__((always_inline)) __m512i st_quad_load(const int ALIG
         return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)p)),
                                   _mm256_load_si256((const __m256i *)(p + 32)), 1);
     return _mm512_loadu_si512(p);
-}
-
-/* A quad kernel reads one stream front to back; each block's lines are also requested 4 KiB
- * ahead. With the hardware prefetcher alone the quads streamed at 82-94% of a 69-80 GB/s
- * probe; with these at 90-108% (bench/matvec 4096x4096 and 2048x8192, q4_K / q8_0 / q6_K,
- * alternating builds), 2 KiB ahead in between. Past the end of a matrix the hints touch
- * nothing they may not (a prefetch never faults). */
-#define ST_QUAD_PF_AHEAD 4096
-static inline __attribute__((always_inline)) void st_quad_prefetch(const uint8_t *block, const int bytes) {
-    for (int l = 0; l < bytes / 64; l++) _mm_prefetch((const char *)block + ST_QUAD_PF_AHEAD + 64 * l, _MM_HINT_T0);
 }
 
 /* s[c * bs + r] for rows r < nr of the NC accumulators: row r's 4 lanes, summed in a fixed
