@@ -222,8 +222,9 @@ int st_quantize_act_rows(st_threadpool *tp, const st_kernels *k, st_type wtype, 
  * interleaved one by one. A matrix-vector product then reads the 4 rows of a quad as one
  * sequential stream while it loads and converts each activation block once per 4 rows (from
  * cache, a 4-row q4_0 tile ran 34 GB/s per core against 24 a row at a time). Q4_K, Q5_K,
- * Q6_K and Q8_0 (cols a multiple of 256, tables with their tile4: AVX-512; Q4_K on AVX2) take it too, in
- * quad blocks of their own arranged for kernels with a row per 128-bit lane
+ * Q6_K and Q8_0 (cols a multiple of 256; tables with their tile4: AVX-512, and AVX2 for
+ * Q4_K) take it too, in quad blocks of their own arranged for kernels with a row per 128-bit
+ * lane
  * (src/quant/kquants.h, quant_int.h; docs/FORMATS.md): their products are deterministic and
  * the same in matvec and matmul, but not the row layout's bits (a row's f32 sums run in
  * another order). In memory only: files keep GGUF's layout. */

@@ -384,8 +384,8 @@ static void pack_one(const st_kernels *k, st_model *m, st_wt *w) {
 
 /* Rearranges the product weights that can take it into the quad layout (quant.h), in the
  * file's bytes read into our own memory: q4_0/q4_1/q5_0/q5_1 decode streams 4 rows at once
- * and converts each activation once per 4 rows, q4_K unpacks 4 rows' block headers at once
- * (bench/matvec measures both). Other matrices
+ * and converts each activation once per 4 rows; q4_K, q5_K, q6_K and q8_0 take quad blocks
+ * whose kernels do 4 rows' per-block work at once (bench/matvec measures both). Other matrices
  * with rows over ST_PANEL_MAX_COLS take the panel layout (a 2048x8192 f16 or q8_0 product
  * streamed 1.25x faster as two 4096-column panels, bench/matvec). The embeddings
  * (rows looked up one at a time) and a tied output keep the row layout. After the

@@ -28,7 +28,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #define QK_K 256
 #define K_SCALE_SIZE 12
@@ -241,32 +240,6 @@ _Static_assert(KQ_QUAD_QS(0) + 4 * QK_K / 2 == KQ_QUAD_BYTES(0) && KQ_QUAD_QS(1)
                    KQ_QUAD_BYTES(0) % 64 == 0 && KQ_QUAD_BYTES(1) % 64 == 0,
                "q4_K / q5_K quad blocks");
 
-/* Writes the quad block of the 4 blocks r[0..3] (st_block_q4_K, or st_block_q5_K when Q5)
- * into quad, or (unpack) the blocks back from it. */
-static inline void st_kq_q45k_quad_convert(int Q5, uint8_t *quad, void *const r[4], int unpack) {
-    for (int j = 0; j < 4; j++) {
-        /* both block types start with d, dmin and the scales */
-        uint8_t *blk = r[j];
-        uint8_t *qs = Q5 ? ((st_block_q5_K *)r[j])->qs : ((st_block_q4_K *)r[j])->qs;
-        const size_t head[3][3] = {{2 * (size_t)j, 0, 2}, {KQ_QUAD_DMIN + 2 * (size_t)j, 2, 2},
-                                   {KQ_QUAD_SCALES + K_SCALE_SIZE * (size_t)j, 4, K_SCALE_SIZE}};
-        for (int f = 0; f < 3; f++) {
-            if (unpack) memcpy(blk + head[f][1], quad + head[f][0], head[f][2]);
-            else memcpy(quad + head[f][0], blk + head[f][1], head[f][2]);
-        }
-        for (int h = 0; Q5 && h < 2; h++) {
-            uint8_t *qh = ((st_block_q5_K *)r[j])->qh + 16 * h, *c = quad + KQ_QUAD_QH + 64 * h + 16 * j;
-            if (unpack) memcpy(qh, c, 16);
-            else memcpy(c, qh, 16);
-        }
-        for (int k = 0; k < 8; k++) {
-            uint8_t *c = quad + KQ_QUAD_QS(Q5) + 64 * k + 16 * j;
-            if (unpack) memcpy(qs + 16 * k, c, 16);
-            else memcpy(c, qs + 16 * k, 16);
-        }
-    }
-}
-
 /* The Q6_K quad layout: a quad's 4 rows as the 4 rows' d of every super-block (8 bytes
  * each), then nb bodies of 832 bytes (13 cache lines), in the same 4 x 210 bytes a
  * super-block:
@@ -286,49 +259,21 @@ static inline void st_kq_q45k_quad_convert(int Q5, uint8_t *quad, void *const r[
 #define KQ_Q6Q_QL(n, k) (64 + 384 * (n) + 128 + 64 * (k))
 _Static_assert(KQ_Q6Q_BODY + 8 == 4 * sizeof(st_block_q6_K) && KQ_Q6Q_QL(1, 4) == KQ_Q6Q_BODY, "q6_K quad block");
 
-/* Writes super-block b of the 4 rows r[0..3] into the quad (nb super-blocks a row), or
- * (unpack) the blocks back from it. */
-static inline void st_kq_q6k_quad_convert(uint8_t *quad, size_t nb, size_t b, st_block_q6_K *const r[4],
-                                          int unpack) {
-    uint8_t *body = quad + 8 * nb + KQ_Q6Q_BODY * b;
-    for (int j = 0; j < 4; j++) {
-        uint8_t *d = quad + 8 * b + 2 * j, *sc = body + 16 * j;
-        if (unpack) memcpy(&r[j]->d, d, 2), memcpy(r[j]->scales, sc, 16);
-        else memcpy(d, &r[j]->d, 2), memcpy(sc, r[j]->scales, 16);
-        for (int n = 0; n < 2; n++) {
-            for (int k = 0; k < 4; k++) {
-                uint8_t *c = body + KQ_Q6Q_QL(n, k) + 16 * j, *ql = r[j]->ql + 64 * n + 16 * k;
-                if (unpack) memcpy(ql, c, 16);
-                else memcpy(c, ql, 16);
-            }
-            for (int h = 0; h < 2; h++) {
-                uint8_t *c = body + KQ_Q6Q_QH(n, h) + 16 * j, *qh = r[j]->qh + 32 * n + 16 * h;
-                if (unpack) memcpy(qh, c, 16);
-                else memcpy(c, qh, 16);
-            }
-        }
-    }
-}
-
 /* Q4_K, Q5_K and Q6_K over a quad of those layouts (st_tile4_fn; AVX-512 + VNNI, kquants_avx512*.c):
  * their own arithmetic (a row's sums in one 128-bit lane), so not the row dots' bits;
  * deterministic and the same per element whatever nr and nc. */
-void st_tile4_q4_K_q8_K_avx512(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr,
-                               int nc);
-void st_tile4_q4_K_q8_K_avx512gfni(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr,
-                                   int nc);
-void st_tile4_q5_K_q8_K_avx512(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr,
-                               int nc);
-void st_tile4_q5_K_q8_K_avx512gfni(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr,
-                                   int nc);
-void st_tile4_q6_K_q8_K_avx512(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr,
-                               int nc);
-void st_tile4_q6_K_q8_K_avx512gfni(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr,
-                                   int nc);
-/* Q4_K over its quad layout on AVX2 (kquants_avx2.c) and AVX2 + AVX-VNNI (kquants_avx2vnni.c). */
-void st_tile4_q4_K_q8_K_avx2(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr, int nc);
-void st_tile4_q4_K_q8_K_avx2vnni(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr,
+#define KQ_DECL_TILE4_(name, isa)                                                                    \
+    void st_tile4_##name##_##isa(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr, \
                                  int nc);
+KQ_DECL_TILE4_(q4_K_q8_K, avx512)
+KQ_DECL_TILE4_(q4_K_q8_K, avx512gfni)
+KQ_DECL_TILE4_(q5_K_q8_K, avx512)
+KQ_DECL_TILE4_(q5_K_q8_K, avx512gfni)
+KQ_DECL_TILE4_(q6_K_q8_K, avx512)
+KQ_DECL_TILE4_(q6_K_q8_K, avx512gfni)
+/* Q4_K over its quad layout on AVX2 (kquants_avx2.c) and AVX2 + AVX-VNNI (kquants_avx2vnni.c). */
+KQ_DECL_TILE4_(q4_K_q8_K, avx2)
+KQ_DECL_TILE4_(q4_K_q8_K, avx2vnni)
 
 /* ---- for the SIMD files' row kernels ---- */
 #define KQ_AI static inline __attribute__((always_inline))
@@ -349,9 +294,10 @@ static inline const st_block_q8_K *kq_act(const void *y, size_t by, int c, int i
 #include <string.h>
 
 /* A quad kernel (AVX-512: quad_avx512.h; AVX2: kquants_avx2.h) reads one stream front to
- * back; each block's lines are also requested 4 KiB ahead. With the hardware prefetcher alone the quads streamed at 82-94% of a 69-80 GB/s
- * probe; with these at 90-108% (bench/matvec 4096x4096 and 2048x8192, q4_K / q8_0 / q6_K,
- * alternating builds), 2 KiB ahead in between. Past the end of a matrix the hints touch
+ * back; each block's lines are also requested 4 KiB ahead. With the hardware prefetcher
+ * alone the AVX-512 quads streamed at 81.9-95.3% of a 63-80 GB/s probe, with these at
+ * 87.9-108.3% (bench/matvec 4096x4096 and 2048x8192, q4_K / q8_0 / q6_K, alternating
+ * builds), 2 KiB ahead in between (86.2-92.0%). Past the end of a matrix the hints touch
  * nothing they may not (a prefetch never faults). */
 #define ST_QUAD_PF_AHEAD 4096
 static inline __attribute__((always_inline)) void st_quad_prefetch(const uint8_t *block, const int bytes) {

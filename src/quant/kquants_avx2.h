@@ -173,9 +173,9 @@ KQ_AI void q6k_row(const int NC, int nb, const st_block_q6_K *x, const void *y, 
 }
 
 /* ---- Q4_K over a quad (kquants.h: the quad blocks) ----------------------------------
- * The AVX-512 quad kernel's scheme (kquants_avx512.h) on 256-bit registers: a pass takes
- * rows 2 hp and 2 hp + 1 of the quad, one per 128-bit lane (the second pass finds the quad
- * in cache), and 1 or 2 activation rows. With AVX-VNNI its integer sums per lane are the
+ * The AVX-512 quad kernel's scheme (kquants_avx512.h) on 256-bit registers: rows 2 hp and
+ * 2 hp + 1 of the quad in one register, one per 128-bit lane (q4k_quad_pass takes one half
+ * of the quad or both). With AVX-VNNI its integer sums per lane are the
  * AVX-512 kernel's; without, two maddubs per pair of 16-weight chunks and a madd per
  * sub-block. Either way the rows' scale unpacking, mins and d/dmin are shared by 2 rows. */
 

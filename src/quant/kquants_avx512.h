@@ -261,12 +261,10 @@ KQ_AI void q45k_quad_rows(const int Q5, const int ALIGN, const int NC, int nb, c
 #pragma GCC unroll 4
             for (int c = 0; c < NC; c++) {
                 const int8_t *a = kq_act(y, by, c, i)->qs + 64 * g;
-#define KQ_BCAST16_(p) _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(p)))
-                __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo0, KQ_BCAST16_(a));
-                __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi0, KQ_BCAST16_(a + 32));
-                p0 = _mm512_dpbusd_epi32(p0, lo1, KQ_BCAST16_(a + 16));
-                p1 = _mm512_dpbusd_epi32(p1, hi1, KQ_BCAST16_(a + 48));
-#undef KQ_BCAST16_
+                __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo0, st_quad_bcast16(a));
+                __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi0, st_quad_bcast16(a + 32));
+                p0 = _mm512_dpbusd_epi32(p0, lo1, st_quad_bcast16(a + 16));
+                p1 = _mm512_dpbusd_epi32(p1, hi1, st_quad_bcast16(a + 48));
                 const __m512i pk = _mm512_packs_epi32(p0, p1);
                 sumi[c] = g ? _mm512_dpwssd_epi32(sumi[c], pk, sw) : _mm512_madd_epi16(pk, sw);
             }
@@ -336,12 +334,10 @@ KQ_AI void q6k_quad_rows(const int ALIGN, const int NC, int nb, const uint8_t *x
 #pragma GCC unroll 4
                 for (int c = 0; c < NC; c++) {
                     const int8_t *a = kq_act(y, by, c, i)->qs + 128 * n + 32 * p;
-#define KQ_BCAST16_(q) _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(q)))
-                    const __m512i pl0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo0, KQ_BCAST16_(a));
-                    const __m512i pl1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo1, KQ_BCAST16_(a + 16));
-                    const __m512i ph0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi0, KQ_BCAST16_(a + 64));
-                    const __m512i ph1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi1, KQ_BCAST16_(a + 80));
-#undef KQ_BCAST16_
+                    const __m512i pl0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo0, st_quad_bcast16(a));
+                    const __m512i pl1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo1, st_quad_bcast16(a + 16));
+                    const __m512i ph0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi0, st_quad_bcast16(a + 64));
+                    const __m512i ph1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi1, st_quad_bcast16(a + 80));
                     const __m512i t = _mm512_madd_epi16(_mm512_packs_epi32(pl0, pl1), sw_lo);
                     sumi[c] = (n | p) ? _mm512_add_epi32(sumi[c], t) : t;
                     sumi[c] = _mm512_dpwssd_epi32(sumi[c], _mm512_packs_epi32(ph0, ph1), sw_hi);

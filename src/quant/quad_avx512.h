@@ -25,6 +25,11 @@ static inline __attribute__((always_inline)) __m512i st_quad_load(const int ALIG
     return _mm512_loadu_si512(p);
 }
 
+/* 16 activation bytes in every 128-bit lane (one per row of the quad). */
+static inline __attribute__((always_inline)) __m512i st_quad_bcast16(const int8_t *p) {
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p));
+}
+
 /* s[c * bs + r] for rows r < nr of the NC accumulators: row r's 4 lanes, summed in a fixed
  * order. */
 static inline __attribute__((always_inline)) void st_quad_store(const int NC, const __m512 *acc, float *s, size_t bs,

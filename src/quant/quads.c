@@ -20,6 +20,13 @@ bool st_quads_fit(const st_kernels *k, st_type t, int64_t rows, int64_t cols) {
     return k && st_quads_shape(t, rows, cols) && k->type[t].tile4;
 }
 
+/* n bytes from the row layout into the quad, or back (unpack): every converter below moves
+ * its pieces through this, so packing and unpacking are the same code read both ways. */
+static inline void quad_move(uint8_t *quad, void *row, size_t n, int unpack) {
+    if (unpack) memcpy(row, quad, n);
+    else memcpy(quad, row, n);
+}
+
 /* A quad (4 rows interleaved) from 4 rows in the row layout, or back (unpack), for blocks of
  * BB bytes: a constant, so each block moves as a few register copies rather than a memcpy
  * call (a 1B-shape model packs ~600 MB at load). */
@@ -27,10 +34,7 @@ static inline void quad_convert_bb(uint8_t *quad, uint8_t *rows4, size_t rb, con
     const size_t nb = rb / BB;
     for (int r = 0; r < 4; r++) {
         uint8_t *p = rows4 + (size_t)r * rb, *q = quad + (size_t)r * BB;
-        for (size_t b = 0; b < nb; b++, p += BB, q += 4 * BB) {
-            if (unpack) memcpy(p, q, BB);
-            else memcpy(q, p, BB);
-        }
+        for (size_t b = 0; b < nb; b++, p += BB, q += 4 * BB) quad_move(q, p, BB, unpack);
     }
 }
 
@@ -38,50 +42,66 @@ _Static_assert(sizeof(st_block_q4_0) == 18 && sizeof(st_block_q4_1) == 20 && siz
                    sizeof(st_block_q5_1) == 24,
                "quad_convert's block sizes");
 
+/* The quad block of the 4 blocks r[0..3] (st_block_q4_K, or st_block_q5_K when q5;
+ * kquants.h: KQ_QUAD_*), or the blocks back from it. */
+static void q45k_quad_convert(int q5, uint8_t *quad, uint8_t *const r[4], int unpack) {
+    for (int j = 0; j < 4; j++) {
+        /* both block types start with d, dmin and the scales */
+        quad_move(quad + 2 * j, r[j], 2, unpack);
+        quad_move(quad + KQ_QUAD_DMIN + 2 * j, r[j] + 2, 2, unpack);
+        quad_move(quad + KQ_QUAD_SCALES + K_SCALE_SIZE * j, r[j] + 4, K_SCALE_SIZE, unpack);
+        uint8_t *qs = q5 ? ((st_block_q5_K *)r[j])->qs : ((st_block_q4_K *)r[j])->qs;
+        for (int h = 0; q5 && h < 2; h++)
+            quad_move(quad + KQ_QUAD_QH + 64 * h + 16 * j, ((st_block_q5_K *)r[j])->qh + 16 * h, 16, unpack);
+        for (int k = 0; k < 8; k++) quad_move(quad + KQ_QUAD_QS(q5) + 64 * k + 16 * j, qs + 16 * k, 16, unpack);
+    }
+}
+
 /* Q4_K, Q5_K: super-block b of the 4 rows <-> quad block b */
 static void quad_convert_q45k(int q5, uint8_t *quad, uint8_t *rows4, size_t rb, int unpack) {
     const size_t bb = q5 ? sizeof(st_block_q5_K) : sizeof(st_block_q4_K);
     for (size_t b = 0; b < rb / bb; b++) {
-        void *r[4];
+        uint8_t *r[4];
         for (int j = 0; j < 4; j++) r[j] = rows4 + (size_t)j * rb + b * bb;
-        st_kq_q45k_quad_convert(q5, quad + b * KQ_QUAD_BYTES(q5), r, unpack);
+        q45k_quad_convert(q5, quad + b * KQ_QUAD_BYTES(q5), r, unpack);
     }
 }
 
-void st_q8q_convert(uint8_t *quad, st_block_q8_0 *const r[4], int unpack) {
-    for (int b = 0; b < ST_Q8Q_SPAN; b++) {
-        for (int j = 0; j < 4; j++) {
-            st_block_q8_0 *blk = r[j] + b;
-            uint8_t *d = quad + 2 * (4 * b + j);
-            if (unpack) memcpy(&blk->d, d, 2);
-            else memcpy(d, &blk->d, 2);
-            for (int h = 0; h < 2; h++) {
-                uint8_t *q = quad + ST_Q8Q_QS + 128 * b + 64 * h + 16 * j;
-                for (int e = 0; e < 16; e++) {
-                    if (unpack) blk->qs[16 * h + e] = (int8_t)(q[e] ^ 0x80);
-                    else q[e] = (uint8_t)blk->qs[16 * h + e] ^ 0x80;
+/* Q8_0: span sp of the 4 rows (quant_int.h: ST_Q8Q_*) <-> quad block sp; the quants are
+ * stored + 128 (XOR 0x80). */
+static void quad_convert_q8(uint8_t *quad, uint8_t *rows4, size_t rb, int unpack) {
+    for (size_t sp = 0; sp < rb / (ST_Q8Q_SPAN * sizeof(st_block_q8_0)); sp++) {
+        uint8_t *qb = quad + sp * ST_Q8Q_BLOCK_BYTES;
+        for (int b = 0; b < ST_Q8Q_SPAN; b++) {
+            for (int j = 0; j < 4; j++) {
+                st_block_q8_0 *blk = (st_block_q8_0 *)(rows4 + (size_t)j * rb) + ST_Q8Q_SPAN * sp + b;
+                quad_move(qb + 2 * (4 * b + j), &blk->d, 2, unpack);
+                for (int h = 0; h < 2; h++) {
+                    uint8_t *q = qb + ST_Q8Q_QS + 128 * b + 64 * h + 16 * j;
+                    for (int e = 0; e < 16; e++) {
+                        if (unpack) blk->qs[16 * h + e] = (int8_t)(q[e] ^ 0x80);
+                        else q[e] = (uint8_t)blk->qs[16 * h + e] ^ 0x80;
+                    }
                 }
             }
         }
     }
 }
 
-/* Q8_0: span s of the 4 rows <-> quad block s */
-static void quad_convert_q8(uint8_t *quad, uint8_t *rows4, size_t rb, int unpack) {
-    for (size_t sp = 0; sp < rb / (ST_Q8Q_SPAN * sizeof(st_block_q8_0)); sp++) {
-        st_block_q8_0 *r[4];
-        for (int j = 0; j < 4; j++) r[j] = (st_block_q8_0 *)(rows4 + (size_t)j * rb) + ST_Q8Q_SPAN * sp;
-        st_q8q_convert(quad + sp * ST_Q8Q_BLOCK_BYTES, r, unpack);
-    }
-}
-
-/* Q6_K: super-block b of the 4 rows <-> body b and the d's */
+/* Q6_K: super-block b of the 4 rows <-> body b and the d's (kquants.h: KQ_Q6Q_*) */
 static void quad_convert_q6k(uint8_t *quad, uint8_t *rows4, size_t rb, int unpack) {
     const size_t nb = rb / sizeof(st_block_q6_K);
     for (size_t b = 0; b < nb; b++) {
-        st_block_q6_K *r[4];
-        for (int j = 0; j < 4; j++) r[j] = (st_block_q6_K *)(rows4 + (size_t)j * rb) + b;
-        st_kq_q6k_quad_convert(quad, nb, b, r, unpack);
+        uint8_t *body = quad + 8 * nb + KQ_Q6Q_BODY * b;
+        for (int j = 0; j < 4; j++) {
+            st_block_q6_K *r = (st_block_q6_K *)(rows4 + (size_t)j * rb) + b;
+            quad_move(quad + 8 * b + 2 * j, &r->d, 2, unpack);
+            quad_move(body + 16 * j, r->scales, 16, unpack);
+            for (int n = 0; n < 2; n++) {
+                for (int k = 0; k < 4; k++) quad_move(body + KQ_Q6Q_QL(n, k) + 16 * j, r->ql + 64 * n + 16 * k, 16, unpack);
+                for (int h = 0; h < 2; h++) quad_move(body + KQ_Q6Q_QH(n, h) + 16 * j, r->qh + 32 * n + 16 * h, 16, unpack);
+            }
+        }
     }
 }
 

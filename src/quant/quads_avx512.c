@@ -20,8 +20,6 @@
 
 #define AI static inline __attribute__((always_inline))
 
-AI __m512i bcast16(const int8_t *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
-
 AI void q8q_rows(const int ALIGN, const int NC, int n_span, const uint8_t *x, const void *y, size_t by, float *s,
                  size_t bs, int nr) {
     const __m512i k80 = _mm512_set1_epi8((char)0x80);
@@ -44,7 +42,7 @@ AI void q8q_rows(const int ALIGN, const int NC, int n_span, const uint8_t *x, co
 #pragma GCC unroll 4
             for (int c = 0; c < NC; c++) {
                 const st_block_q8_0 *a = (const st_block_q8_0 *)((const uint8_t *)y + (size_t)c * by) + ST_Q8Q_SPAN * i + b;
-                const __m512i a0 = bcast16(a->qs), a1 = bcast16(a->qs + 16);
+                const __m512i a0 = st_quad_bcast16(a->qs), a1 = st_quad_bcast16(a->qs + 16);
                 __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, a0);
                 p = _mm512_dpbusd_epi32(p, w1, a1);
                 __m512i off = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k80, a0);

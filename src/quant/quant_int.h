@@ -96,8 +96,6 @@ void st_quads_unpack4(st_type t, const void *quad, int64_t cols, void *rows4);
 #define ST_Q8Q_SPAN 8
 #define ST_Q8Q_BLOCK_BYTES (4 * ST_Q8Q_SPAN * sizeof(st_block_q8_0))
 #define ST_Q8Q_QS 64
-/* quad block <-> the 4 rows' 8 blocks r[j][0..7] (unpack: back into them) */
-void st_q8q_convert(uint8_t *quad, st_block_q8_0 *const r[4], int unpack);
 
 /* ---- quad tiles (st_tile4_fn) ---- */
 #define ST_DECL_TILE4_(isa)                                                                          \
