@@ -23,7 +23,11 @@
  * page after page), or a run's K halves page after page and then its V halves (a
  * page-major kernel that keeps two passes per run); slabs shuffled (as "paged" above) or one
  * layer's slabs adjacent in page order (what a pool with a region per layer would give a
- * sequence allocated in order). It then times the decode kernel itself on both placements.
+ * sequence allocated in order). It reads them all again with the kernel's arithmetic but
+ * none of its dependencies (per 64-byte line two f16 conversions and 2 multiply-adds per
+ * byte into running sums, as decode with 4 query heads per KV head does): how much of the
+ * memory a kernel this busy can keep in flight in each order, the ceiling for a better
+ * kernel. It then times the decode kernel itself on both placements.
  *
  * usage: attn [--threads N] [--ctx 4096,32768,131072] [--isa scalar|avx2|avx512] [--hot]
  *             [--trials N] [--no-thp] [--patterns] [--page P]
@@ -44,6 +48,12 @@
 #define HEAD_DIM 64
 #define PAGE_DEFAULT 16 /* the KV library's default page size */
 #define MIN_WORKING_SET ((size_t)256 << 20)
+/* How far ahead the arithmetic readers prefetch in decode's order: the decode kernel's
+ * distance (ATTN_RUN_PF blocks of 2 KiB at page 16). Plain loads do best prefetching only
+ * the next chunk (82-83% of the probe at 16 KiB against 93-94% at 2 KiB), with the
+ * arithmetic the next chunk is too close (63-65%). The whole-slab orders prefetch the
+ * next half slab (16 KiB at page 16) either way. */
+#define SLAB_PF_BYTES ((size_t)16 << 10)
 
 /* 2 MiB-aligned buffer, backed by transparent huge pages unless no_thp: with 4 KiB pages
  * every 32 KiB page slab costs 8 TLB walks, which the shuffled paged layout cannot amortize
@@ -83,8 +93,15 @@ struct slab_job {
     int whole; /* 0: decode's order; 1: each slab whole, page after page; 2: a run's pages
                 * page after page twice, every head's K the first time and V the second (the
                 * order of a page-major kernel that keeps decode's two passes per run) */
+    int math;  /* 0: plain loads; 1: AVX2 or 2: AVX-512 multiply-adds at the kernel's rate */
     double sink[64];
 };
+
+/* Running sums of the arithmetic readers: 8 independent chains, enough to keep both FMA
+ * pipes busy, none waiting on anything but its line. */
+typedef struct fma_acc {
+    float f[8][16] __attribute__((aligned(64)));
+} fma_acc;
 
 /* XORs the 64-byte lines of chunk c into a0/a1 while prefetching chunk nx's. */
 __attribute__((target("avx2"))) static inline void read_chunk(const uint8_t *c, const uint8_t *nx,
@@ -96,8 +113,68 @@ __attribute__((target("avx2"))) static inline void read_chunk(const uint8_t *c, 
     }
 }
 
+/* read_chunk with decode's arithmetic density: a 64-byte line is 32 f16 K/V elements, and
+ * with 4 query heads per KV head each element takes part in 4 multiply-adds: 128 per line,
+ * here 8 of 16 lanes (AVX-512) after two conversions, as the kernel converts each element
+ * once. */
+__attribute__((target("avx512f"))) static void fma_chunk512(const uint8_t *c, const uint8_t *nx,
+                                                            size_t bytes, fma_acc *acc) {
+    __m512 s[8];
+    for (int i = 0; i < 8; i++) s[i] = _mm512_load_ps(acc->f[i]);
+    const __m512 w = _mm512_set1_ps(1e-3f);
+    for (size_t o = 0; o < bytes; o += 64) {
+        __builtin_prefetch(nx + o, 0, 3);
+        const __m512 a = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(c + o)));
+        const __m512 b = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(c + o + 32)));
+        s[0] = _mm512_fmadd_ps(a, w, s[0]), s[1] = _mm512_fmadd_ps(b, w, s[1]);
+        s[2] = _mm512_fmadd_ps(a, w, s[2]), s[3] = _mm512_fmadd_ps(b, w, s[3]);
+        s[4] = _mm512_fmadd_ps(a, w, s[4]), s[5] = _mm512_fmadd_ps(b, w, s[5]);
+        s[6] = _mm512_fmadd_ps(a, w, s[6]), s[7] = _mm512_fmadd_ps(b, w, s[7]);
+    }
+    for (int i = 0; i < 8; i++) _mm512_store_ps(acc->f[i], s[i]);
+}
+
+/* The same with 8 lanes: four conversions and 16 multiply-adds per line. */
+__attribute__((target("avx2,fma,f16c"))) static void fma_chunk256(const uint8_t *c, const uint8_t *nx,
+                                                                  size_t bytes, fma_acc *acc) {
+    __m256 s[8];
+    for (int i = 0; i < 8; i++) s[i] = _mm256_load_ps(acc->f[i]);
+    const __m256 w = _mm256_set1_ps(1e-3f);
+    for (size_t o = 0; o < bytes; o += 64) {
+        __builtin_prefetch(nx + o, 0, 3);
+        __m256 x[4];
+        for (int k = 0; k < 4; k++) x[k] = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(c + o + 16 * k)));
+        for (int k = 0; k < 4; k++) {
+            s[2 * k] = _mm256_fmadd_ps(x[k], w, s[2 * k]);
+            s[2 * k + 1] = _mm256_fmadd_ps(x[k], w, s[2 * k + 1]);
+        }
+        for (int k = 0; k < 4; k++) {
+            s[2 * k] = _mm256_fmadd_ps(x[k], w, s[2 * k]);
+            s[2 * k + 1] = _mm256_fmadd_ps(x[k], w, s[2 * k + 1]);
+        }
+    }
+    for (int i = 0; i < 8; i++) _mm256_store_ps(acc->f[i], s[i]);
+}
+
+/* One chunk in the job's manner: plain loads into a0/a1, or the arithmetic into acc. */
+__attribute__((target("avx2"))) static inline void job_chunk(const struct slab_job *j, const uint8_t *c,
+                                                              const uint8_t *nx, size_t bytes, __m256i *a0,
+                                                              __m256i *a1, fma_acc *acc) {
+    if (j->math == 2) fma_chunk512(c, nx, bytes, acc);
+    else if (j->math == 1) fma_chunk256(c, nx, bytes, acc);
+    else read_chunk(c, nx, bytes, a0, a1);
+}
+
+/* Chunk e of a run of np pages in decode's order (head, then K or V, then page). */
+static inline const uint8_t *slab_chunk(const st_attn_page *pg, int64_t np, size_t chunk, int64_t e) {
+    const int64_t h = e / (2 * np), kv = e / np % 2, i = e % np;
+    return (const uint8_t *)(kv ? pg[i].v : pg[i].k) + h * chunk;
+}
+
 __attribute__((target("avx2"))) static void slab_task(void *arg, int ith, int nth) {
     struct slab_job *j = arg;
+    fma_acc acc;
+    memset(&acc, 0, sizeof acc);
     const size_t chunk = (size_t)j->page * HEAD_DIM * 2; /* one head of one page, K or V */
     const int64_t pps = st_attn_pages_per_run(j->page, j->n_pages), runs = (j->n_pages + pps - 1) / pps;
     __m256i a0 = _mm256_setzero_si256(), a1 = a0;
@@ -108,28 +185,29 @@ __attribute__((target("avx2"))) static void slab_task(void *arg, int ith, int nt
             for (int kv = 0; kv < 2; kv++)
                 for (int64_t i = 0; i < np; i++) {
                     const st_attn_page *nx = &pg[i + 1 < np ? i + 1 : i];
-                    read_chunk(kv ? pg[i].v : pg[i].k, kv ? nx->v : nx->k, N_KV * chunk, &a0, &a1);
+                    job_chunk(j, kv ? pg[i].v : pg[i].k, kv ? nx->v : nx->k, N_KV * chunk, &a0, &a1, &acc);
                 }
             continue;
         }
         if (j->whole) {
             for (int64_t i = 0; i < np; i++) {
                 const st_attn_page *nx = &pg[i + 1 < np ? i + 1 : i];
-                read_chunk(pg[i].k, pg[i].v, N_KV * chunk, &a0, &a1);
-                read_chunk(pg[i].v, nx->k, N_KV * chunk, &a0, &a1);
+                job_chunk(j, pg[i].k, pg[i].v, N_KV * chunk, &a0, &a1, &acc);
+                job_chunk(j, pg[i].v, nx->k, N_KV * chunk, &a0, &a1, &acc);
             }
             continue;
         }
-        for (int h = 0; h < N_KV; h++)
-            for (int kv = 0; kv < 2; kv++)
-                for (int64_t i = 0; i < np; i++) {
-                    const uint8_t *c = (const uint8_t *)(kv ? pg[i].v : pg[i].k) + h * chunk;
-                    const int64_t ni = i + 1 < np ? i + 1 : i;
-                    const uint8_t *nx = (const uint8_t *)(kv ? pg[ni].v : pg[ni].k) + h * chunk;
-                    read_chunk(c, nx, chunk, &a0, &a1);
-                }
+        /* chunk e of the run: head e / (2 np), K or V, page e % np; the next one, or with
+         * the arithmetic the one SLAB_PF_BYTES ahead, is prefetched alongside (the last one
+         * at the run's end) */
+        const int64_t ne = N_KV * 2 * np;
+        const int64_t ahead = !j->math || chunk >= SLAB_PF_BYTES ? 1 : (int64_t)(SLAB_PF_BYTES / chunk);
+        for (int64_t e = 0; e < ne; e++) {
+            const int64_t f = e + ahead < ne ? e + ahead : ne - 1;
+            job_chunk(j, slab_chunk(pg, np, chunk, e), slab_chunk(pg, np, chunk, f), chunk, &a0, &a1, &acc);
+        }
     }
-    j->sink[ith] = (double)_mm256_extract_epi32(_mm256_xor_si256(a0, a1), 0);
+    j->sink[ith] = (double)_mm256_extract_epi32(_mm256_xor_si256(a0, a1), 0) + acc.f[0][0] + acc.f[7][15];
 }
 
 typedef struct layer_set {
@@ -157,7 +235,7 @@ typedef struct result {
     int64_t n_ctx;
     int n_layers;
     double mib, gbp, gbc, us, gbs; /* gbs: the slab-pattern probe */
-    double pat[2][3]; /* --patterns: [in order][slab_job.whole] GB/s */
+    double pat[2][2][3]; /* --patterns: [with arithmetic][in order][slab_job.whole] GB/s */
     double kern[2];   /* --patterns: the decode kernel, [in order] GB/s */
 } result;
 
@@ -262,12 +340,14 @@ static int run_ctx(st_ctx *ctx, st_attn_ws *ws, int64_t n_ctx, int page, int hot
             ordered[i] = (st_attn_page){.k = sl, .v = sl + N_KV * head_page, .n_tokens = page,
                                         .pos0 = (int64_t)(i % (size_t)n_pages) * page};
         }
-        for (int o = 0; o < 2; o++)
-            for (int w = 0; w < 3; w++) {
-                struct slab_job pj = {.pages = o ? ordered : paged.pages, .n_layers = n_layers,
-                                      .n_pages = n_pages, .page = page, .whole = w};
-                res->pat[o][w] = time_slabs(ctx, &pj, layer_bytes, trials);
-            }
+        const int math = st_ctx_isa(ctx) == ST_ISA_AVX512 ? 2 : st_ctx_isa(ctx) == ST_ISA_AVX2 ? 1 : 0;
+        for (int a = 0; a < 2; a++)
+            for (int o = 0; o < 2; o++)
+                for (int w = 0; w < 3; w++) {
+                    struct slab_job pj = {.pages = o ? ordered : paged.pages, .n_layers = n_layers,
+                                          .n_pages = n_pages, .page = page, .whole = w, .math = a ? math : 0};
+                    res->pat[a][o][w] = a && !math ? 0 : time_slabs(ctx, &pj, layer_bytes, trials);
+                }
         /* the decode kernel itself over the in-order placement, alternating with the
          * shuffled one (best of each) */
         layer_set ord = {.n_layers = n_layers, .pages = ordered, .seqs = calloc((size_t)n_layers, sizeof(st_attn_seq))};
@@ -365,15 +445,20 @@ int main(int argc, char **argv) {
                100 * res[i].gbp / probe, res[i].gbc, 100 * res[i].gbc / probe,
                res[i].gbp / res[i].gbc, res[i].us, res[i].gbs, 100 * res[i].gbp / res[i].gbs);
     if (patterns) {
-        printf("\n--patterns: the slabs read without math (GB/s, %% of the probe)\n");
-        printf("%8s %18s %18s %18s %18s %18s %18s\n", "context", "shuffled, decode", "shuffled, whole",
-               "shuffled, K then V", "in order, decode", "in order, whole", "in order, K then V");
-        for (int i = 0; i < n_res; i++) {
-            printf("%7lldk", (long long)(res[i].n_ctx / 1024));
-            for (int o = 0; o < 2; o++)
-                for (int w = 0; w < 3; w++)
-                    printf(" %10.2f (%4.0f%%)", res[i].pat[o][w], 100 * res[i].pat[o][w] / probe);
-            printf("\n");
+        for (int a = 0; a < 2; a++) {
+            if (a && st_ctx_isa(ctx) == ST_ISA_SCALAR) break;
+            printf(a ? "the same with the kernel's arithmetic: 2 conversions and 128 multiply-adds per 64-byte line,\n"
+                       "no dependencies (GB/s, %% of the probe)\n"
+                     : "\n--patterns: the slabs read without math (GB/s, %% of the probe)\n");
+            printf("%8s %18s %18s %18s %18s %18s %18s\n", "context", "shuffled, decode", "shuffled, whole",
+                   "shuffled, K then V", "in order, decode", "in order, whole", "in order, K then V");
+            for (int i = 0; i < n_res; i++) {
+                printf("%7lldk", (long long)(res[i].n_ctx / 1024));
+                for (int o = 0; o < 2; o++)
+                    for (int w = 0; w < 3; w++)
+                        printf(" %10.2f (%4.0f%%)", res[i].pat[a][o][w], 100 * res[i].pat[a][o][w] / probe);
+                printf("\n");
+            }
         }
         printf("the decode kernel on the same slabs (GB/s, %% of the probe; alternating, best of each)\n");
         printf("%8s %18s %18s\n", "context", "shuffled", "in order");

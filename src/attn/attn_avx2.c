@@ -280,34 +280,60 @@ AI void run_scores(const attn_tile *t, const attn_blk *b, int n, const attn_blk 
     }
 }
 
-/* Pass 2 for row r (as attn_avx512.c's run_softmax): m = the run's max, p = exp(s - m) * vs
- * (0 where masked), l = the sum of exp(s - m) spread over lanes. */
-AI void run_softmax(const attn_tile *t, const attn_blk *b, int n, int r, const st_type T) {
+/* Pass 2 for rows [r0, r0 + RB), as attn_avx512.c's run_softmax_rows: per row m = the
+ * run's max, p = exp(s - m) * vs (0 where masked), l = the sum of exp(s - m) spread over
+ * lanes; the rows interleaved, and the V blocks [ATTN_RUN_PF, 2 ATTN_RUN_PF) requested
+ * meanwhile. */
+AI void run_softmax_rows(const attn_tile *t, const attn_blk *b, int n, int r0, const int RB,
+                         const st_type T) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
-    float *S = t->s + (size_t)r * ATTN_BLK;
+    float *S = t->s + (size_t)r0 * ATTN_BLK;
     const size_t st = (size_t)t->R * ATTN_BLK;
-    __m256 mx = ninf;
-    for (int i = 0; i < n; i++)
-        mx = _mm256_max_ps(mx, _mm256_max_ps(_mm256_load_ps(S + i * st), _mm256_load_ps(S + i * st + 8)));
-    const float M = hmax8(mx);
-    __m256 l0 = _mm256_setzero_ps(), l1 = l0;
-    if (M == -INFINITY) {
-        for (int i = 0; i < n; i++) _mm256_store_ps(S + i * st, l0), _mm256_store_ps(S + i * st + 8, l0);
-    } else {
-        const __m256 mv = _mm256_set1_ps(M);
-        for (int i = 0; i < n; i++) {
-            const __m256 x0 = _mm256_load_ps(S + i * st), x1 = _mm256_load_ps(S + i * st + 8);
-            const __m256 e0 = _mm256_and_ps(_mm256_cmp_ps(x0, ninf, _CMP_NEQ_OQ), exp256(_mm256_sub_ps(x0, mv)));
-            const __m256 e1 = _mm256_and_ps(_mm256_cmp_ps(x1, ninf, _CMP_NEQ_OQ), exp256(_mm256_sub_ps(x1, mv)));
-            l0 = _mm256_add_ps(l0, e0), l1 = _mm256_add_ps(l1, e1);
-            const __m256 vs = _mm256_set1_ps(T == ST_TYPE_Q8_0 ? b[i].vs : 1.0f);
-            _mm256_store_ps(S + i * st, _mm256_mul_ps(e0, vs));
-            _mm256_store_ps(S + i * st + 8, _mm256_mul_ps(e1, vs));
+    __m256 mx[4], mv[4], l0[4], l1[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) mx[i] = ninf, l0[i] = l1[i] = _mm256_setzero_ps();
+    for (int x = 0; x < n; x++)
+#pragma GCC unroll 4
+        for (int i = 0; i < RB; i++) {
+            const float *sx = S + x * st + i * ATTN_BLK;
+            mx[i] = _mm256_max_ps(mx[i], _mm256_max_ps(_mm256_load_ps(sx), _mm256_load_ps(sx + 8)));
+        }
+    float M[4];
+    uint32_t dead = 0; /* rows with no valid slot */
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) {
+        M[i] = hmax8(mx[i]);
+        mv[i] = _mm256_set1_ps(M[i]);
+        if (M[i] == -INFINITY) dead |= 1u << i;
+    }
+    const int pf0 = ATTN_RUN_PF, pf1 = r0 ? 0 : n < 2 * ATTN_RUN_PF ? n : 2 * ATTN_RUN_PF;
+    const int vlines = (int)((size_t)t->D * ATTN_BLK * attn_elem_size(T) / 64);
+    for (int x = 0; x < n; x++) {
+        for (int j = pf0; j < pf1; j++)
+            if (b[j].n == ATTN_BLK)
+                for (int ln = x; ln < vlines; ln += n) ATTN_PF((const char *)b[j].v + 64 * ln);
+        const __m256 vs = _mm256_set1_ps(T == ST_TYPE_Q8_0 ? b[x].vs : 1.0f);
+#pragma GCC unroll 4
+        for (int i = 0; i < RB; i++) {
+            float *sx = S + x * st + i * ATTN_BLK;
+            if (dead & (1u << i)) {
+                _mm256_store_ps(sx, _mm256_setzero_ps()), _mm256_store_ps(sx + 8, _mm256_setzero_ps());
+                continue;
+            }
+            const __m256 x0 = _mm256_load_ps(sx), x1 = _mm256_load_ps(sx + 8);
+            const __m256 e0 = _mm256_and_ps(_mm256_cmp_ps(x0, ninf, _CMP_NEQ_OQ), exp256(_mm256_sub_ps(x0, mv[i])));
+            const __m256 e1 = _mm256_and_ps(_mm256_cmp_ps(x1, ninf, _CMP_NEQ_OQ), exp256(_mm256_sub_ps(x1, mv[i])));
+            l0[i] = _mm256_add_ps(l0[i], e0), l1[i] = _mm256_add_ps(l1[i], e1);
+            _mm256_store_ps(sx, _mm256_mul_ps(e0, vs));
+            _mm256_store_ps(sx + 8, _mm256_mul_ps(e1, vs));
         }
     }
-    t->m[r] = M;
-    _mm256_store_ps(t->l + (size_t)r * ATTN_BLK, l0);
-    _mm256_store_ps(t->l + (size_t)r * ATTN_BLK + 8, l1);
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; i++) {
+        t->m[r0 + i] = M[i];
+        _mm256_store_ps(t->l + (size_t)(r0 + i) * ATTN_BLK, l0[i]);
+        _mm256_store_ps(t->l + (size_t)(r0 + i) * ATTN_BLK + 8, l1[i]);
+    }
 }
 
 /* One slot j of V into RB rows x 8*ND dims: acc[i][k] += p[i * ATTN_BLK + j] * v[j][d0 + 8k]. */

@@ -120,17 +120,35 @@ static int run_blocks(attn_blk *out, const attn_tile *t, const st_attn_geom *g,
     return n;
 }
 
+/* The part of its list an item covers: positions [*i0, *i1), slots [*s0, *s1) of each. */
+static void item_range(const st_attn_ws *ws, const attn_item *it, int32_t *i0, int32_t *i1,
+                       int32_t *s0, int32_t *s1) {
+    const attn_runs *ru = &ws->runs[it->seq];
+    *s0 = 0, *s1 = ws->g->page_size;
+    if (ru->nsub > 1) {
+        *i0 = it->c / ru->nsub, *i1 = *i0 + 1;
+        *s0 = (it->c % ru->nsub) * ST_ATTN_SPLIT_TOKENS;
+        *s1 = *s0 + ST_ATTN_SPLIT_TOKENS;
+    } else {
+        *i0 = it->c * ru->pps, *i1 = *i0 + ru->pps;
+    }
+}
+
 /* decode_item with the kernel's run(): head after head, each run folded whole, the next
- * head's blocks listed first so the kernel can prefetch them. */
-static void decode_item_runs(st_attn_ws *ws, int ith, const attn_item *it, const attn_tile *t0,
-                             float *slots, const float *qs, int32_t i0, int32_t i1, int32_t s0,
-                             int32_t s1) {
+ * head's blocks listed first so the kernel can prefetch them. Before the last head the
+ * thread claims its next item and lists that item's first blocks instead, so the reads do
+ * not stop between items either (bench/attn at a ~75 GB/s probe, with the softmax's
+ * prefetch: 44.3 -> 44.8 GB/s at 32k). Returns the claimed item (NULL: none left). */
+static const attn_item *decode_item_runs(st_attn_ws *ws, int ith, const attn_item *it,
+                                         const attn_tile *t0, float *slots, const float *qs,
+                                         int32_t i0, int32_t i1, int32_t s0, int32_t s1) {
     const st_attn_geom *g = ws->g;
     const st_attn_seq *s = &ws->seqs[it->seq];
     const int32_t H = g->n_kv_head, G = ws->G, D = g->head_dim;
     const size_t moff = r16((size_t)G * D);
     attn_blk *buf[2] = {ws->blk + (size_t)ith * 2 * ws->n_blk, ws->blk + ((size_t)ith * 2 + 1) * ws->n_blk};
     attn_tile t[2] = {*t0, *t0};
+    const attn_item *nx = NULL;
     int n[2];
     n[0] = run_blocks(buf[0], &t[0], g, s, 0, i0, i1, s0, s1);
     for (int32_t h = 0; h < H; h++) {
@@ -139,35 +157,36 @@ static void decode_item_runs(st_attn_ws *ws, int ith, const attn_item *it, const
         t[c].q = qs + (size_t)h * G * D;
         t[c].q4 = ws->q4 + ((size_t)it->seq * H + (size_t)h) * (((size_t)G + 3) / 4) * D * 4;
         t[c].acc = slot, t[c].m = slot + moff, t[c].l = t[c].m + r16((size_t)G);
-        n[c ^ 1] = h + 1 < H ? run_blocks(buf[c ^ 1], &t[c ^ 1], g, s, h + 1, i0, i1, s0, s1) : 0;
+        if (h + 1 < H) {
+            n[c ^ 1] = run_blocks(buf[c ^ 1], &t[c ^ 1], g, s, h + 1, i0, i1, s0, s1);
+        } else if ((nx = attn_next_item(ws))) { /* the next item's first head, to prefetch */
+            int32_t j0, j1, u0, u1;
+            item_range(ws, nx, &j0, &j1, &u0, &u1);
+            n[c ^ 1] = run_blocks(buf[c ^ 1], &t[c ^ 1], g, &ws->seqs[nx->seq], 0, j0, j1, u0, u1);
+        } else {
+            n[c ^ 1] = 0;
+        }
         if (n[c]) ws->k->run(&t[c], buf[c], n[c], buf[c ^ 1], n[c ^ 1]); /* writes m, l, acc */
         else attn_tile_reset(&t[c]);
     }
+    return nx;
 }
 
-static void decode_item(st_attn_ws *ws, int ith, const attn_item *it) {
+/* Computes item it; returns the thread's next item (NULL: none left). */
+static const attn_item *decode_item(st_attn_ws *ws, int ith, const attn_item *it) {
     const st_attn_geom *g = ws->g;
     const st_attn_seq *s = &ws->seqs[it->seq];
     const attn_runs *ru = &ws->runs[it->seq];
     const int32_t H = g->n_kv_head, G = ws->G, D = g->head_dim;
-    int32_t i0, i1, s0 = 0, s1 = g->page_size;
-    if (ru->nsub > 1) {
-        i0 = it->c / ru->nsub, i1 = i0 + 1;
-        s0 = (it->c % ru->nsub) * ST_ATTN_SPLIT_TOKENS;
-        s1 = s0 + ST_ATTN_SPLIT_TOKENS;
-    } else {
-        i0 = it->c * ru->pps, i1 = i0 + ru->pps;
-    }
+    int32_t i0, i1, s0, s1;
+    item_range(ws, it, &i0, &i1, &s0, &s1);
     attn_tile t = attn_tile_at(ws, ith, G);
     attn_batch bt;
     bt.k = ws->k, bt.n = 0;
     const size_t moff = r16((size_t)G * D);
     float *slots = ws->part + (size_t)(ru->slot0 + (int64_t)it->c * H) * ws->slot_stride;
     const float *qs = ws->qs + (size_t)it->seq * g->n_head * D;
-    if (ws->n_blk) {
-        decode_item_runs(ws, ith, it, &t, slots, qs, i0, i1, s0, s1);
-        return;
-    }
+    if (ws->n_blk) return decode_item_runs(ws, ith, it, &t, slots, qs, i0, i1, s0, s1);
     for (int32_t h = 0; h < H; h++) {
         float *slot = slots + (size_t)h * ws->slot_stride;
         t.acc = slot, t.m = slot + moff, t.l = t.m + r16((size_t)G);
@@ -184,11 +203,12 @@ static void decode_item(st_attn_ws *ws, int ith, const attn_item *it) {
             attn_walk_page(&bt, &t, g, list_page(s, h, i), h, s0, s1, INT64_MAX);
     }
     attn_batch_flush(&bt, 1);
+    return attn_next_item(ws);
 }
 
 static void decode_task(void *arg, int ith, int nth) {
     st_attn_ws *ws = arg;
-    for (const attn_item *it; (it = attn_next_item(ws));) decode_item(ws, ith, it);
+    for (const attn_item *it = attn_next_item(ws); it;) it = decode_item(ws, ith, it);
 }
 
 /* Merges the runs of (sequence, KV head) pairs [ith-th share of n_seq * H], in run order. */

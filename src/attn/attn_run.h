@@ -1,7 +1,7 @@
 /* Private to the SIMD kernels: the order of a decode run's three passes (st_attn_kernels.run),
  * the same for every ISA. An ISA's kernel file defines, before including this once:
  *   run_scores(t, b, n, nx, nn, T, D, r0, RB, pf)  pass 1 for rows [r0, r0 + RB), RB <= 4
- *   run_softmax(t, b, n, r, T)                      pass 2 for row r
+ *   run_softmax_rows(t, b, n, r0, RB, T)            pass 2 for rows [r0, r0 + RB), RB <= 4
  *   run_v(t, b, n, nx, nn, T, D, r0, d0, RB, ND, pf) pass 3: RB rows x ND vectors of dims
  *   RUN_LANES (floats per vector), RUN_ND (vectors of dims per wide V pass)
  * and gets static void run_kernel(t, b, n, nx, nn) for its table. pf: this pass requests
@@ -32,7 +32,14 @@ AI void run_impl(const attn_tile *t, const attn_blk *b, int n, const attn_blk *n
         default: run_scores(t, b, n, nx, nn, T, D, r0, 4, pf); break;
         }
     }
-    for (int r = 0; r < R; r++) run_softmax(t, b, n, r, T);
+    for (int r0 = 0; r0 < R; r0 += 4) {
+        switch (R - r0) {
+        case 1: run_softmax_rows(t, b, n, r0, 1, T); break;
+        case 2: run_softmax_rows(t, b, n, r0, 2, T); break;
+        case 3: run_softmax_rows(t, b, n, r0, 3, T); break;
+        default: run_softmax_rows(t, b, n, r0, 4, T); break;
+        }
+    }
     for (int r0 = 0; r0 < R; r0 += 4) {
         switch (R - r0) {
         case 1: run_rows(t, b, n, nx, nn, T, D, r0, 1); break;
