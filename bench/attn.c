@@ -24,10 +24,11 @@
  * page-major kernel that keeps two passes per run); slabs shuffled (as "paged" above) or one
  * layer's slabs adjacent in page order (what a pool with a region per layer would give a
  * sequence allocated in order). It reads them all again with the kernel's arithmetic but
- * none of its dependencies (per 64-byte line two f16 conversions and 2 multiply-adds per
- * byte into running sums, as decode with 4 query heads per KV head does): how much of the
- * memory a kernel this busy can keep in flight in each order, the ceiling for a better
- * kernel. It then times the decode kernel itself on both placements.
+ * none of its dependencies (each f16 element converted once and used in 4 multiply-adds
+ * into running sums, as decode with 4 query heads per KV head does, prefetching at the
+ * kernel's distance): how much of the memory a kernel this busy can keep in flight in each
+ * order, the ceiling for a better kernel. It then times the decode kernel itself on both
+ * placements.
  *
  * usage: attn [--threads N] [--ctx 4096,32768,131072] [--isa scalar|avx2|avx512] [--hot]
  *             [--trials N] [--no-thp] [--patterns] [--page P]
@@ -120,6 +121,7 @@ __attribute__((target("avx2"))) static inline void read_chunk(const uint8_t *c, 
 __attribute__((target("avx512f"))) static void fma_chunk512(const uint8_t *c, const uint8_t *nx,
                                                             size_t bytes, fma_acc *acc) {
     __m512 s[8];
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i++) s[i] = _mm512_load_ps(acc->f[i]);
     const __m512 w = _mm512_set1_ps(1e-3f);
     for (size_t o = 0; o < bytes; o += 64) {
@@ -131,6 +133,7 @@ __attribute__((target("avx512f"))) static void fma_chunk512(const uint8_t *c, co
         s[4] = _mm512_fmadd_ps(a, w, s[4]), s[5] = _mm512_fmadd_ps(b, w, s[5]);
         s[6] = _mm512_fmadd_ps(a, w, s[6]), s[7] = _mm512_fmadd_ps(b, w, s[7]);
     }
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i++) _mm512_store_ps(acc->f[i], s[i]);
 }
 
@@ -138,21 +141,26 @@ __attribute__((target("avx512f"))) static void fma_chunk512(const uint8_t *c, co
 __attribute__((target("avx2,fma,f16c"))) static void fma_chunk256(const uint8_t *c, const uint8_t *nx,
                                                                   size_t bytes, fma_acc *acc) {
     __m256 s[8];
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i++) s[i] = _mm256_load_ps(acc->f[i]);
     const __m256 w = _mm256_set1_ps(1e-3f);
     for (size_t o = 0; o < bytes; o += 64) {
         __builtin_prefetch(nx + o, 0, 3);
         __m256 x[4];
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++) x[k] = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(c + o + 16 * k)));
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             s[2 * k] = _mm256_fmadd_ps(x[k], w, s[2 * k]);
             s[2 * k + 1] = _mm256_fmadd_ps(x[k], w, s[2 * k + 1]);
         }
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             s[2 * k] = _mm256_fmadd_ps(x[k], w, s[2 * k]);
             s[2 * k + 1] = _mm256_fmadd_ps(x[k], w, s[2 * k + 1]);
         }
     }
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i++) _mm256_store_ps(acc->f[i], s[i]);
 }
 
@@ -447,8 +455,8 @@ int main(int argc, char **argv) {
     if (patterns) {
         for (int a = 0; a < 2; a++) {
             if (a && st_ctx_isa(ctx) == ST_ISA_SCALAR) break;
-            printf(a ? "the same with the kernel's arithmetic: 2 conversions and 128 multiply-adds per 64-byte line,\n"
-                       "no dependencies (GB/s, %% of the probe)\n"
+            printf(a ? "the same with the kernel's arithmetic: each f16 element converted once and in 4 multiply-adds\n"
+                       "(128 per 64-byte line), nothing else (GB/s, %% of the probe)\n"
                      : "\n--patterns: the slabs read without math (GB/s, %% of the probe)\n");
             printf("%8s %18s %18s %18s %18s %18s %18s\n", "context", "shuffled, decode", "shuffled, whole",
                    "shuffled, K then V", "in order, decode", "in order, whole", "in order, K then V");
