@@ -282,8 +282,7 @@ AI void run_scores(const attn_tile *t, const attn_blk *b, int n, const attn_blk 
 
 /* Pass 2 for rows [r0, r0 + RB), as attn_avx512.c's run_softmax_rows: per row m = the
  * run's max, p = exp(s - m) * vs (0 where masked), l = the sum of exp(s - m) spread over
- * lanes; the rows interleaved, and the V blocks [ATTN_RUN_PF, 2 ATTN_RUN_PF) requested
- * meanwhile. */
+ * lanes; the rows interleaved, and the next V blocks requested meanwhile (attn_softmax_pf). */
 AI void run_softmax_rows(const attn_tile *t, const attn_blk *b, int n, int r0, const int RB,
                          const st_type T) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
@@ -306,12 +305,8 @@ AI void run_softmax_rows(const attn_tile *t, const attn_blk *b, int n, int r0, c
         mv[i] = _mm256_set1_ps(M[i]);
         if (M[i] == -INFINITY) dead |= 1u << i;
     }
-    const int pf0 = ATTN_RUN_PF, pf1 = r0 ? 0 : n < 2 * ATTN_RUN_PF ? n : 2 * ATTN_RUN_PF;
-    const int vlines = (int)((size_t)t->D * ATTN_BLK * attn_elem_size(T) / 64);
     for (int x = 0; x < n; x++) {
-        for (int j = pf0; j < pf1; j++)
-            if (b[j].n == ATTN_BLK)
-                for (int ln = x; ln < vlines; ln += n) ATTN_PF((const char *)b[j].v + 64 * ln);
+        if (r0 == 0) attn_softmax_pf(t, b, n, x);
         const __m256 vs = _mm256_set1_ps(T == ST_TYPE_Q8_0 ? b[x].vs : 1.0f);
 #pragma GCC unroll 4
         for (int i = 0; i < RB; i++) {

@@ -449,10 +449,9 @@ AI void run_scores(const attn_tile *t, const attn_blk *b, int n, const attn_blk 
  * chain of maxima, and memory sat idle meanwhile (bench/attn at a ~75 GB/s probe: 42.4 ->
  * 45.0 GB/s at 32k). Each row's operations and their order are the same either way.
  *
- * Memory: the scores pass has requested the run's V up to block ATTN_RUN_PF - 1, and the V
- * pass requests ATTN_RUN_PF blocks ahead of itself; the first row group requests the V
- * blocks [ATTN_RUN_PF, 2 ATTN_RUN_PF) while it runs, so the reads do not stop for the
- * softmax (42.4 -> 44.3 GB/s when measured alone). */
+ * Memory: the first row group requests the V blocks after the ones the scores pass has
+ * (attn_softmax_pf), so the reads do not stop for the softmax (42.4 -> 44.3 GB/s when
+ * measured alone). */
 AI void run_softmax_rows(const attn_tile *t, const attn_blk *b, int n, int r0, const int RB,
                          const st_type T) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
@@ -472,13 +471,8 @@ AI void run_softmax_rows(const attn_tile *t, const attn_blk *b, int n, int r0, c
         mv[i] = _mm512_set1_ps(M[i]);
         if (M[i] == -INFINITY) dead |= 1u << i;
     }
-    /* V blocks [pf0, pf1) requested here, line ln of each at step ln % n */
-    const int pf0 = ATTN_RUN_PF, pf1 = r0 ? 0 : n < 2 * ATTN_RUN_PF ? n : 2 * ATTN_RUN_PF;
-    const int vlines = (int)((size_t)t->D * ATTN_BLK * attn_elem_size(T) / 64);
     for (int x = 0; x < n; x++) {
-        for (int j = pf0; j < pf1; j++)
-            if (b[j].n == ATTN_BLK)
-                for (int ln = x; ln < vlines; ln += n) ATTN_PF((const char *)b[j].v + 64 * ln);
+        if (r0 == 0) attn_softmax_pf(t, b, n, x);
         const __m512 vs = _mm512_set1_ps(T == ST_TYPE_Q8_0 ? b[x].vs : 1.0f);
 #pragma GCC unroll 4
         for (int i = 0; i < RB; i++) {

@@ -209,6 +209,18 @@ static inline void attn_prefetch_blk(const attn_blk *b) {
  * their V, K of the next run's blocks": 16 KiB in f16 with head_dim 64, as ATTN_PF_BLOCKS. */
 #define ATTN_RUN_PF 8
 
+/* The softmax pass's share of a decode run's reads (run_softmax_rows): the scores pass has
+ * requested the run's V up to block ATTN_RUN_PF - 1 and the V pass requests ATTN_RUN_PF
+ * blocks ahead of itself, so step x of the pass's n requests line x (x + n, ...) of each
+ * full V block in [ATTN_RUN_PF, 2 ATTN_RUN_PF), and the reads do not stop meanwhile. */
+static inline void attn_softmax_pf(const attn_tile *t, const attn_blk *b, int n, int x) {
+    const int end = n < 2 * ATTN_RUN_PF ? n : 2 * ATTN_RUN_PF;
+    const int lines = (int)((size_t)t->D * ATTN_BLK * attn_elem_size(t->type) / 64);
+    for (int j = ATTN_RUN_PF; j < end; j++)
+        if (b[j].n == ATTN_BLK)
+            for (int ln = x; ln < lines; ln += n) ATTN_PF((const char *)b[j].v + 64 * ln);
+}
+
 /* Prefetch target of the element e of the read order "K of b[0..n), V of b[0..n), K of
  * nx[0..nn)": a span of one full block that the loops prefetch piecewise (returned), or
  * NULL after requesting a block of another shape at once (or past the end). */
