@@ -17,6 +17,12 @@
  * attention math (plain loads, next slab prefetched): the bandwidth the paged access pattern
  * itself allows, so "%slabs" separates the kernel's cost from the layout's.
  *
+ * The multiply-add bound line: the K/V rate of a kernel that did nothing but decode's
+ * multiply-adds at the FMA rate measured on the same threads (each f16 element in 4 f32
+ * multiply-adds, 8 bytes per 16-lane FMA). No exact decode kernel runs faster, even from
+ * cache; --hot shows how close this one comes, and "80% of the probe is X% of it" how much
+ * of its time the kernel's arithmetic may take for the target.
+ *
  * --patterns (a diagnostic) adds what the memory gives the same slabs read without math in
  * three orders over two placements: decode's order (per run of pages, head after head, each
  * head's 2 KiB K chunk of every page, then its V chunks), each slab whole (K half, V half,
@@ -162,6 +168,79 @@ __attribute__((target("avx2,fma,f16c"))) static void fma_chunk256(const uint8_t 
     }
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++) _mm256_store_ps(acc->f[i], s[i]);
+}
+
+/* The multiply-add bound: the K/V read rate of a kernel that did nothing but decode's
+ * multiply-adds (each f16 element in N_HEAD / N_KV of them, in f32: the exact arithmetic), at
+ * the rate this machine's threads issue FMAs when that is all they do (16 independent chains
+ * in registers, 12 with AVX2's 16 registers: enough to fill both pipes), all threads at once.
+ * No exact decode kernel runs faster, even from cache; from DRAM, a kernel reaches a share of
+ * the probe only if its compute leaves the time for it. */
+struct fma_job {
+    int avx512;
+    double rate[64];
+};
+
+#define FMA_ROUNDS 20000000L
+
+__attribute__((target("avx512f"))) static double fma_rate512(void) {
+    __m512 a[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps(1e-3f * (float)i);
+    const __m512 m = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-4f);
+    const double t0 = st_time_now();
+    for (long k = 0; k < FMA_ROUNDS / 16; k++) {
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) a[i] = _mm512_fmadd_ps(a[i], m, c);
+        __asm__ volatile("" : : "v"(a[0])); /* the loop must run */
+    }
+    const double t = st_time_now() - t0;
+    __m512 s = a[0];
+#pragma GCC unroll 16
+    for (int i = 1; i < 16; i++) s = _mm512_add_ps(s, a[i]);
+    return _mm512_reduce_add_ps(s) == -1.0f ? 0 : (double)FMA_ROUNDS / t / 1e9;
+}
+
+__attribute__((target("avx2,fma"))) static double fma_rate256(void) {
+    __m256 a[12]; /* 12 chains and 2 constants: 16 ymm registers */
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps(1e-3f * (float)i);
+    const __m256 m = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(1e-4f);
+    const double t0 = st_time_now();
+    for (long k = 0; k < FMA_ROUNDS / 12; k++) {
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) a[i] = _mm256_fmadd_ps(a[i], m, c);
+        __asm__ volatile("" : : "x"(a[0]));
+    }
+    const double t = st_time_now() - t0;
+    float v[8];
+    __m256 s = a[0];
+#pragma GCC unroll 12
+    for (int i = 1; i < 12; i++) s = _mm256_add_ps(s, a[i]);
+    _mm256_storeu_ps(v, s);
+    return v[0] == -1.0f ? 0 : (double)(FMA_ROUNDS / 12 * 12) / t / 1e9;
+}
+
+static void fma_task(void *arg, int ith, int nth) {
+    struct fma_job *j = arg;
+    if (ith < 64) j->rate[ith] = j->avx512 ? fma_rate512() : fma_rate256();
+}
+
+/* The multiply-add bound in GB/s of f16 K/V for the pool's threads (best of 3); 0 for the
+ * scalar kernels. */
+static double fma_bound_gbs(st_threadpool *tp, st_isa isa) {
+    if (isa != ST_ISA_AVX512 && isa != ST_ISA_AVX2) return 0;
+    const int lanes = isa == ST_ISA_AVX512 ? 16 : 8, nth = st_threadpool_n_threads(tp);
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        struct fma_job j = {.avx512 = isa == ST_ISA_AVX512};
+        st_threadpool_run(tp, fma_task, &j);
+        double sum = 0;
+        for (int i = 0; i < nth && i < 64; i++) sum += j.rate[i];
+        if (sum > best) best = sum;
+    }
+    /* an FMA covers `lanes` elements of one multiply-add each: 2 * lanes / G bytes of f16 */
+    return best * 2.0 * lanes / (N_HEAD / N_KV);
 }
 
 /* One chunk in the job's manner: plain loads into a0/a1, or the arithmetic into acc. */
@@ -452,6 +531,15 @@ int main(int argc, char **argv) {
                (long long)(res[i].n_ctx / 1024), res[i].n_layers, res[i].mib, res[i].gbp,
                100 * res[i].gbp / probe, res[i].gbc, 100 * res[i].gbc / probe,
                res[i].gbp / res[i].gbc, res[i].us, res[i].gbs, 100 * res[i].gbp / res[i].gbs);
+    const double bound = fma_bound_gbs(st_ctx_threadpool(ctx), st_ctx_isa(ctx));
+    if (bound > 0) {
+        printf("multiply-add bound: %.1f GB/s on %d threads (nothing but decode's %d f32 multiply-adds per\n"
+               "f16 element, at this machine's measured FMA rate); 80%% of the probe is %.0f%% of it; paged:",
+               bound, n_threads, N_HEAD / N_KV, 100 * 0.8 * probe / bound);
+        for (int i = 0; i < n_res; i++)
+            printf(" %lldk %.0f%%", (long long)(res[i].n_ctx / 1024), 100 * res[i].gbp / bound);
+        printf("\n");
+    }
     if (patterns) {
         for (int a = 0; a < 2; a++) {
             if (a && st_ctx_isa(ctx) == ST_ISA_SCALAR) break;
