@@ -156,6 +156,12 @@ typedef struct st_batch {
     st_kv_seq_id seq_single;
     const uint8_t *want_logits; /* [n_tokens] nonzero: output this token's logits; NULL: only the
                                    last token of each sequence's run */
+    const uint8_t *prefill;     /* [n_tokens] or NULL. A run of several tokens is prompt; a run of
+                                   one token is a decode token unless its flag here is nonzero
+                                   (the first flag of a run counts). See "Determinism" below. */
+    const int64_t *quest_budget; /* [n_tokens] or NULL: per run (its first token's entry) the
+                                   Quest budget of a decode token, -1 for the runner's setting
+                                   (st_runner_set_quest), 0 dense */
 } st_batch;
 
 typedef struct st_runner_params {
@@ -175,15 +181,35 @@ int st_runner_create(st_ctx *ctx, const st_model *m, st_kv *kv, const st_runner_
                      st_runner **out);
 void st_runner_destroy(st_runner *r); /* NULL is a no-op */
 
-/* Runs the batch. How it is cut (this is what makes results independent of batching): each
- * sequence with several tokens is run alone in chunks of n_batch tokens counted from the
- * start of its run; all single-token runs go together through one decode step.
+/* Runs the batch in chunks of up to n_batch tokens: each chunk holds the batch's decode
+ * tokens first (one token per sequence, attended together by the decode kernel), then the
+ * prompt runs in batch order, a run cut wherever a chunk fills up; prompt tokens attend by
+ * the chunk kernel. All tokens of a chunk go through each weight matrix together, so a step
+ * mixing prefill pieces of several sequences and many decode tokens reads the weights once.
+ *
+ * Determinism (the rule a scheduler must follow): a token's logits and K/V depend only on
+ * its sequence's tokens and on whether each of them was attended as a prompt token or as a
+ * decode token, never on the chunk it ran in, the thread count, or the other sequences of
+ * the batch (products, norms and activations are computed row by row with the same kernels,
+ * and a prompt token's chunk attention is the same whatever queries share its chunk). So a
+ * prompt may be cut into pieces of any sizes over as many calls as the scheduler likes, as
+ * long as every piece is marked prompt (a one-token piece needs its prefill flag: the
+ * decode kernel's reduction order differs), and the KV of a prefix computed by one
+ * sequence serves another bit for bit.
+ *
  * logits (may be NULL when no token wants logits) receives one row of n_vocab floats per
  * token that wants logits, in batch order. Returns 0; ST_E_INVAL (token id out of range,
  * a sequence's tokens not contiguous, bad sequence id, empty batch); ST_E_LIMIT (a sequence
  * would exceed n_ctx: "prompt longer than the context"); ST_E_POOL_FULL / other kv.h errors.
- * On error every sequence is truncated back to its length before the call. */
+ * On error every sequence is truncated back to its length before the call, and
+ * st_runner_failed_seq names the sequence the error belongs to when it is one sequence's. */
 int st_runner_forward(st_runner *r, const st_batch *b, float *logits);
+
+/* The sequence whose reservation, KV write, attention (its sticky I/O error), commit or
+ * context limit failed the last st_runner_forward call, or -1 when the error was not one
+ * sequence's (out of memory, a bad argument, a shared read error no sequence owns). A
+ * scheduler fails or preempts that sequence and runs the others again. */
+st_kv_seq_id st_runner_failed_seq(const st_runner *r);
 
 /* Prefill progress: after each layer of each multi-token chunk of a st_runner_forward call,
  * fn(user, done, total) with done and total counted in token-layers (tokens x n_layer) of the
@@ -198,8 +224,9 @@ double st_runner_last_seconds(const st_runner *r);
 
 /* ---- Quest sparse decode (issue 7; quest.h) ------------------------------------------------ */
 
-/* Decode steps (single-token runs) attend, per layer >= p->dense_layers and KV head, only the
- * pages st_kv_quest_select picks from the query; prefill chunks stay dense. p NULL or
+/* Decode tokens attend, per layer >= p->dense_layers and KV head, only the pages
+ * st_kv_quest_select picks from the query (a batch's quest_budget overrides the budget per
+ * sequence); prompt tokens stay dense. p NULL or
  * budget 0: dense (the default). audit_every > 0: every audit_every-th decode step also
  * measures, per sparse layer and query head, the fraction of the dense softmax mass the
  * selection captured (a dense pass). Returns 0 or ST_E_INVAL (negative budget/audit). */

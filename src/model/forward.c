@@ -20,6 +20,8 @@ typedef struct span {
     st_kv_seq_id seq;
     int32_t i0, n;  /* tokens [i0, i0+n) of the chunk */
     int64_t pos0;   /* position of token i0 */
+    int prefill;    /* chunk attention (prompt tokens); else one decode token */
+    int64_t budget; /* decode: Quest budget of this sequence (-1: the runner's) */
 } span;
 
 struct st_runner {
@@ -52,6 +54,7 @@ struct st_runner {
     st_kv_quest_params quest;
     int32_t audit_every;    /* 0: no mass audit */
     st_kv_select **qsel;    /* [n_batch] one selection per decode slot, made on first use */
+    st_kv_seq_id failed_seq; /* the sequence the last failed forward's error belongs to, or -1 */
     double *qfrac;          /* [n_head] audit scratch */
     double mass_sum;
     st_runner_quest_stats qst;
@@ -189,15 +192,18 @@ void st_runner_set_progress(st_runner *r, st_runner_progress_fn fn, void *user) 
     r->progress_user = user;
 }
 
+static int quest_alloc(st_runner *r) {
+    if (r->qsel) return 0;
+    r->qsel = calloc((size_t)r->n_batch, sizeof *r->qsel);
+    r->qfrac = malloc((size_t)r->ag.n_head * sizeof *r->qfrac);
+    return r->qsel && r->qfrac ? 0 : ST_E_NOMEM;
+}
+
 int st_runner_set_quest(st_runner *r, const st_kv_quest_params *p, int32_t audit_every) {
     st_kv_quest_params q = p ? *p : st_kv_quest_default_params();
     if (q.budget < 0 || audit_every < 0)
         return st_seterr(r->ctx, ST_E_INVAL, "quest: budget %lld / audit %d", (long long)q.budget, audit_every);
-    if (q.budget > 0 && !r->qsel) {
-        r->qsel = calloc((size_t)r->n_batch, sizeof *r->qsel);
-        r->qfrac = malloc((size_t)r->ag.n_head * sizeof *r->qfrac);
-        if (!r->qsel || !r->qfrac) return ST_E_NOMEM;
-    }
+    if (q.budget > 0 && quest_alloc(r)) return ST_E_NOMEM;
     r->quest = q;
     r->audit_every = audit_every;
     return 0;
@@ -295,9 +301,16 @@ static int quest_select(st_runner *r, int layer, const span *sp, int n_sp) {
     for (int s = 0; s < n_sp; s++) {
         if (!r->qsel[s] && st_kv_select_create(&r->qsel[s])) return ST_E_NOMEM;
         st_kv_select *sel = r->qsel[s];
+        st_kv_quest_params qp = r->quest;
+        if (sp[s].budget >= 0) qp.budget = sp[s].budget;
         const float *q = r->q + (size_t)sp[s].i0 * r->HQ;
-        int rc = st_kv_quest_select(r->kv, sp[s].seq, layer, r->ws, q, r->ag.n_head, &r->quest, sel);
-        if (rc) return st_seterr(r->ctx, rc, "Quest selection (layer %d): %s", layer, st_strerror(rc));
+        /* budget 0 makes a dense selection, so every decode span has one and the attend call
+         * below can take the array as it is */
+        int rc = st_kv_quest_select(r->kv, sp[s].seq, layer, r->ws, q, r->ag.n_head, &qp, sel);
+        if (rc) {
+            r->failed_seq = sp[s].seq;
+            return st_seterr(r->ctx, rc, "Quest selection (layer %d): %s", layer, st_strerror(rc));
+        }
         if (st_kv_select_dense(sel)) continue;
         st_kv_select_stats ss;
         st_kv_select_get_stats(sel, &ss);
@@ -321,23 +334,38 @@ static int quest_select(st_runner *r, int layer, const span *sp, int n_sp) {
     return 0;
 }
 
-static int attention(st_runner *r, int layer, const span *sp, int n_sp, int decode) {
-    int rc;
-    const int quest = decode && r->quest.budget > 0;
-    if (quest && (rc = quest_select(r, layer, sp, n_sp))) return rc;
+/* The sequence a failed multi-sequence KV call belongs to: the first of ids whose sticky error
+ * is set (an I/O error fails just the sequences whose pages it touched), else -1. */
+static st_kv_seq_id failed_of(const st_runner *r, const span *sp, int n_sp) {
+    for (int s = 0; s < n_sp; s++)
+        if (st_kv_seq_error(r->kv, sp[s].seq) < 0) return sp[s].seq;
+    return n_sp == 1 ? sp[0].seq : -1;
+}
+
+/* A chunk's decode spans come first (rows [0, n_dec), one token each), then its prompt
+ * pieces; the decode spans attend in one batched call, each prompt piece alone. */
+static int attention(st_runner *r, int layer, const span *sp, int n_sp, int n_dec) {
+    int rc = 0;
+    int quest = 0;
+    for (int s = 0; s < n_dec && !quest; s++) quest = (sp[s].budget < 0 ? r->quest.budget : sp[s].budget) > 0;
+    if (quest && (rc = quest_alloc(r))) return st_seterr(r->ctx, rc, "attention: out of memory");
+    if (quest && (rc = quest_select(r, layer, sp, n_dec))) return rc;
     /* The KV library attends (SSD tier: fetching or streaming cold pages), bit-identical to
      * the kernels over the views. */
-    if (decode) {
-        st_kv_seq_id ids_buf[64], *ids = n_sp <= 64 ? ids_buf : malloc((size_t)n_sp * sizeof *ids);
+    if (n_dec) {
+        st_kv_seq_id ids_buf[64], *ids = n_dec <= 64 ? ids_buf : malloc((size_t)n_dec * sizeof *ids);
         if (!ids) return st_seterr(r->ctx, ST_E_NOMEM, "attention: out of memory");
-        for (int s = 0; s < n_sp; s++) ids[s] = sp[s].seq;
-        rc = st_kv_attend_decode(r->kv, r->ctx, r->ws, &r->ag, layer, ids, n_sp,
+        for (int s = 0; s < n_dec; s++) ids[s] = sp[s].seq;
+        rc = st_kv_attend_decode(r->kv, r->ctx, r->ws, &r->ag, layer, ids, n_dec,
                                  quest ? (const st_kv_select *const *)r->qsel : NULL, r->q, r->att);
         if (ids != ids_buf) free(ids);
-    } else {
-        ST_ASSERT(n_sp == 1);
-        rc = st_kv_attend_chunk(r->kv, r->ctx, r->ws, &r->ag, layer, sp[0].seq, r->q, sp[0].n, sp[0].pos0,
-                                r->att);
+        if (rc) r->failed_seq = failed_of(r, sp, n_dec);
+    }
+    for (int s = n_dec; s < n_sp && !rc; s++) {
+        const size_t o = (size_t)sp[s].i0 * r->HQ;
+        rc = st_kv_attend_chunk(r->kv, r->ctx, r->ws, &r->ag, layer, sp[s].seq, r->q + o, sp[s].n, sp[s].pos0,
+                                r->att + o);
+        if (rc) r->failed_seq = sp[s].seq;
     }
     return rc;
 }
@@ -425,7 +453,7 @@ static void rows(st_runner *r, const st_layer *ly, row_op op, const float *w, co
     st_threadpool_run(n > 1 ? r->tp : NULL, rows_task, &j);
 }
 
-static int layer_forward(st_runner *r, int il, const span *sp, int n_sp, int32_t n, int decode) {
+static int layer_forward(st_runner *r, int il, const span *sp, int n_sp, int32_t n, int n_dec) {
     const st_layer *ly = &r->m->layers[il];
     const int32_t E = r->E, HQ = r->HQ, HK = r->HK, F = r->F;
     int rc;
@@ -438,9 +466,12 @@ static int layer_forward(st_runner *r, int il, const span *sp, int n_sp, int32_t
     for (int s = 0; s < n_sp; s++) {
         rc = st_kv_write(r->kv, sp[s].seq, il, sp[s].pos0, sp[s].n, r->k + (size_t)sp[s].i0 * HK,
                          r->v + (size_t)sp[s].i0 * HK);
-        if (rc) return st_seterr(r->ctx, rc, "KV write (layer %d): %s", il, st_strerror(rc));
+        if (rc) {
+            r->failed_seq = sp[s].seq;
+            return st_seterr(r->ctx, rc, "KV write (layer %d): %s", il, st_strerror(rc));
+        }
     }
-    if ((rc = attention(r, il, sp, n_sp, decode))) return rc;
+    if ((rc = attention(r, il, sp, n_sp, n_dec))) return rc;
     const st_wt *wo[1] = {&ly->wo};
     float *yo[1] = {r->tmp};
     tap_at(r, il, ST_ACT_ATTN_OUT, 0);
@@ -486,14 +517,17 @@ static int output(st_runner *r, int32_t n, const int32_t *out_row, float *logits
     return 0;
 }
 
-/* Runs n tokens (spans sp[0..n_sp) cover [0, n) in order). decode: every span has 1 token. */
-static int run_chunk(st_runner *r, const int32_t *tokens, span *sp, int n_sp, int32_t n, int decode,
+/* Runs n tokens: spans sp[0..n_sp) cover [0, n) in order, the n_dec decode spans first. */
+static int run_chunk(st_runner *r, const int32_t *tokens, span *sp, int n_sp, int n_dec, int32_t n,
                      const int32_t *out_row, float *logits) {
     const st_model_hparams *hp = &r->m->hp;
     int rc;
     for (int s = 0; s < n_sp; s++) {
         rc = st_kv_seq_reserve(r->kv, sp[s].seq, sp[s].n, tokens + sp[s].i0, &sp[s].pos0);
-        if (rc) return st_seterr(r->ctx, rc, "KV reserve of %d tokens: %s", sp[s].n, st_strerror(rc));
+        if (rc) {
+            r->failed_seq = sp[s].seq;
+            return st_seterr(r->ctx, rc, "KV reserve of %d tokens: %s", sp[s].n, st_strerror(rc));
+        }
         for (int32_t t = 0; t < sp[s].n; t++)
             st_rope_cache(hp, r->m->rope_freqs.data, sp[s].pos0 + t, r->rope + (size_t)(sp[s].i0 + t) * hp->n_rot);
         for (int32_t t = 0; r->tap && t < sp[s].n; t++) {
@@ -503,12 +537,16 @@ static int run_chunk(st_runner *r, const int32_t *tokens, span *sp, int n_sp, in
     }
     embed(r, tokens, n);
     rows(r, NULL, OP_NORM, r->m->layers[0].attn_norm.data, NULL, n);
+    const int32_t n_prefill = n - n_dec;
     for (int il = 0; il < hp->n_layer; il++) {
-        if ((rc = layer_forward(r, il, sp, n_sp, n, decode))) return rc;
-        if (!decode && r->progress) r->progress(r->progress_user, r->prog_done += n, r->prog_total);
+        if ((rc = layer_forward(r, il, sp, n_sp, n, n_dec))) return rc;
+        if (n_prefill && r->progress) r->progress(r->progress_user, r->prog_done += n_prefill, r->prog_total);
     }
     for (int s = 0; s < n_sp; s++)
-        if ((rc = st_kv_seq_commit(r->kv, sp[s].seq))) return st_seterr(r->ctx, rc, "KV commit: %s", st_strerror(rc));
+        if ((rc = st_kv_seq_commit(r->kv, sp[s].seq))) {
+            r->failed_seq = sp[s].seq;
+            return st_seterr(r->ctx, rc, "KV commit: %s", st_strerror(rc));
+        }
     return output(r, n, out_row, logits);
 }
 
@@ -517,7 +555,9 @@ static int run_chunk(st_runner *r, const int32_t *tokens, span *sp, int n_sp, in
 typedef struct run {
     st_kv_seq_id seq;
     int32_t i0, n;
-    int64_t len0; /* sequence length before the call */
+    int64_t len0;   /* sequence length before the call */
+    int prefill;    /* prompt tokens: chunk attention */
+    int64_t budget; /* Quest budget of the sequence's decode token (-1: the runner's) */
 } run;
 
 /* Splits the batch into runs of one sequence; checks ids, contiguity, lengths. */
@@ -543,21 +583,31 @@ static int plan_runs(st_runner *r, const st_batch *b, run **out, int *n_out) {
                                i, (long long)s);
                 goto fail;
             }
-        rs[nr] = (run){.seq = s, .i0 = i, .n = 1};
+        rs[nr] = (run){.seq = s, .i0 = i, .n = 1, .prefill = b->prefill && b->prefill[i],
+                       .budget = b->quest_budget ? b->quest_budget[i] : -1};
         if ((rc = st_kv_seq_len(r->kv, s, &rs[nr].len0))) {
+            r->failed_seq = s;
             rc = st_seterr(r->ctx, rc, "batch index %d: sequence %lld: %s", i, (long long)s,
                            st_strerror(rc));
             goto fail;
         }
         nr++;
     }
-    for (int j = 0; j < nr; j++)
+    for (int j = 0; j < nr; j++) {
+        if (rs[j].n > 1) rs[j].prefill = 1;
+        if (rs[j].budget < -1) {
+            rc = st_seterr(r->ctx, ST_E_INVAL, "sequence %lld: Quest budget %lld", (long long)rs[j].seq,
+                           (long long)rs[j].budget);
+            goto fail;
+        }
         if (rs[j].len0 + rs[j].n > r->n_ctx) {
+            r->failed_seq = rs[j].seq;
             rc = st_seterr(r->ctx, ST_E_LIMIT,
                            "sequence %lld: %lld + %d tokens exceed the context of %d tokens",
                            (long long)rs[j].seq, (long long)rs[j].len0, rs[j].n, r->n_ctx);
             goto fail;
         }
+    }
     *out = rs;
     *n_out = nr;
     return 0;
@@ -566,8 +616,12 @@ fail:
     return rc;
 }
 
+st_kv_seq_id st_runner_failed_seq(const st_runner *r) { return r->failed_seq; }
+
 int st_runner_forward(st_runner *r, const st_batch *b, float *logits) {
-    if (!r || !b || b->n_tokens <= 0 || !b->tokens) return r ? st_seterr(r->ctx, ST_E_INVAL, "empty batch") : ST_E_INVAL;
+    if (!r) return ST_E_INVAL;
+    r->failed_seq = -1;
+    if (!b || b->n_tokens <= 0 || !b->tokens) return st_seterr(r->ctx, ST_E_INVAL, "empty batch");
     double t0 = st_time_now();
     run *rs = NULL;
     int nr = 0;
@@ -592,27 +646,39 @@ int st_runner_forward(st_runner *r, const st_batch *b, float *logits) {
     }
     r->prog_done = r->prog_total = 0;
     for (int j = 0; j < nr; j++)
-        if (rs[j].n > 1) r->prog_total += (int64_t)rs[j].n * r->m->hp.n_layer;
-    /* multi-token runs: alone, in chunks of n_batch from the run's start */
-    for (int j = 0; j < nr && !rc; j++) {
-        if (rs[j].n == 1) continue;
-        for (int32_t c = 0; c < rs[j].n && !rc; c += r->n_batch) {
-            int32_t n = rs[j].n - c < r->n_batch ? rs[j].n - c : r->n_batch;
-            sp[0] = (span){.seq = rs[j].seq, .i0 = 0, .n = n};
-            rc = run_chunk(r, b->tokens + rs[j].i0 + c, sp, 1, n, 0, out_row + rs[j].i0 + c, logits);
-        }
-    }
-    /* single-token runs: together, n_batch sequences per decode step */
-    for (int j = 0; j < nr && !rc;) {
-        int n = 0;
-        for (; j < nr && n < r->n_batch; j++) {
-            if (rs[j].n != 1) continue;
-            sp[n] = (span){.seq = rs[j].seq, .i0 = n, .n = 1};
-            tok[n] = b->tokens[rs[j].i0];
-            orow[n] = out_row[rs[j].i0];
+        if (rs[j].prefill) r->prog_total += (int64_t)rs[j].n * r->m->hp.n_layer;
+    /* Chunks of up to n_batch tokens: the decode tokens first (one batched attention call),
+     * then the prompt runs in batch order, a run cut wherever a chunk fills up. Every token's
+     * rows are computed alike in any chunk (see model.h), so the cut changes no bit. */
+    int jd = 0, jp = 0;  /* next decode run; next prompt run */
+    int32_t done_p = 0;  /* tokens of run jp already run */
+    for (;;) {
+        int n_sp = 0, n_dec = 0;
+        int32_t n = 0;
+        for (; jd < nr && n < r->n_batch; jd++) {
+            if (rs[jd].prefill) continue;
+            sp[n_sp++] = (span){.seq = rs[jd].seq, .i0 = n, .n = 1, .budget = rs[jd].budget};
+            tok[n] = b->tokens[rs[jd].i0];
+            orow[n] = out_row[rs[jd].i0];
             n++;
         }
-        if (n) rc = run_chunk(r, tok, sp, n, n, 1, orow, logits);
+        n_dec = n_sp;
+        while (jp < nr && n < r->n_batch) {
+            if (!rs[jp].prefill) {
+                jp++;
+                continue;
+            }
+            int32_t k = rs[jp].n - done_p, room = r->n_batch - n;
+            if (k > room) k = room;
+            sp[n_sp++] = (span){.seq = rs[jp].seq, .i0 = n, .n = k, .prefill = 1, .budget = -1};
+            memcpy(tok + n, b->tokens + rs[jp].i0 + done_p, (size_t)k * sizeof *tok);
+            memcpy(orow + n, out_row + rs[jp].i0 + done_p, (size_t)k * sizeof *orow);
+            n += k;
+            done_p += k;
+            if (done_p == rs[jp].n) jp++, done_p = 0;
+        }
+        if (!n) break;
+        if ((rc = run_chunk(r, tok, sp, n_sp, n_dec, n, orow, logits))) break;
     }
 done:
     if (rc)
