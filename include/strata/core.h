@@ -39,7 +39,8 @@ extern "C" {
     X(ST_E_UNSUPPORTED, -1012, "unsupported feature")                            \
     X(ST_E_BUSY, -1013, "resource held by another process")                      \
     X(ST_E_NOSPACE, -1014, "storage budget exhausted")                           \
-    X(ST_E_USAGE, -1015, "bad command-line usage")
+    X(ST_E_USAGE, -1015, "bad command-line usage")                               \
+    X(ST_E_QUEUE_FULL, -1016, "request queue full")
 
 typedef enum st_err {
 #define ST_ERR_ENUM_(name, value, msg) name = value,

@@ -1,0 +1,229 @@
+/*
+ * strata engine: many generation requests through one model at once.
+ *
+ * An st_engine owns everything a generation needs: the context (threads, ISA), the model,
+ * its tokenizer, the paged KV cache (with its SSD tier when a spill directory is given) and
+ * a runner. Clients submit requests (a prompt, sampling settings, stop strings, limits) and
+ * call st_engine_step, which advances every active request by one forward step and returns
+ * what happened as events: a generated token with the text it released, and a last event
+ * per request saying why it finished.
+ *
+ * One step is one st_runner_forward call (continuous batching): it holds one token of every
+ * decoding request and pieces of the prompts still being read (chunked prefill), at most
+ * n_batch tokens in all, so a long prompt never stalls the running streams for its whole
+ * prefill. Prompt pieces are cut as the step's budget allows; the runner's determinism rule
+ * (model.h) makes a request's tokens identical whether it runs alone or among others, at any
+ * thread count, however its prompt was cut, and whether its prefix was computed by itself or
+ * attached from the prefix cache.
+ *
+ * Lifecycle of a request:
+ *
+ *     submit -> WAITING --admitted--> PREFILL --prompt read--> DECODE --> finished (event)
+ *                  ^                      |                       |
+ *                  +------- preempted ----+-----------------------+
+ *
+ * Admission is FIFO: the oldest waiting request is admitted when a running slot is free
+ * (n_parallel) and the pages it may need (prompt + max tokens, less the pages its cached
+ * prefix shares) fit beside what the running requests may still claim, counted against the
+ * KV pool (with a spill directory: RAM plus the disk budget). A newer request never starts
+ * before an older one. A request attaches the longest cached prefix of its prompt
+ * (st_kv_prefix_attach: verified tokens, the model's fingerprint) and prefills the rest.
+ * With a spill directory, when the hot pool cannot hold the running requests' pages for the
+ * next step, the newest running request is preempted: it stops being scheduled and its pages
+ * spill to disk as others need RAM (never recomputed); it resumes, with identical output,
+ * before any newer request starts.
+ *
+ * Errors of one request (its pages, its context, an I/O error on its pages) finish that
+ * request with ST_FINISH_ERROR and the error; the other requests go on.
+ *
+ * Threads: an st_engine is used by one thread at a time (a server's scheduler thread owns it;
+ * other threads hand it requests under their own lock). The forward runs on the engine's
+ * thread pool.
+ */
+#ifndef STRATA_ENGINE_H
+#define STRATA_ENGINE_H
+
+#include "strata/core.h"
+#include "strata/kv.h"
+#include "strata/model.h"
+#include "strata/quest.h"
+#include "strata/sample.h"
+#include "strata/tok.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct st_engine st_engine;
+/* A request's id: >= 1, never reused by an engine. */
+typedef int64_t st_req_id;
+
+typedef struct st_engine_params {
+    const char *model_path;       /* GGUF file; NULL: the built-in synthetic model below */
+    const st_synth_params *synth; /* NULL with model_path NULL: st_engine_builtin_model() */
+    int use_mmap;                 /* map the file instead of reading it into memory */
+    int weight_rows;              /* keep product weights in the file's row layout */
+    int n_threads;                /* 0: STRATA_THREADS or the CPUs this process may use */
+    int32_t n_ctx;                /* tokens per request at most; 0: min(model's, 4096) */
+    int32_t n_batch;              /* tokens per step (prefill budget + decode tokens); 0: 256 */
+    int32_t n_parallel;           /* requests running at once; 0: 4; <= n_batch */
+    int32_t max_queue;            /* waiting requests at most; 0: 4 * n_parallel */
+    int page_size;                /* KV page tokens; 0: 16 */
+    st_type kv_type;              /* f16 (the default), bf16, f32 or q8_0 */
+    int64_t kv_pages;             /* logical pool pages; 0: n_parallel full contexts */
+    /* SSD tier: spill_dir NULL keeps every page in RAM */
+    const char *spill_dir;
+    const char *instance_id;      /* NULL: the pid */
+    int64_t ram_pages;            /* hot pool pages with spill_dir; 0: kv_pages */
+    uint64_t disk_budget;         /* spill bytes; 0: unlimited */
+    st_cold_type cold;
+    st_kv_quest_params quest;     /* sparse decode for requests that do not set a budget */
+} st_engine_params;
+
+/* n_ctx 0, n_batch 256, n_parallel 4, page 16, f16 KV, everything else off (dense decode). */
+st_engine_params st_engine_default_params(void);
+/* The built-in model used without a model path: a small random-weight llama with a byte-level
+ * tokenizer (what `strata run` runs without -m). */
+st_synth_params st_engine_builtin_model(void);
+
+/* Opens the engine. Returns 0; ST_E_INVAL (a parameter out of range: named), the model
+ * loader's, tokenizer's, KV pool's or runner's error (model.h, tok.h, kv.h), ST_E_NOMEM; the
+ * message is in *why (why_len bytes, may be NULL) as well. *out owned by the caller:
+ * st_engine_destroy. */
+int st_engine_create(const st_engine_params *p, st_engine **out, char *why, size_t why_len);
+/* Finishes nothing: every request is dropped and its pages released. NULL is a no-op. */
+void st_engine_destroy(st_engine *e);
+
+/* The parts, borrowed for the engine's life (read-only use; e.g. tokenizing, templates). */
+st_ctx *st_engine_ctx(st_engine *e);
+const st_model *st_engine_model(const st_engine *e);
+const st_tok *st_engine_tok(const st_engine *e);
+st_kv *st_engine_kv(st_engine *e);
+int32_t st_engine_n_ctx(const st_engine *e);
+const st_engine_params *st_engine_get_params(const st_engine *e);
+
+/* ---- requests ---------------------------------------------------------------------------- */
+
+typedef struct st_engine_bias {
+    int32_t token;
+    float bias;   /* added to the token's logit before every draw; -INFINITY bans it */
+} st_engine_bias;
+
+typedef struct st_engine_req_params {
+    const int32_t *tokens;        /* the prompt as token ids, or NULL: text */
+    int32_t n_tokens;
+    const char *text;             /* with tokens NULL: tokenized with BOS and special tokens */
+    size_t text_len;
+    st_sampler_params sampling;
+    int32_t max_tokens;           /* generated tokens at most; < 0: until the context is full */
+    const char *const *stop;      /* n_stop stop strings (copied; each 1..255 bytes) */
+    int n_stop;
+    const st_engine_bias *bias;   /* n_bias logit biases (copied) */
+    int n_bias;
+    int ignore_eos;               /* never sample an end-of-generation token */
+    int64_t quest_budget;         /* < 0: the engine's quest params; 0: dense; > 0 tokens */
+    void *user;                   /* handed back in events */
+} st_engine_req_params;
+
+/* sampling = st_sampler_default_params(), max_tokens 128, quest_budget -1, the rest 0. */
+st_engine_req_params st_engine_req_default_params(void);
+
+/* Queues a request; *id receives its id. The prompt is tokenized and checked now. Returns 0;
+ * ST_E_INVAL (no prompt, an empty one, a token id or bias outside the vocabulary, a bad stop
+ * string or sampler setting: named); ST_E_LIMIT (the prompt does not fit the context: the
+ * message gives both lengths; or its pages can never fit the pool); ST_E_QUEUE_FULL (max_queue
+ * requests are waiting: try later); ST_E_NOMEM. Messages in st_ctx_error(st_engine_ctx(e)). */
+int st_engine_submit(st_engine *e, const st_engine_req_params *p, st_req_id *id);
+
+/* Asks a request to stop: at the next step it finishes with ST_FINISH_CANCELLED and its pages
+ * are released (whether waiting, prefilling or decoding). Returns 0 or ST_E_NOT_FOUND (no such
+ * active request: unknown or already finished). */
+int st_engine_cancel(st_engine *e, st_req_id id);
+
+typedef enum st_finish {
+    ST_FINISH_NONE = 0,   /* not finished (a token event) */
+    ST_FINISH_STOP,       /* a stop string matched (not included in the text) */
+    ST_FINISH_LENGTH,     /* max_tokens generated */
+    ST_FINISH_EOS,        /* the model ended its text (the token is not in the text) */
+    ST_FINISH_CANCELLED,
+    ST_FINISH_CONTEXT,    /* the context is full */
+    ST_FINISH_ERROR,      /* the request failed: see error */
+} st_finish;
+
+/* "stop", "length", "eos", "cancelled", "context", "error"; "" for NONE. */
+const char *st_finish_name(st_finish f);
+
+typedef struct st_engine_req_stats {
+    int32_t n_prompt;      /* prompt tokens */
+    int32_t n_cached;      /* of them attached from the prefix cache (not computed) */
+    int32_t n_generated;   /* tokens sampled (an end-of-generation token included) */
+    int32_t n_preempted;   /* times preempted */
+    double t_queued;       /* seconds from submit to admission (the last one) */
+    double t_first;        /* seconds from submit to the first generated token (0: none) */
+    double t_total;        /* seconds from submit to now / to the finish */
+} st_engine_req_stats;
+
+typedef struct st_engine_event {
+    st_req_id req;
+    void *user;
+    int32_t token;         /* the generated token, or -1 (an event that only finishes) */
+    const char *text;      /* bytes released by this event (may be 0: held back while they
+                              could still begin a stop string or a UTF-8 character); borrowed
+                              until the next st_engine_step */
+    size_t text_len;
+    st_finish finish;      /* nonzero: the request's last event */
+    int error;             /* ST_FINISH_ERROR: the error code; else 0 */
+    const char *error_msg; /* ST_FINISH_ERROR: what failed; else "" (borrowed as text) */
+    st_engine_req_stats stats; /* as of this event */
+} st_engine_event;
+
+/* Runs one step: cancellations, admissions, preemptions, one forward, sampling. *events gets
+ * the step's events (borrowed until the next call; *n_events of them, possibly 0). A step
+ * with nothing to do returns at once with no events. Returns 0, or an error that is not one
+ * request's (ST_E_NOMEM...): then every request of the step finished with that error and the
+ * engine can go on. */
+int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events);
+
+/* Requests not yet finished (waiting, running or preempted). */
+int st_engine_n_active(const st_engine *e);
+
+typedef enum st_req_state {
+    ST_REQ_WAITING = 0,  /* queued, never admitted */
+    ST_REQ_PREFILL,
+    ST_REQ_DECODE,
+    ST_REQ_PREEMPTED,    /* admitted before, waiting to resume (its KV kept, spilling) */
+} st_req_state;
+
+typedef struct st_engine_req_info {
+    st_req_id id;
+    st_req_state state;
+    st_kv_seq_id seq;      /* -1 while waiting */
+    int64_t n_tokens;      /* tokens in its KV sequence */
+    int64_t pages_hot, pages_cold;
+    st_engine_req_stats stats;
+} st_engine_req_info;
+
+/* Read-only: one active request's state. ST_E_NOT_FOUND when it is not active. */
+int st_engine_req_get_info(const st_engine *e, st_req_id id, st_engine_req_info *out);
+
+typedef struct st_engine_stats {
+    int64_t steps;               /* forward steps run */
+    int64_t submitted, finished; /* requests */
+    int64_t finished_by[ST_FINISH_ERROR + 1];
+    int64_t rejected_queue_full;
+    int64_t running, waiting;    /* now */
+    int64_t tokens_prompt;       /* prompt tokens of admitted requests */
+    int64_t tokens_cached;       /* of them attached from the prefix cache */
+    int64_t tokens_prefilled;    /* prompt tokens computed */
+    int64_t tokens_generated;
+    int64_t preemptions;
+    int64_t retries;             /* steps run again without a failed request */
+} st_engine_stats;
+
+/* Read-only. */
+void st_engine_get_stats(const st_engine *e, st_engine_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_ENGINE_H */

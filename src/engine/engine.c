@@ -1,0 +1,649 @@
+/* The engine: opening the model and its KV cache, the request table, admission and
+ * preemption, and the step (one forward over every running request, then sampling).
+ *
+ * Page accounting. A request may end with pages_for(n_prompt + max_gen) pages; admission
+ * counts that whole claim (plus one page for a copy-on-write of a shared tail) against the
+ * pool's capacity less the pages in use and the claims the admitted requests have not yet
+ * allocated, so an admitted request never runs out of pages mid-generation. The capacity is
+ * the pool's logical size, bounded with a spill directory by RAM plus the disk budget. RAM
+ * itself is checked per step: the hot pool must hold every running request's pages plus a
+ * page of growth each, else the newest running request is preempted (its pages spill as the
+ * others allocate) until it does; a preempted or new request is (re)admitted only when its
+ * pages fit in RAM beside the running ones. Without a spill directory RAM is the pool, so
+ * the admission claim already covers it and nothing is ever preempted. */
+#include "engine/engine_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct st_engine {
+    st_engine_params p;
+    char *model_path, *spill_dir, *instance_id; /* copies of the params' strings */
+    st_ctx *ctx;
+    void *synth_buf;
+    st_model *model;
+    st_tok *tok;
+    st_kv *kv;
+    st_runner *runner;
+    int32_t n_ctx, n_vocab, page;
+    int64_t cap_pages;      /* pages admission may hand out (logical pool, RAM + disk) */
+    int64_t ram_pages;      /* hot pool (== the pool without a tier) */
+    int tier;
+    st_req_id next_id;
+    en_req **reqs;          /* active requests in id order */
+    int n_reqs, cap_reqs;
+    /* step scratch */
+    int32_t *b_tok;
+    st_kv_seq_id *b_seq;
+    uint8_t *b_want, *b_prefill;
+    int64_t *b_budget;
+    float *logits;          /* [n_batch + n_parallel][n_vocab] */
+    st_engine_event *ev;
+    int n_ev, cap_ev;
+    char *text;             /* the step's released bytes (events point into it) */
+    size_t n_text, cap_text;
+    st_engine_stats st;
+};
+
+const char *st_finish_name(st_finish f) {
+    static const char *const names[] = {"", "stop", "length", "eos", "cancelled", "context", "error"};
+    return (unsigned)f < sizeof names / sizeof names[0] ? names[f] : "?";
+}
+
+st_engine_params st_engine_default_params(void) {
+    st_engine_params p;
+    memset(&p, 0, sizeof p);
+    p.n_batch = 256;
+    p.n_parallel = 4;
+    p.page_size = ST_KV_PAGE_SIZE_DEFAULT;
+    p.kv_type = ST_TYPE_F16;
+    p.quest = st_kv_quest_default_params();
+    return p;
+}
+
+st_synth_params st_engine_builtin_model(void) {
+    st_synth_params p = st_synth_default_params();
+    p.n_layer = 4, p.n_embd = 256, p.n_head = 4, p.n_head_kv = 2, p.n_ff = 768, p.n_vocab = 512;
+    p.n_ctx = 2048, p.rope_base = 10000.0f, p.type = ST_TYPE_Q8_0, p.seed = 42;
+    return p;
+}
+
+st_engine_req_params st_engine_req_default_params(void) {
+    st_engine_req_params p;
+    memset(&p, 0, sizeof p);
+    p.sampling = st_sampler_default_params();
+    p.max_tokens = 128;
+    p.quest_budget = -1;
+    return p;
+}
+
+static int64_t pages_for(const st_engine *e, int64_t tokens) { return (tokens + e->page - 1) / e->page; }
+
+void st_engine_destroy(st_engine *e) {
+    if (!e) return;
+    for (int i = 0; i < e->n_reqs; i++) {
+        en_req_free(e->reqs[i]);
+        free(e->reqs[i]);
+    }
+    free(e->reqs);
+    st_runner_destroy(e->runner);
+    st_kv_destroy(e->kv);
+    st_tok_free(e->tok);
+    st_model_free(e->model);
+    free(e->synth_buf);
+    st_ctx_destroy(e->ctx);
+    free(e->model_path);
+    free(e->spill_dir);
+    free(e->instance_id);
+    free(e->b_tok);
+    free(e->b_seq);
+    free(e->b_want);
+    free(e->b_prefill);
+    free(e->b_budget);
+    free(e->logits);
+    free(e->ev);
+    free(e->text);
+    free(e);
+}
+
+static int open_fail(st_engine *e, int rc, char *why, size_t why_len, const char *what) {
+    if (why && why_len)
+        snprintf(why, why_len, "%s: %s", what, e && e->ctx && *st_ctx_error(e->ctx) ? st_ctx_error(e->ctx) : st_strerror(rc));
+    st_engine_destroy(e);
+    return rc;
+}
+
+static char *dup_opt(const char *s, int *oom) {
+    if (!s) return NULL;
+    char *d = strdup(s);
+    if (!d) *oom = 1;
+    return d;
+}
+
+int st_engine_create(const st_engine_params *params, st_engine **out, char *why, size_t why_len) {
+    if (why && why_len) *why = 0;
+    if (!out) return ST_E_INVAL;
+    *out = NULL;
+    st_engine *e = calloc(1, sizeof *e);
+    if (!e) return open_fail(NULL, ST_E_NOMEM, why, why_len, "engine");
+    e->p = params ? *params : st_engine_default_params();
+    st_engine_params *p = &e->p;
+    int oom = 0;
+    p->model_path = e->model_path = dup_opt(p->model_path, &oom);
+    p->spill_dir = e->spill_dir = dup_opt(p->spill_dir, &oom);
+    p->instance_id = e->instance_id = dup_opt(p->instance_id, &oom);
+    if (oom) return open_fail(e, ST_E_NOMEM, why, why_len, "engine");
+    if (!p->n_batch) p->n_batch = 256;
+    if (!p->n_parallel) p->n_parallel = 4;
+    if (!p->max_queue) p->max_queue = 4 * p->n_parallel;
+    if (!p->page_size) p->page_size = ST_KV_PAGE_SIZE_DEFAULT;
+    p->synth = NULL; /* borrowed: only for the open below */
+    const char *bad = p->n_batch < 1 || p->n_batch > (1 << 16)           ? "n_batch (1..65536)"
+                      : p->n_parallel < 1 || p->n_parallel > p->n_batch ? "n_parallel (1..n_batch)"
+                      : p->max_queue < 1                                 ? "max_queue (>= 1)"
+                      : p->n_ctx < 0                                     ? "n_ctx (>= 0)"
+                      : p->kv_pages < 0 || p->ram_pages < 0              ? "kv_pages / ram_pages (>= 0)"
+                      : p->n_threads < 0                                 ? "n_threads (>= 0)"
+                                                                         : NULL;
+    if (bad) {
+        if (why && why_len) snprintf(why, why_len, "engine parameter out of range: %s", bad);
+        st_engine_destroy(e);
+        return ST_E_INVAL;
+    }
+    st_ctx_params cp = st_ctx_default_params();
+    cp.n_threads = p->n_threads;
+    int rc = st_ctx_create_msg(&cp, &e->ctx, why, why_len);
+    if (rc) {
+        st_engine_destroy(e);
+        return rc;
+    }
+    if (p->model_path) {
+        rc = st_model_load(e->ctx, p->model_path, &e->model);
+    } else {
+        const st_synth_params sp = params && params->synth ? *params->synth : st_engine_builtin_model();
+        size_t n = 0;
+        rc = st_synth_write_memory(e->ctx, &sp, &e->synth_buf, &n);
+        if (!rc) rc = st_model_load_memory(e->ctx, e->synth_buf, n, "(built-in synthetic model)", &e->model);
+    }
+    if (rc) return open_fail(e, rc, why, why_len, p->model_path ? p->model_path : "synthetic model");
+    const st_model_hparams *hp = st_model_get_hparams(e->model);
+    e->n_vocab = hp->n_vocab;
+    e->n_ctx = p->n_ctx ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    if (e->n_ctx > hp->n_ctx_train) {
+        st_seterr(e->ctx, ST_E_LIMIT, "context %d is larger than the model's %d tokens", e->n_ctx, hp->n_ctx_train);
+        return open_fail(e, ST_E_LIMIT, why, why_len, "context");
+    }
+    p->n_ctx = e->n_ctx;
+    if ((rc = st_tok_load(e->ctx, st_model_gguf(e->model), NULL, &e->tok)))
+        return open_fail(e, rc, why, why_len, "tokenizer");
+    st_kv_params kp = st_kv_default_params();
+    kp.n_layer = hp->n_layer, kp.n_kv_head = hp->n_head_kv, kp.head_dim = hp->head_dim;
+    kp.page_size = e->page = p->page_size;
+    kp.type = p->kv_type;
+    kp.max_seqs = p->n_parallel + p->max_queue + 1;
+    kp.n_pages = p->kv_pages ? p->kv_pages : ((int64_t)e->n_ctx + e->page - 1) / e->page * p->n_parallel + p->n_parallel;
+    st_model_fingerprint(e->model, kp.fingerprint.b);
+    if (p->spill_dir) {
+        kp.spill_dir = p->spill_dir;
+        kp.instance_id = p->instance_id;
+        kp.ram_pages = p->ram_pages && p->ram_pages < kp.n_pages ? p->ram_pages : kp.n_pages;
+        kp.disk_budget = p->disk_budget;
+        kp.cold = p->cold;
+    } else if (p->ram_pages || p->disk_budget) {
+        st_seterr(e->ctx, ST_E_INVAL, "a RAM pool or disk budget needs a spill directory");
+        return open_fail(e, ST_E_INVAL, why, why_len, "KV cache");
+    }
+    if ((rc = st_kv_create(e->ctx, &kp, &e->kv))) return open_fail(e, rc, why, why_len, "KV cache");
+    p->kv_pages = kp.n_pages;
+    e->tier = p->spill_dir != NULL;
+    e->ram_pages = e->tier ? kp.ram_pages : kp.n_pages;
+    e->cap_pages = kp.n_pages;
+    if (e->tier && kp.disk_budget) {
+        const int64_t disk = (int64_t)(kp.disk_budget / st_kv_page_bytes(&kp));
+        if (e->ram_pages + disk < e->cap_pages) e->cap_pages = e->ram_pages + disk;
+    }
+    st_runner_params rp = st_runner_default_params();
+    rp.n_ctx = e->n_ctx;
+    rp.n_batch = p->n_batch;
+    if ((rc = st_runner_create(e->ctx, e->model, e->kv, &rp, &e->runner))) return open_fail(e, rc, why, why_len, "runner");
+    if (p->quest.budget && (rc = st_runner_set_quest(e->runner, &p->quest, 0)))
+        return open_fail(e, rc, why, why_len, "sparse decode");
+    const size_t nb = (size_t)p->n_batch + (size_t)p->n_parallel;
+    e->b_tok = malloc(nb * sizeof *e->b_tok);
+    e->b_seq = malloc(nb * sizeof *e->b_seq);
+    e->b_want = malloc(nb);
+    e->b_prefill = malloc(nb);
+    e->b_budget = malloc(nb * sizeof *e->b_budget);
+    e->logits = malloc((size_t)p->n_parallel * (size_t)e->n_vocab * sizeof *e->logits);
+    if (!e->b_tok || !e->b_seq || !e->b_want || !e->b_prefill || !e->b_budget || !e->logits)
+        return open_fail(e, ST_E_NOMEM, why, why_len, "engine");
+    e->next_id = 1;
+    *out = e;
+    return 0;
+}
+
+st_ctx *st_engine_ctx(st_engine *e) { return e->ctx; }
+const st_model *st_engine_model(const st_engine *e) { return e->model; }
+const st_tok *st_engine_tok(const st_engine *e) { return e->tok; }
+st_kv *st_engine_kv(st_engine *e) { return e->kv; }
+int32_t st_engine_n_ctx(const st_engine *e) { return e->n_ctx; }
+const st_engine_params *st_engine_get_params(const st_engine *e) { return &e->p; }
+
+/* ---- the request table --------------------------------------------------------------------- */
+
+static en_req *find(const st_engine *e, st_req_id id) {
+    for (int i = 0; i < e->n_reqs; i++)
+        if (e->reqs[i]->id == id) return e->reqs[i];
+    return NULL;
+}
+
+static int n_in(const st_engine *e, st_req_state s) {
+    int n = 0;
+    for (int i = 0; i < e->n_reqs; i++) n += e->reqs[i]->state == s;
+    return n;
+}
+
+static int running(const en_req *q) { return q->state == ST_REQ_PREFILL || q->state == ST_REQ_DECODE; }
+
+static int n_running(const st_engine *e) {
+    int n = 0;
+    for (int i = 0; i < e->n_reqs; i++) n += running(e->reqs[i]);
+    return n;
+}
+
+int st_engine_n_active(const st_engine *e) { return e->n_reqs; }
+
+int st_engine_submit(st_engine *e, const st_engine_req_params *p, st_req_id *id) {
+    if (id) *id = 0;
+    if (!e || !p || !id) return ST_E_INVAL;
+    if (n_in(e, ST_REQ_WAITING) >= e->p.max_queue) {
+        e->st.rejected_queue_full++;
+        return st_seterr(e->ctx, ST_E_QUEUE_FULL, "%d requests are waiting already (the queue's limit)", e->p.max_queue);
+    }
+    en_req *q = calloc(1, sizeof *q);
+    if (!q) return ST_E_NOMEM;
+    int rc = 0;
+    if (p->tokens) {
+        if (p->n_tokens > 0 && (q->prompt = malloc((size_t)p->n_tokens * sizeof *q->prompt)))
+            memcpy(q->prompt, p->tokens, (size_t)p->n_tokens * sizeof *q->prompt);
+        q->n_prompt = p->n_tokens;
+        if (p->n_tokens > 0 && !q->prompt) rc = ST_E_NOMEM;
+        for (int32_t i = 0; !rc && i < q->n_prompt; i++)
+            if (q->prompt[i] < 0 || q->prompt[i] >= e->n_vocab)
+                rc = st_seterr(e->ctx, ST_E_INVAL, "prompt token %d at %d is outside the vocabulary [0, %d)",
+                               q->prompt[i], i, e->n_vocab);
+    } else if (p->text) {
+        int n = 0;
+        rc = st_tok_encode_alloc(e->tok, p->text, p->text_len, true, true, &q->prompt, &n);
+        if (rc) rc = st_seterr(e->ctx, rc, "tokenizing the prompt: %s", st_strerror(rc));
+        q->n_prompt = n;
+    } else {
+        rc = st_seterr(e->ctx, ST_E_INVAL, "a request needs a prompt (tokens or text)");
+    }
+    if (!rc && q->n_prompt < 1) rc = st_seterr(e->ctx, ST_E_INVAL, "the prompt is empty");
+    if (!rc && q->n_prompt >= e->n_ctx)
+        rc = st_seterr(e->ctx, ST_E_LIMIT, "the prompt is %d tokens, the context %d: no room to generate",
+                       q->n_prompt, e->n_ctx);
+    if (!rc && p->quest_budget < -1) rc = st_seterr(e->ctx, ST_E_INVAL, "quest_budget %lld", (long long)p->quest_budget);
+    if (!rc) rc = en_req_init(q, e->ctx, e->tok, e->n_vocab, p);
+    if (!rc) {
+        const int64_t room = e->n_ctx - q->n_prompt;
+        q->max_is_ctx = p->max_tokens < 0 || p->max_tokens > room;
+        q->max_gen = (int32_t)(q->max_is_ctx ? room : p->max_tokens);
+        /* the last sampled token is never fed back, so n_prompt + max_gen - 1 positions */
+        const int64_t need = pages_for(e, q->n_prompt + q->max_gen) + 1;
+        if (need > e->cap_pages)
+            rc = st_seterr(e->ctx, ST_E_LIMIT, "the request may need %lld KV pages (%d prompt + %d new tokens), "
+                           "more than the pool's %lld", (long long)need, q->n_prompt, q->max_gen,
+                           (long long)e->cap_pages);
+    }
+    if (!rc && e->n_reqs == e->cap_reqs) {
+        int c = e->cap_reqs ? 2 * e->cap_reqs : 16;
+        en_req **nr = realloc(e->reqs, (size_t)c * sizeof *nr);
+        if (!nr) rc = ST_E_NOMEM;
+        else e->reqs = nr, e->cap_reqs = c;
+    }
+    if (rc) {
+        en_req_free(q);
+        free(q);
+        return rc;
+    }
+    for (int32_t i = 0; i < q->n_prompt; i++) st_sampler_accept(q->smp, q->prompt[i]);
+    q->id = e->next_id++;
+    q->user = p->user;
+    q->seq = -1;
+    q->budget = p->quest_budget;
+    q->state = ST_REQ_WAITING;
+    q->st.n_prompt = q->n_prompt;
+    q->t_submit = st_time_now();
+    e->reqs[e->n_reqs++] = q;
+    e->st.submitted++;
+    *id = q->id;
+    return 0;
+}
+
+int st_engine_cancel(st_engine *e, st_req_id id) {
+    en_req *q = e ? find(e, id) : NULL;
+    if (!q) return ST_E_NOT_FOUND;
+    q->cancel = 1;
+    return 0;
+}
+
+static void stats_now(const en_req *q, st_engine_req_stats *out) {
+    *out = q->st;
+    out->t_total = st_time_now() - q->t_submit;
+}
+
+int st_engine_req_get_info(const st_engine *e, st_req_id id, st_engine_req_info *out) {
+    const en_req *q = find(e, id);
+    if (!q) return ST_E_NOT_FOUND;
+    memset(out, 0, sizeof *out);
+    out->id = q->id;
+    out->state = q->state;
+    out->seq = q->seq;
+    if (q->seq >= 0) {
+        st_kv_seq_len(e->kv, q->seq, &out->n_tokens);
+        st_kv_seq_residency(e->kv, q->seq, &out->pages_hot, &out->pages_cold);
+    }
+    stats_now(q, &out->stats);
+    return 0;
+}
+
+void st_engine_get_stats(const st_engine *e, st_engine_stats *out) {
+    *out = e->st;
+    out->running = n_running(e);
+    out->waiting = e->n_reqs - out->running;
+}
+
+/* ---- events ---------------------------------------------------------------------------------- */
+
+/* Adds an event; text is taken from the step's text buffer at [t0, n_text). Event text
+ * pointers are fixed up when the step ends (the buffer may move while it grows). */
+static int push_event(st_engine *e, const en_req *q, int32_t token, size_t t0, st_finish fin, int err,
+                      const char *msg) {
+    if (e->n_ev == e->cap_ev) {
+        int c = e->cap_ev ? 2 * e->cap_ev : 64;
+        st_engine_event *n = realloc(e->ev, (size_t)c * sizeof *n);
+        if (!n) return ST_E_NOMEM;
+        e->ev = n, e->cap_ev = c;
+    }
+    st_engine_event *ev = &e->ev[e->n_ev++];
+    memset(ev, 0, sizeof *ev);
+    ev->req = q->id;
+    ev->user = q->user;
+    ev->token = token;
+    ev->text = (const char *)(uintptr_t)t0; /* offset until the fix-up */
+    ev->text_len = e->n_text - t0;
+    ev->finish = fin;
+    ev->error = err;
+    /* the message goes into the text buffer too, after the text, NUL-terminated */
+    size_t m0 = e->n_text;
+    const char nul = 0;
+    if (msg && *msg && en_buf_append(&e->text, &e->n_text, &e->cap_text, msg, strlen(msg))) return ST_E_NOMEM;
+    if (en_buf_append(&e->text, &e->n_text, &e->cap_text, &nul, 1)) return ST_E_NOMEM;
+    ev->error_msg = (const char *)(uintptr_t)m0;
+    stats_now(q, &ev->stats);
+    return 0;
+}
+
+/* Drops a request from the table (its pages go back to the pool; keyed full pages stay in
+ * the prefix cache for later requests). */
+static void retire(st_engine *e, en_req *q, st_finish fin) {
+    if (q->seq >= 0) st_kv_seq_free(e->kv, q->seq);
+    e->st.finished++;
+    e->st.finished_by[fin]++;
+    for (int i = 0; i < e->n_reqs; i++)
+        if (e->reqs[i] == q) {
+            memmove(e->reqs + i, e->reqs + i + 1, (size_t)(e->n_reqs - i - 1) * sizeof *e->reqs);
+            e->n_reqs--;
+            break;
+        }
+    en_req_free(q);
+    free(q);
+}
+
+static int finish(st_engine *e, en_req *q, int32_t token, size_t t0, st_finish fin, int err, const char *msg) {
+    int rc = push_event(e, q, token, t0, fin, err, msg);
+    retire(e, q, fin);
+    return rc;
+}
+
+static int fail_req(st_engine *e, en_req *q, int err) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", *st_ctx_error(e->ctx) ? st_ctx_error(e->ctx) : st_strerror(err));
+    return finish(e, q, -1, e->n_text, ST_FINISH_ERROR, err, msg);
+}
+
+/* ---- admission and preemption ------------------------------------------------------------------ */
+
+static int64_t seq_len(const st_engine *e, const en_req *q) {
+    int64_t len = 0;
+    if (q->seq >= 0) st_kv_seq_len(e->kv, q->seq, &len);
+    return len;
+}
+
+/* Pages an admitted request may still allocate: its whole claim less what it holds. */
+static int64_t claim_left(const st_engine *e, const en_req *q) {
+    const int64_t left = pages_for(e, q->n_prompt + q->max_gen) + 1 - pages_for(e, seq_len(e, q));
+    return left > 0 ? left : 0;
+}
+
+/* RAM the running requests need for the next step: their pages plus one page of growth. */
+static int64_t ram_need(const st_engine *e, const en_req *q) {
+    const int64_t len = q->seq >= 0 ? seq_len(e, q) : q->n_prompt;
+    return pages_for(e, len) + 1;
+}
+
+static int admissible(st_engine *e, const en_req *q) {
+    if (n_running(e) >= e->p.n_parallel) return 0;
+    int64_t ram = 0;
+    for (int i = 0; i < e->n_reqs; i++)
+        if (running(e->reqs[i])) ram += ram_need(e, e->reqs[i]);
+    if (e->tier && n_running(e) > 0 && ram + ram_need(e, q) > e->ram_pages) return 0;
+    if (q->state == ST_REQ_PREEMPTED) return 1; /* its claim is counted already */
+    st_kv_stats ks;
+    st_kv_get_stats(e->kv, &ks);
+    int64_t claims = 0;
+    for (int i = 0; i < e->n_reqs; i++)
+        if (e->reqs[i]->seq >= 0) claims += claim_left(e, e->reqs[i]);
+    return pages_for(e, q->n_prompt + q->max_gen) + 1 + claims <= e->cap_pages - ks.pages_used;
+}
+
+static int admit(st_engine *e, en_req *q) {
+    if (q->state == ST_REQ_PREEMPTED) {
+        q->state = q->n_done < q->n_prompt ? ST_REQ_PREFILL : ST_REQ_DECODE;
+        q->st.t_queued = st_time_now() - q->t_submit;
+        return 0;
+    }
+    int rc = st_kv_seq_create(e->kv, &q->seq);
+    if (rc) return rc;
+    int64_t att = 0;
+    if ((rc = st_kv_prefix_attach(e->kv, q->seq, q->prompt, q->n_prompt, &att))) return rc;
+    /* the last prompt token is always computed: its logits draw the first new token */
+    if (att >= q->n_prompt && (rc = st_kv_seq_truncate(e->kv, q->seq, att = q->n_prompt - 1))) return rc;
+    q->n_done = (int32_t)att;
+    q->st.n_cached = (int32_t)att;
+    q->state = ST_REQ_PREFILL;
+    q->st.t_queued = st_time_now() - q->t_submit;
+    e->st.tokens_prompt += q->n_prompt;
+    e->st.tokens_cached += att;
+    return 0;
+}
+
+static void preempt(st_engine *e, en_req *q) {
+    q->state = ST_REQ_PREEMPTED;
+    q->st.n_preempted++;
+    e->st.preemptions++;
+}
+
+/* Preempts the newest running requests while the hot pool cannot hold the running ones'
+ * next step (only with a tier; one request always keeps running: the tier streams what does
+ * not fit, exactly). */
+static void preempt_for_ram(st_engine *e) {
+    if (!e->tier) return;
+    for (;;) {
+        int64_t ram = 0;
+        en_req *newest = NULL;
+        int n = 0;
+        for (int i = 0; i < e->n_reqs; i++)
+            if (running(e->reqs[i])) ram += ram_need(e, e->reqs[i]), newest = e->reqs[i], n++;
+        if (n <= 1 || ram <= e->ram_pages) return;
+        preempt(e, newest);
+    }
+}
+
+/* FIFO: the oldest waiting or preempted request first; a request that cannot be admitted
+ * blocks the ones behind it, so a large request is never starved by small ones. */
+static int admit_waiting(st_engine *e) {
+    for (int i = 0; i < e->n_reqs; i++) {
+        en_req *q = e->reqs[i];
+        if (q->state != ST_REQ_WAITING && q->state != ST_REQ_PREEMPTED) continue;
+        if (!admissible(e, q)) return 0;
+        int rc = admit(e, q);
+        if (rc) {
+            if (rc == ST_E_NOMEM) return rc;
+            if ((rc = fail_req(e, q, rc))) return rc;
+            i--; /* the table moved down */
+        }
+    }
+    return 0;
+}
+
+/* ---- the step ------------------------------------------------------------------------------------- */
+
+/* Lays out this step's batch: a token of every decoding request, then prompt pieces in
+ * request order within the n_batch budget. Returns the token count. */
+static int32_t build_batch(st_engine *e) {
+    int32_t n = 0;
+    for (int i = 0; i < e->n_reqs; i++) {
+        en_req *q = e->reqs[i];
+        q->step_n = 0, q->step_row = -1;
+        if (q->state != ST_REQ_DECODE) continue;
+        e->b_tok[n] = q->last, e->b_seq[n] = q->seq, e->b_want[n] = 1, e->b_prefill[n] = 0;
+        e->b_budget[n] = q->budget;
+        q->step_n = 1;
+        n++;
+    }
+    for (int i = 0; i < e->n_reqs && n < e->p.n_batch; i++) {
+        en_req *q = e->reqs[i];
+        if (q->state != ST_REQ_PREFILL) continue;
+        int32_t k = q->n_prompt - q->n_done;
+        if (k > e->p.n_batch - n) k = e->p.n_batch - n;
+        for (int32_t t = 0; t < k; t++) {
+            e->b_tok[n + t] = q->prompt[q->n_done + t], e->b_seq[n + t] = q->seq;
+            e->b_want[n + t] = q->n_done + k == q->n_prompt && t == k - 1;
+            e->b_prefill[n + t] = 1, e->b_budget[n + t] = -1;
+        }
+        q->step_n = k;
+        n += k;
+    }
+    /* logits rows in batch order: requests appear in table order within each half */
+    int32_t row = 0;
+    for (int i = 0; i < e->n_reqs; i++)
+        if (e->reqs[i]->state == ST_REQ_DECODE && e->reqs[i]->step_n) e->reqs[i]->step_row = row++;
+    for (int i = 0; i < e->n_reqs; i++) {
+        en_req *q = e->reqs[i];
+        if (q->state == ST_REQ_PREFILL && q->step_n && q->n_done + q->step_n == q->n_prompt) q->step_row = row++;
+    }
+    return n;
+}
+
+static en_req *by_seq(const st_engine *e, st_kv_seq_id seq) {
+    for (int i = 0; i < e->n_reqs; i++)
+        if (e->reqs[i]->seq == seq) return e->reqs[i];
+    return NULL;
+}
+
+/* A token was drawn for q: its event, and the finish it may cause. */
+static int on_token(st_engine *e, en_req *q, int32_t t) {
+    const size_t t0 = e->n_text;
+    q->st.n_generated++;
+    e->st.tokens_generated++;
+    if (q->st.n_generated == 1) q->st.t_first = st_time_now() - q->t_submit;
+    if (st_tok_is_eog(e->tok, t)) {
+        int rc = en_req_text_flush(q, &e->text, &e->n_text, &e->cap_text);
+        return rc ? rc : finish(e, q, t, t0, ST_FINISH_EOS, 0, NULL);
+    }
+    int stopped = 0;
+    int rc = en_req_text(q, t, &e->text, &e->n_text, &e->cap_text, &stopped);
+    if (rc) return rc;
+    if (stopped) return finish(e, q, t, t0, ST_FINISH_STOP, 0, NULL);
+    if (q->st.n_generated >= q->max_gen) {
+        if ((rc = en_req_text_flush(q, &e->text, &e->n_text, &e->cap_text))) return rc;
+        return finish(e, q, t, t0, q->max_is_ctx ? ST_FINISH_CONTEXT : ST_FINISH_LENGTH, 0, NULL);
+    }
+    q->last = t;
+    return push_event(e, q, t, t0, ST_FINISH_NONE, 0, NULL);
+}
+
+int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) {
+    *events = NULL;
+    *n_events = 0;
+    e->n_ev = 0;
+    e->n_text = 0;
+    int rc = 0;
+    for (int i = 0; i < e->n_reqs && !rc; i++)
+        if (e->reqs[i]->cancel) {
+            rc = finish(e, e->reqs[i], -1, e->n_text, ST_FINISH_CANCELLED, 0, NULL);
+            i--;
+        }
+    if (!rc) preempt_for_ram(e);
+    if (!rc) rc = admit_waiting(e);
+    /* max_tokens 0: the request ends as soon as its prompt is read (nothing to draw) */
+    int32_t n = 0;
+    while (!rc) {
+        if (!(n = build_batch(e))) break;
+        st_batch b = {.n_tokens = n, .tokens = e->b_tok, .seq = e->b_seq, .want_logits = e->b_want,
+                      .prefill = e->b_prefill, .quest_budget = e->b_budget};
+        int frc = st_runner_forward(e->runner, &b, e->logits);
+        if (!frc) break;
+        en_req *bad = by_seq(e, st_runner_failed_seq(e->runner));
+        e->st.retries++;
+        if (!bad) {
+            /* not one request's error: every request of the step fails with it */
+            for (int i = 0; i < e->n_reqs && !rc; i++)
+                if (e->reqs[i]->step_n) rc = fail_req(e, e->reqs[i], frc), i--;
+            if (!rc) rc = frc;
+            n = 0;
+            break;
+        }
+        if (frc == ST_E_POOL_FULL && e->tier && n_running(e) > 1) preempt(e, bad);
+        else rc = fail_req(e, bad, frc);
+    }
+    if (n > 0) {
+        e->st.steps++;
+        /* sample in table order; finishing removes entries, so walk a snapshot of the rows */
+        for (int i = 0; i < e->n_reqs && !rc;) {
+            en_req *q = e->reqs[i];
+            const int was_prefill = q->state == ST_REQ_PREFILL;
+            if (!q->step_n) {
+                i++;
+                continue;
+            }
+            const int32_t row = q->step_row;
+            q->step_n = was_prefill ? (q->n_done += q->step_n, e->st.tokens_prefilled += q->step_n, 0) : 0;
+            if (row < 0) {
+                i++;
+                continue;
+            }
+            if (was_prefill) q->state = ST_REQ_DECODE;
+            const int before = e->n_reqs;
+            if (was_prefill && q->max_gen == 0) {
+                rc = finish(e, q, -1, e->n_text, ST_FINISH_LENGTH, 0, NULL);
+            } else {
+                int32_t t = en_req_sample(q, e->tok, e->n_vocab, e->logits + (size_t)row * e->n_vocab);
+                rc = on_token(e, q, t);
+            }
+            if (e->n_reqs == before) i++;
+        }
+    }
+    for (int i = 0; i < e->n_ev; i++) {
+        e->ev[i].text = e->text ? e->text + (uintptr_t)e->ev[i].text : "";
+        e->ev[i].error_msg = e->text ? e->text + (uintptr_t)e->ev[i].error_msg : "";
+    }
+    *events = e->ev;
+    *n_events = e->n_ev;
+    return rc;
+}

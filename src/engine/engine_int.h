@@ -1,0 +1,59 @@
+/* Engine internals shared by engine.c (opening, admission, the step) and engine_req.c (a
+ * request's own state: sampling, streaming text, stop strings). */
+#ifndef STRATA_ENGINE_INT_H
+#define STRATA_ENGINE_INT_H
+
+#include "strata/engine.h"
+
+#define EN_MAX_STOP 16
+#define EN_MAX_STOP_LEN 255
+
+typedef struct en_req {
+    st_req_id id;
+    void *user;
+    st_req_state state;
+    int cancel;             /* st_engine_cancel asked; handled at the next step */
+    int32_t *prompt;        /* [n_prompt], owned */
+    int32_t n_prompt;
+    int32_t max_gen;        /* tokens to generate at most (context-capped at admission) */
+    int max_is_ctx;         /* max_gen is the context's cap, not the request's max_tokens */
+    st_kv_seq_id seq;       /* -1 until admitted */
+    int32_t n_done;         /* prompt tokens in the KV (cached ones included) */
+    int32_t last;           /* the sampled token the next decode step feeds */
+    int64_t budget;         /* Quest budget of its decode tokens (-1: the engine's) */
+    st_sampler *smp;
+    st_detok *dt;
+    char *stop[EN_MAX_STOP];
+    int n_stop;
+    size_t stop_max;        /* longest stop string */
+    st_engine_bias *bias;
+    int n_bias;
+    int ignore_eos;
+    char *held;             /* decoded text not yet released (could begin a stop string) */
+    size_t n_held, cap_held;
+    st_engine_req_stats st;
+    double t_submit;
+    /* step scratch: what this step's batch holds of it */
+    int32_t step_n;         /* tokens in the batch (0: not in it) */
+    int32_t step_row;       /* its logits row, or -1 */
+} en_req;
+
+/* Creates a request's sampler, detokenizer and copies of its stop strings and biases.
+ * Returns 0, ST_E_INVAL (named in ctx), ST_E_NOMEM. */
+int en_req_init(en_req *q, st_ctx *ctx, const st_tok *tok, int32_t n_vocab, const st_engine_req_params *p);
+void en_req_free(en_req *q);
+
+/* Samples the next token from logits (biases applied in place). */
+int32_t en_req_sample(en_req *q, const st_tok *tok, int32_t n_vocab, float *logits);
+
+/* Feeds a generated (non end-of-generation) token's text: bytes that can be released go to
+ * out (appended; *stopped = 1 when a stop string matched: the text before it is released and
+ * the rest dropped). Returns 0 or ST_E_NOMEM. */
+int en_req_text(en_req *q, int32_t token, char **out, size_t *n_out, size_t *cap_out, int *stopped);
+/* The request ends without a stop match: everything held is released. */
+int en_req_text_flush(en_req *q, char **out, size_t *n_out, size_t *cap_out);
+
+/* Appends n bytes to a growing buffer. 0 or ST_E_NOMEM. */
+int en_buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
+
+#endif
