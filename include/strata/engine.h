@@ -74,7 +74,8 @@ typedef struct st_engine_params {
     /* SSD tier: spill_dir NULL keeps every page in RAM */
     const char *spill_dir;
     const char *instance_id;      /* NULL: the pid */
-    int64_t ram_pages;            /* hot pool pages with spill_dir; 0: kv_pages */
+    int64_t ram_pages;            /* hot pool pages with spill_dir; 0: ram_bytes, else kv_pages */
+    uint64_t ram_bytes;           /* hot pool in bytes (whole pages, at least 2) when ram_pages is 0 */
     uint64_t disk_budget;         /* spill bytes; 0: unlimited */
     st_cold_type cold;
     st_kv_quest_params quest;     /* sparse decode for requests that do not set a budget */

@@ -188,10 +188,16 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
     if (p->spill_dir) {
         kp.spill_dir = p->spill_dir;
         kp.instance_id = p->instance_id;
-        kp.ram_pages = p->ram_pages && p->ram_pages < kp.n_pages ? p->ram_pages : kp.n_pages;
+        int64_t ram = p->ram_pages ? p->ram_pages : p->ram_bytes ? (int64_t)(p->ram_bytes / st_kv_page_bytes(&kp)) : 0;
+        if ((p->ram_pages || p->ram_bytes) && ram < 2) {
+            st_seterr(e->ctx, ST_E_INVAL, "a hot KV pool of %lld pages (%zu bytes each): at least 2 are needed",
+                      (long long)ram, st_kv_page_bytes(&kp));
+            return open_fail(e, ST_E_INVAL, why, why_len, "KV cache");
+        }
+        kp.ram_pages = ram && ram < kp.n_pages ? ram : kp.n_pages;
         kp.disk_budget = p->disk_budget;
         kp.cold = p->cold;
-    } else if (p->ram_pages || p->disk_budget) {
+    } else if (p->ram_pages || p->ram_bytes || p->disk_budget) {
         st_seterr(e->ctx, ST_E_INVAL, "a RAM pool or disk budget needs a spill directory");
         return open_fail(e, ST_E_INVAL, why, why_len, "KV cache");
     }
