@@ -25,7 +25,7 @@
  * (measured here with the probe at 57-74 GB/s: the longer the rows, the lower the ratio;
  * probably because the activation vector, read once per row, no longer stays in L1 next
  * to the streaming weights: a scratch run that reused a 4K-element window of it reached
- * 94%. See the notes of issue 2). */
+ * 94%. See docs/PERFORMANCE.md, "Quantized matrix-vector products"). */
 #include "bench_common.h"
 #include "strata/quant.h"
 

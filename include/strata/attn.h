@@ -45,7 +45,7 @@ typedef struct st_attn_page {
  * (ST_ATTN_SPLIT_TOKENS tokens' worth, independent of the thread count); each run yields a
  * partial (max, sum, acc) and the runs are merged in list order. Results are therefore
  * bit-identical for any number of threads, for a sequence alone or inside a batch, and for a
- * sparse selection that happens to list every page (Quest's exactness gate, issue 7).
+ * sparse selection that happens to list every page (Quest's exactness gate).
  * They differ (within the thresholds of tests/attn) between ISAs.
  *
  * Threads: one st_attn_ws per calling thread; the kernels run on the st_ctx's thread pool
@@ -130,7 +130,7 @@ int st_attn_chunk(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, const st_a
 void st_attn_box_to_f16(const st_attn_ws *ws, int32_t head_dim, const float *kmin,
                         const float *kmax, uint16_t *box);
 
-/* Quest upper bound (issue 7) for one KV head of a GQA group of n_group query heads:
+/* Quest upper bound for one KV head of a GQA group of n_group query heads:
  *   bound[p] = max over g of  sum_d max(q[g][d] * kmin[p][d], q[g][d] * kmax[p][d])
  * which is >= q[g].k for every key k inside page p's box [kmin, kmax] (unscaled: multiply
  * by the score scale if needed; ranking does not care). q: [n_group][head_dim];
@@ -152,7 +152,7 @@ int st_attn_key_minmax(const st_attn_ws *ws, const st_attn_geom *g, const st_att
                        int32_t kv_head, float *kmin, float *kmax);
 
 
-/* ---- streaming entry points (the SSD tier, issue 6) ------------------------------------
+/* ---- streaming entry points (the SSD tier) ---------------------------------------------
  *
  * The KV library streams pages that are not in RAM through small buffers, a window of
  * pages at a time, and must produce exactly what one call over the whole list would.

@@ -316,7 +316,7 @@ int st_attn_decode(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, const st_
     return st_attn_decode_batch(ctx, ws, g, seq, 1, q, out);
 }
 
-/* ---- streaming entry points (issue 6) ---------------------------------------------------
+/* ---- streaming entry points ------------------------------------------------------------
  * The SSD tier computes a list in windows: st_attn_decode_runs leaves each run's partial
  * exactly as decode_item does, and st_attn_merge_runs is merge_task's formula in
  * merge_task's order, so the split is invisible in the bits. */

@@ -1,5 +1,5 @@
 /*
- * Quest page selection (issue 7): the key boxes kept per sealed page, and the per-(sequence,
+ * Quest page selection: the key boxes kept per sealed page, and the per-(sequence,
  * layer, KV head) choice of pages a decode query attends to.
  *
  * Boxes
