@@ -53,15 +53,12 @@ typedef struct st_attn_page {
  */
 
 /* Tokens per partial of decode (whole pages, at least one): small enough that a short
- * context still gives every thread work (512 left one of two threads idle below 512 tokens,
- * a third of decode time on the small model), large enough that the per-run costs (the
- * merge, the tile set-up, the kernel pipeline draining at the end of an item) stay small:
- * against 128, hot decode attention of a 1B layer took 7-9% less time at 1k-4k tokens and a
- * Quest layer of the small model at 32k (128 selected pages per KV head) 16% less
- * (scratch drivers over this API, alternating builds). A list of ST_ATTN_LONG_LIST_TOKENS
+ * context still gives every thread work (512 left one of two threads idle below 512 tokens),
+ * large enough that the per-run costs (the merge, the tile set-up, the kernel pipeline
+ * draining at the end of an item) stay small, against 128 both for dense decode and for a
+ * Quest selection (docs/PERFORMANCE.md, decode attention). A list of ST_ATTN_LONG_LIST_TOKENS
  * or more, which gives every thread many runs anyway, is cut into runs of twice as many
- * tokens: bench/attn (1B layer, 2 threads, alternating builds) 32k 2099-2131 -> 1892-1986
- * us per call, 128k 8707-9056 -> 8152-8534, 4k 262-289 -> 253-272. */
+ * tokens, which cuts the per-run costs further where no thread can go idle. */
 #define ST_ATTN_SPLIT_TOKENS 256
 #define ST_ATTN_LONG_LIST_TOKENS 4096
 #define ST_ATTN_MAX_HEAD_DIM 1024
