@@ -28,7 +28,7 @@
 
 struct bmodel {
     const char *name, *preset, *type;
-    double llama_pp, llama_tg; /* llama.cpp t/s, better of fa 0 / 1 */
+    double llama_pp, llama_tg; /* llama.cpp t/s, better of fa 0 / 1, on the previous Zen 5 VM */
 };
 
 static const struct bmodel models[] = {

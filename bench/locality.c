@@ -1,5 +1,5 @@
 /* bench/locality: what the SSD tier reads per Quest decode step for a trained model against a
- * random-weight model of the same shape, side by side in one run (issue 7).
+ * random-weight model of the same shape, side by side in one run.
  *
  * A tiered pool can only serve sparse decode from RAM if consecutive steps select mostly the
  * same pages. bench/sparse measures the tier on a random-weight model (the only long-context

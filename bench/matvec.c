@@ -5,7 +5,8 @@
  *
  * For each weight type and shape (rows x cols: 4096x4096 and 2048x8192) the matrix is
  * replicated into enough distinct copies that one measured pass streams >= 256 MiB
- * (this CPU's L3 is 32 MiB), and each pass runs st_matvec over every copy in turn.
+ * (past the Zen 5 VM's 32 MiB of L3; the present Xeon reports 300 MiB, shared with other
+ * tenants), and each pass runs st_matvec over every copy in turn.
  * Methodology (bench_paired_run): this VM's read bandwidth drifts by a third from minute
  * to minute, so each measurement alternates a streaming-read probe pass (256 MiB, same
  * threads, huge pages like the weights) with a matvec pass, --rounds times (default 15),
@@ -25,7 +26,7 @@
  * (measured here with the probe at 57-74 GB/s: the longer the rows, the lower the ratio;
  * probably because the activation vector, read once per row, no longer stays in L1 next
  * to the streaming weights: a scratch run that reused a 4K-element window of it reached
- * 94%. See the notes of issue 2). */
+ * 94%. See docs/PERFORMANCE.md, "Quantized matrix-vector products"). */
 #include "bench_common.h"
 #include "strata/quant.h"
 

@@ -1,4 +1,4 @@
-/* bench/snapshot: KV snapshot write and restore speed (issue 3, item 7) against a plain
+/* bench/snapshot: KV snapshot write and restore speed against a plain
  * read of the same file, measured side by side in one run.
  *
  * KV-ONLY benchmark: a pool with the KV geometry of Llama-3.2-1B (16 layers, 8 KV heads of

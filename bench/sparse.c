@@ -1,5 +1,5 @@
-/* Quest sparse decode against dense decode on one synthetic model, side by side in one run
- * (issue 7). Three modes per context length:
+/* Quest sparse decode against dense decode on one synthetic model, side by side in one run.
+ * Three modes per context length:
  *   dense    all KV in RAM, every page read;
  *   sparse   all KV in RAM, Quest budget --budget tokens;
  *   tiered   Quest as above, KV pool with a RAM budget of 1/8 of the context's KV pages and
@@ -17,7 +17,7 @@
  *                      [--page 16] [--preset small] [--dense-layers 2] [--svg FILE]
  *                      [-t THREADS] [--spill-dir DIR] [--no-tiered]
  *
- * Targets (issue 7): sparse at 32k >= 10x llama.cpp's 26.5 tok/s (shared/peers) and
+ * Targets: sparse at 32k >= 10x llama.cpp's figure (LLAMA_CPP_32K) and
  * >= 0.7x this run's own sparse speed at the smallest context; tiered sparse at 32k >= 0.8x
  * the all-in-RAM sparse speed. */
 #include "bench_common.h"
@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #define MAX_POINTS 16
-#define LLAMA_CPP_32K 26.5 /* shared/peers/llama-bench.md: small Q8_0, fa 1, d 32768 */
+#define LLAMA_CPP_32K 26.5 /* llama.cpp on the previous Zen 5 VM: small Q8_0, fa 1, d 32768 */
 
 typedef struct point {
     long long ctx;

@@ -1,4 +1,4 @@
-/* bench/tiered: dense decode attention through the SSD tier (issue 6).
+/* bench/tiered: dense decode attention through the SSD tier.
  *
  * KV-ONLY benchmark (honest label): no model weights run. A pool with the KV geometry of
  * the built-in small synthetic model (4 layers, 2 KV heads of dim 64, 4 query heads, f16,

@@ -1,6 +1,6 @@
 /* bench/tokenize: tokenize 1 MB of English text (../shared/peers/stories-sampled.txt repeated)
  * with BPE and SPM vocabularies from ../shared/models/vocab; prints seconds and MB/s (best of
- * 3) and the decode speed. Target (issue 5): a BPE vocabulary under 1 s per MB.
+ * 3) and the decode speed. Target: a BPE vocabulary under 1 s per MB.
  * usage: tokenize [MB] [SHARED_DIR]   (SHARED_DIR: default $STRATA_SHARED, else ../shared) */
 #include "bench_common.h"
 #include "strata/gguf.h"

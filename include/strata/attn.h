@@ -45,7 +45,7 @@ typedef struct st_attn_page {
  * (ST_ATTN_SPLIT_TOKENS tokens' worth, independent of the thread count); each run yields a
  * partial (max, sum, acc) and the runs are merged in list order. Results are therefore
  * bit-identical for any number of threads, for a sequence alone or inside a batch, and for a
- * sparse selection that happens to list every page (Quest's exactness gate, issue 7).
+ * sparse selection that happens to list every page (Quest's exactness gate).
  * They differ (within the thresholds of tests/attn) between ISAs.
  *
  * Threads: one st_attn_ws per calling thread; the kernels run on the st_ctx's thread pool
@@ -53,15 +53,12 @@ typedef struct st_attn_page {
  */
 
 /* Tokens per partial of decode (whole pages, at least one): small enough that a short
- * context still gives every thread work (512 left one of two threads idle below 512 tokens,
- * a third of decode time on the small model), large enough that the per-run costs (the
- * merge, the tile set-up, the kernel pipeline draining at the end of an item) stay small:
- * against 128, hot decode attention of a 1B layer took 7-9% less time at 1k-4k tokens and a
- * Quest layer of the small model at 32k (128 selected pages per KV head) 16% less
- * (scratch drivers over this API, alternating builds). A list of ST_ATTN_LONG_LIST_TOKENS
+ * context still gives every thread work (512 left one of two threads idle below 512 tokens),
+ * large enough that the per-run costs (the merge, the tile set-up, the kernel pipeline
+ * draining at the end of an item) stay small, against 128 both for dense decode and for a
+ * Quest selection (docs/PERFORMANCE.md, decode attention). A list of ST_ATTN_LONG_LIST_TOKENS
  * or more, which gives every thread many runs anyway, is cut into runs of twice as many
- * tokens: bench/attn (1B layer, 2 threads, alternating builds) 32k 2099-2131 -> 1892-1986
- * us per call, 128k 8707-9056 -> 8152-8534, 4k 262-289 -> 253-272. */
+ * tokens, which cuts the per-run costs further where no thread can go idle. */
 #define ST_ATTN_SPLIT_TOKENS 256
 #define ST_ATTN_LONG_LIST_TOKENS 4096
 #define ST_ATTN_MAX_HEAD_DIM 1024
@@ -130,7 +127,7 @@ int st_attn_chunk(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, const st_a
 void st_attn_box_to_f16(const st_attn_ws *ws, int32_t head_dim, const float *kmin,
                         const float *kmax, uint16_t *box);
 
-/* Quest upper bound (issue 7) for one KV head of a GQA group of n_group query heads:
+/* Quest upper bound for one KV head of a GQA group of n_group query heads:
  *   bound[p] = max over g of  sum_d max(q[g][d] * kmin[p][d], q[g][d] * kmax[p][d])
  * which is >= q[g].k for every key k inside page p's box [kmin, kmax] (unscaled: multiply
  * by the score scale if needed; ranking does not care). q: [n_group][head_dim];
@@ -152,7 +149,7 @@ int st_attn_key_minmax(const st_attn_ws *ws, const st_attn_geom *g, const st_att
                        int32_t kv_head, float *kmin, float *kmax);
 
 
-/* ---- streaming entry points (the SSD tier, issue 6) ------------------------------------
+/* ---- streaming entry points (the SSD tier) ---------------------------------------------
  *
  * The KV library streams pages that are not in RAM through small buffers, a window of
  * pages at a time, and must produce exactly what one call over the whole list would.

@@ -41,7 +41,7 @@
  * tier (a spill directory in the params) they are valid only while their pages are pinned
  * (st_kv_pin), and pinned pages never move.
  *
- * SSD tier (issue 6; design essay at the top of src/kv/kv_pool.c). n_pages is the LOGICAL
+ * SSD tier (design essay at the top of src/kv/kv_pool.c). n_pages is the LOGICAL
  * page count; with a spill directory only ram_pages of them hold RAM at once (the hot
  * pool), the rest live in the spill file (cold) or are still all-zero (never touched).
  * What does not fit is moved transparently: a write or pin fetches its page (evicting the
@@ -104,7 +104,7 @@ typedef struct st_kv_params {
     int64_t n_reserve;  /* admission watermark: st_kv_admit keeps this many pages back */
     int max_seqs;       /* 0 = 256; [1, ST_KV_MAX_SEQS] live sequences at once */
     st_kv_key fingerprint; /* model/config identity mixed into prefix keys and snapshots */
-    /* SSD tier (issue 6). spill_dir NULL: every page has RAM, exactly as without a tier. */
+    /* SSD tier. spill_dir NULL: every page has RAM, exactly as without a tier. */
     const char *spill_dir;   /* root: DIR/instance-<id>/ holds lock, pid and spill file;
                                 borrowed for st_kv_create only */
     const char *instance_id; /* NULL or "" = the pid */
@@ -239,7 +239,7 @@ int st_kv_write(st_kv *kv, st_kv_seq_id seq, int layer, int64_t pos, int64_t n,
                 const float *k, const float *v);
 
 /* Declares that every layer of every reserved position has been written: full pages are
- * sealed (prefix key computed and registered when their tokens are known; issue 7's
+ * sealed (prefix key computed and registered when their tokens are known; Quest's
  * min/max key metadata is computed here). Returns 0, ST_E_INVAL, ST_E_STATE, ST_E_NOMEM. */
 int st_kv_seq_commit(st_kv *kv, st_kv_seq_id seq);
 

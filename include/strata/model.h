@@ -222,7 +222,7 @@ void st_runner_set_progress(st_runner *r, st_runner_progress_fn fn, void *user);
 /* Seconds spent in the last forward (for statistics). */
 double st_runner_last_seconds(const st_runner *r);
 
-/* ---- Quest sparse decode (issue 7; quest.h) ------------------------------------------------ */
+/* ---- Quest sparse decode (quest.h) ------------------------------------------------------------ */
 
 /* Decode tokens attend, per layer >= p->dense_layers and KV head, only the pages
  * st_kv_quest_select picks from the query (a batch's quest_budget overrides the budget per

@@ -12,8 +12,8 @@
  *     weight type        activation (vec_dot) type
  *     F32, BF16          F32   (full precision)
  *     F16                F16   (as ggml: converted once per product; an f32 activation
- *                              row doubled the bytes next to the weight stream and cost
- *                              ~10% of f16 matvec bandwidth, bench/matvec)
+ *                              row doubled the bytes next to the weight stream and
+ *                              slowed f16 matvec, docs/PERFORMANCE.md)
  *     Q8_0, Q4_0, Q5_0   Q8_0  (as ggml)
  *     Q4_1, Q5_1         Q8_1  (as ggml: the block sum lets the weight's min fold in)
  *     Q2_K-Q6_K          Q8_K  (as ggml)
@@ -150,8 +150,8 @@ typedef void (*st_tile4_fn)(int n, float *s, size_t bs, const void *x, const voi
                             int nr, int nc);
 
 /* Matrix-vector rows with the activation side prepared once (a matvec reads one activation
- * row against every weight row; rebuilding its vectors for each row made a q8_0 matvec
- * 8-26% slower in cache): act_expand writes y (a row of the vec_dot type, n elements)
+ * row against every weight row, and rebuilding its vectors for each row made a q8_0 matvec
+ * slower in cache: docs/PERFORMANCE.md, quantized matvec): act_expand writes y (a row of the vec_dot type, n elements)
  * into xe, st_act_x_bytes(n) bytes at a 64-byte-aligned address that the caller owns;
  * rows computes s[r] = dot(x + r * bx, y) for r < n_rows from xe, each bit-identical to
  * vec_dot. */
@@ -176,7 +176,8 @@ typedef struct st_type_kernels {
 
 /* f32 element-wise steps of a forward pass. In decode they run on one thread between the
  * threaded products (one token's rows are too short to split), so a scalar libm expf per
- * element of the FFN cost ~4% of small-model decode; the SIMD versions use a polynomial
+ * element of the FFN showed in small-model decode (docs/PERFORMANCE.md, end to end); the
+ * SIMD versions use a polynomial
  * exp with a relative error of about 2e-7 (the reference: libm expf). */
 typedef struct st_vec_ops {
     /* g[i] = silu(g[i]) * u[i], silu(x) = x / (1 + exp(-x)) (SwiGLU); n >= 0 */
@@ -220,8 +221,8 @@ int st_quantize_act_rows(st_threadpool *tp, const st_kernels *k, st_type wtype, 
  * q4_1, q5_0, q5_1; rows a multiple of 4, cols of 64): rows in groups of 4, and within a
  * group block b of row r at byte (4 * b + r) * block bytes, so the 4 rows' blocks are
  * interleaved one by one. A matrix-vector product then reads the 4 rows of a quad as one
- * sequential stream while it loads and converts each activation block once per 4 rows (from
- * cache, a 4-row q4_0 tile ran 34 GB/s per core against 24 a row at a time). Q4_K, Q5_K,
+ * sequential stream while it loads and converts each activation block once per 4 rows
+ * (docs/PERFORMANCE.md, quantized matvec). Q4_K, Q5_K,
  * Q6_K and Q8_0 (cols a multiple of 256; tables with their tile4: AVX-512, and AVX2 for
  * Q4_K) take it too, in quad blocks of their own arranged for kernels with a row per 128-bit
  * lane
@@ -231,8 +232,8 @@ int st_quantize_act_rows(st_threadpool *tp, const st_kernels *k, st_type wtype, 
 /* ST_WLAYOUT_PANELS (rows longer than ST_PANEL_MAX_COLS, any type): the columns cut into
  * st_panels_count() panels of equal width, each a plain row-major rows x width matrix, stored
  * panel after panel. A thread then streams one panel's rows with an activation slice that
- * stays in L1 next to the weights (bench/matvec: 1024 to 16384 columns, q8_0 89 to 58% of the
- * probe as one row-major stream). y[r] is the dot of each panel's row with its slice of the
+ * stays in L1 next to the weights (as one row-major stream, the longer the rows the slower:
+ * docs/PERFORMANCE.md, quantized matvec). y[r] is the dot of each panel's row with its slice of the
  * activation, summed in panel order: deterministic for any thread count and the same in
  * matvec and matmul, but not the row layout's bits. */
 typedef enum st_wlayout { ST_WLAYOUT_ROWS = 0, ST_WLAYOUT_QUADS = 1, ST_WLAYOUT_PANELS = 2 } st_wlayout;

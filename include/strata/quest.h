@@ -1,5 +1,5 @@
 /*
- * strata Quest: query-aware page selection for sparse decode (issue 7).
+ * strata Quest: query-aware page selection for sparse decode.
  *
  * When the KV library seals a full page (st_kv_seq_commit), it records, per layer and KV
  * head, the element-wise min and max of the page's keys as stored (after RoPE, dequantized):

@@ -11,8 +11,8 @@
  * Memory: the blocks ATTN_PF_BLOCKS ahead are prefetched a line or two at a time from
  * inside the K and V loops of the current block (one request per line of work), not in a
  * burst per block: a burst of 64 requests overflows the core's L1 miss buffers and the
- * rest wait, so memory and compute took turns instead of overlapping (measured in
- * bench/attn: +25% at 32k). */
+ * rest wait, so memory and compute took turns instead of overlapping (docs/PERFORMANCE.md,
+ * decode attention). */
 #include "attn_int.h"
 #include "core/simd_exp.h"
 
@@ -446,12 +446,11 @@ AI void run_scores(const attn_tile *t, const attn_blk *b, int n, const attn_blk 
  * masked), l = sum p/vs spread over the 16 lanes; a row with no valid slot keeps m = -inf,
  * l = 0 and gets p = 0. The rows are interleaved, so that their max chains and
  * exponentials overlap: one row after another, each row's exponentials waited for its own
- * chain of maxima, and memory sat idle meanwhile (bench/attn at a ~75 GB/s probe: 42.4 ->
- * 45.0 GB/s at 32k). Each row's operations and their order are the same either way.
+ * chain of maxima, and memory sat idle meanwhile (docs/PERFORMANCE.md, decode attention).
+ * Each row's operations and their order are the same either way.
  *
  * Memory: the first row group requests the V blocks after the ones the scores pass has
- * (attn_softmax_pf), so the reads do not stop for the softmax (42.4 -> 44.3 GB/s when
- * measured alone). */
+ * (attn_softmax_pf), so the reads do not stop for the softmax. */
 AI void run_softmax_rows(const attn_tile *t, const attn_blk *b, int n, int r0, const int RB,
                          const st_type T) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
@@ -588,8 +587,8 @@ AI void quest_groups(int D, const int G, const float *qp, const float *qn, const
     for (int32_t p = 0; p < n_pages; p += ppt) {
         const int np = n_pages - p < ppt ? (int)(n_pages - p) : ppt;
         __m512 a[16];
-        /* unrolled, so that a[] stays in registers (-O2 does not peel this loop by itself:
-         * 1.4x slower measured) */
+        /* unrolled, so that a[] stays in registers (-O2 does not peel this loop by itself,
+         * and a[] then lives in memory: docs/PERFORMANCE.md, Quest) */
 #pragma GCC unroll 16
         for (int j = 0; j < ppt; j++) {
             if (j >= np) { /* the partial last group */

@@ -114,7 +114,7 @@ int st_attn_chunk(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, const st_a
     return 0;
 }
 
-/* ---- streaming entry points (issue 6) ---------------------------------------------------
+/* ---- streaming entry points ------------------------------------------------------------
  * The per-(KV head, tile) online state lives in a caller buffer across windows; the kernels
  * fold blocks strictly in order and a block's result does not depend on which batch it was
  * queued in, so folding window after window equals one walk over the whole list. */

@@ -25,9 +25,9 @@
 
 /* The merges' row updates, four lanes at a time with GCC vector types. Each element gets the
  * scalar formula's operations (a product and a sum, or a product, each rounded: this file is
- * built without FMA), so the vector form changes no bit; as plain loops they were ~9% of a
- * hot decode call (perf) (a run is ST_ATTN_SPLIT_TOKENS tokens, and every run costs n_head x head_dim
- * updates). */
+ * built without FMA), so the vector form changes no bit; as plain loops they were a visible
+ * share of a hot decode call (a run is ST_ATTN_SPLIT_TOKENS tokens, and every run costs
+ * n_head x head_dim updates; docs/PERFORMANCE.md, decode attention). */
 static inline void row_axpy(float *o, const float *a, float w, int D) { /* o += a * w */
     const attn_v4 wv = {w, w, w, w};
     int d = 0;
@@ -137,8 +137,7 @@ static void item_range(const st_attn_ws *ws, const attn_item *it, int32_t *i0, i
 /* decode_item with the kernel's run(): head after head, each run folded whole, the next
  * head's blocks listed first so the kernel can prefetch them. Before the last head the
  * thread claims its next item and lists that item's first blocks instead, so the reads do
- * not stop between items either (bench/attn at a ~75 GB/s probe, with the softmax's
- * prefetch: 44.3 -> 44.8 GB/s at 32k). Returns the claimed item (NULL: none left). */
+ * not stop between items either (docs/PERFORMANCE.md, decode attention). Returns the claimed item (NULL: none left). */
 static const attn_item *decode_item_runs(st_attn_ws *ws, int ith, const attn_item *it,
                                          const attn_tile *t0, float *slots, const float *qs,
                                          int32_t i0, int32_t i1, int32_t s0, int32_t s1) {
@@ -316,7 +315,7 @@ int st_attn_decode(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, const st_
     return st_attn_decode_batch(ctx, ws, g, seq, 1, q, out);
 }
 
-/* ---- streaming entry points (issue 6) ---------------------------------------------------
+/* ---- streaming entry points ------------------------------------------------------------
  * The SSD tier computes a list in windows: st_attn_decode_runs leaves each run's partial
  * exactly as decode_item does, and st_attn_merge_runs is merge_task's formula in
  * merge_task's order, so the split is invisible in the bits. */

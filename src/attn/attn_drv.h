@@ -15,7 +15,8 @@
 #define ATTN_PF_PAGES 1    /* software prefetch distance, in pages of the list */
 #define ATTN_PF_MAX_BYTES (64 << 10) /* larger "pages" (contiguous caches): leave it to HW */
 /* Row updates (runs x query heads x head_dim) below which the decode merge runs on the
- * calling thread: ~2-3 us of work, about what a dispatch and its wait cost on this VM.
+ * calling thread: about as much work as a dispatch and its wait cost (docs/PERFORMANCE.md,
+ * end to end, thread pool).
  * With 256-token runs the small model (8 heads, head_dim 64) merges serially below an 8k
  * context, a 1B layer (32 heads) below 2k. */
 #define ATTN_MERGE_MIN_PARALLEL (16 * 1024)
@@ -133,8 +134,8 @@ static inline const attn_item *attn_next_item(st_attn_ws *ws) {
     return i < ws->n_items ? &ws->items[i] : NULL;
 }
 
-/* ---- the page walk: inline, the chunk tiles call it for every page of the list (out of
- * line, prefill at a 7.5k context lost 3%) ---- */
+/* ---- the page walk: inline, the chunk tiles call it for every page of the list (a call
+ * per page slowed long-context prefill; docs/PERFORMANCE.md, decode attention) ---- */
 
 /* Prefetches KV head h of page p (when small enough to be worth it). */
 static inline void attn_prefetch_page(const st_attn_geom *g, const st_attn_page *p, int32_t h) {

@@ -237,7 +237,7 @@ static inline const char *attn_run_pf(const attn_blk *b, int n, const attn_blk *
          * block-sized spans, each dimension's line shared by the page's blocks. Block j of
          * the page prefetches span j, so the page's blocks request the region once, in
          * order, spread over their loops (a burst of one prefetch per dimension and block
-         * read pages of 32 and 64 slots at 24-26 GB/s against 35 for 16, bench/attn). */
+         * read large pages slower than pages of 16; docs/PERFORMANCE.md, decode attention). */
         const size_t es = attn_elem_size(a->t->type);
         return (const char *)a->k + (size_t)a->slot * ((size_t)a->t->D - 1) * es;
     }

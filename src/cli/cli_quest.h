@@ -1,4 +1,4 @@
-/* The Quest sparse-decode flags shared by strata run, perplexity and bench (issue 7):
+/* The Quest sparse-decode flags shared by strata run, perplexity and bench:
  * --kv-budget N, --kv-sinks N, --kv-recent N, --kv-dense-layers N, --kv-audit N. */
 #ifndef STRATA_CLI_QUEST_H
 #define STRATA_CLI_QUEST_H

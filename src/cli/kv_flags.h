@@ -1,4 +1,4 @@
-/* The SSD-tier flags shared by strata run and perplexity (issue 6): --kv-spill DIR,
+/* The SSD-tier flags shared by strata run and perplexity: --kv-spill DIR,
  * --instance-id ID, --kv-ram SIZE | --kv-pool-pages N, --kv-disk MiB, --kv-cold-type q8|q4,
  * --verbose. Parsed into an st_cli_kv_flags, then applied to the pool's st_kv_params once
  * its geometry is known (SIZE is converted to whole pages). */

@@ -1,22 +1,20 @@
 /* Thread pool: a fixed set of workers that all run the same task per dispatch.
  *
- * Decode dispatches ~50 small tasks per token (small model: ~20 us each), so the latency
- * of a dispatch matters:
+ * Decode dispatches some 50 small tasks per token (short ones on the small model), so the
+ * latency of a dispatch matters:
  *   - workers spin on the generation counter (pause only for the first ST_SPIN_FIRM spins,
  *     then with a sched_yield every 1024) before they sleep on the condition variable. A
  *     pool with more threads than the CPUs it may run on yields every 1024 spins from the
- *     start: there a spinning worker holds the core that the thread with work needs (small
- *     model decode, 3 threads on 2 vCPUs: 78 tok/s spinning firm, 232 yielding);
+ *     start: there a spinning worker holds the core that the thread with work needs (a
+ *     several-fold loss: docs/PERFORMANCE.md, end to end, thread pool);
  *   - the generation, the task and its argument share one cache line, and the finish
  *     counter has its own, so a dispatch costs about one line transfer each way;
  *   - the dispatcher takes the mutex only when a worker sleeps: a worker announces its
  *     sleep (n_sleeping) under the mutex and then re-reads the generation; the dispatcher
  *     bumps the generation and then reads n_sleeping (both sequentially consistent), so
  *     one of them sees the other and no wake-up is lost.
- * Measured (scratch loop: a dispatch of an empty task plus 300 dependent multiplies on the
- * caller, 2 threads on this VM, best of 20 rounds): 1.7-1.8 us with the mutex and a
- * sched_yield every 1024 spins, 1.1-1.3 us after; the round trip of one cache line between
- * the two vCPUs is 0.55-0.7 us.
+ * A dispatch then costs about two cache-line round trips between the cores (figures in
+ * docs/PERFORMANCE.md, end to end, thread pool).
  * st_threadpool_run splits work statically by (ith, nth) and the pool adds no reduction, so
  * results depend only on how callers split; st_threadpool_run_range hands out chunks by
  * timing, for items whose results do not depend on the thread. */

@@ -540,8 +540,8 @@ int st_gguf_open_memory(st_ctx *ctx, const void *data, size_t size, const char *
 
 /* Where in a cache line the anonymous copy should start so that most tensor bytes start on
  * one: GGUF aligns tensors to 32 bytes by default, so half of llama.cpp's files put every
- * tensor 32 bytes past a cache line, where the quad kernels' 64-byte loads cross lines
- * (q4_K 1.93 against 1.77 ns per 256 weights, kquants_avx512.h). Parses the file once from
+ * tensor 32 bytes past a cache line, where the quad kernels' 64-byte loads cross lines or
+ * split in halves (slower: docs/PERFORMANCE.md, quantized matvec). Parses the file once from
  * a read-only mapping; 0 when that fails (the real open then says why). */
 static size_t anonymous_shift(int fd, uint64_t size) {
     void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -562,7 +562,7 @@ static size_t anonymous_shift(int fd, uint64_t size) {
 
 /* Reads the whole file into anonymous memory backed by transparent huge pages where the
  * kernel allows: weights streamed at memory bandwidth stall on 4 KiB TLB misses when they
- * sit in the page cache behind a file mapping (measured: decode ~1.3x faster on the 1B shape).
+ * sit in the page cache behind a file mapping (docs/PERFORMANCE.md, end to end).
  * The image starts *image_off bytes into the mapping (anonymous_shift). */
 static int read_anonymous(st_ctx *ctx, int fd, const char *path, uint64_t size, void **map, size_t *map_len,
                           size_t *image_off) {

@@ -75,7 +75,8 @@ static int geom_check(const st_kv *kv, st_ctx *ctx, const st_attn_geom *g, int l
 
 /* Views are written field by field in place: they are rebuilt for every layer of every
  * decode step over the whole table (500 pages at 8k tokens), serial between two dispatches,
- * and a memset plus a returned copy per view took ~30 ns a page. */
+ * where a memset plus a returned copy per view doubled the time (docs/PERFORMANCE.md, KV
+ * cache). */
 static void block_view(const st_kv *kv, const uint8_t *blk, const kv_entry *e, int64_t i,
                        st_attn_page *v) {
     const int q8 = blk && kv->p.type == ST_TYPE_Q8_0;
@@ -544,7 +545,7 @@ static int prepare(st_kv *kv, st_ctx *ctx, int layer, seq_views *sv, int n_seq, 
     if (decode) kv_tier_step(kv, layer);
     /* Without the SSD tier every page is in RAM and none can fail (a failure is an I/O
      * one), and the decode-use stamps only steer which frames the tier fetches into: the
-     * pass below would change nothing, at ~4 ns a page per layer. */
+     * pass below would change nothing, at a cost per page per layer. */
     if (!kv->spill && !kv->st.tier_errors) return 0;
     int64_t n_tot = 0;
     for (int i = 0; i < n_seq; i++) n_tot += sv[i].n;

@@ -7,7 +7,7 @@
 
 #include <xxhash.h>
 
-/* Page states (see the essay in kv_pool.c). The tier (issue 6) splits USED and CACHED by
+/* Page states (see the essay in kv_pool.c). The SSD tier splits USED and CACHED by
  * residency; the values below 16 are reserved for this library. */
 enum kv_page_state {
     KV_PAGE_FREE = 0,   /* on the free list */

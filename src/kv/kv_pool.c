@@ -8,7 +8,7 @@
  * page, with a per-entry slot count and optional validity mask). The prefix cache is an
  * index from content key to page over the same pages; nothing is ever allocated per token.
  *
- * Page states and transitions (issue 3):
+ * Page states and transitions:
  *
  *                       (1) kv_page_alloc
  *        +--------+ ------------------------> +--------+
@@ -55,7 +55,7 @@
  *       Pinned and referenced pages are never taken, so a full pool fails at once rather
  *       than waiting for pages that the caller itself holds (the deadlock guard).
  *
- * The SSD tier (issue 6; kv_tier.c, kv_attend.c). USED and CACHED pages gain a residency,
+ * The SSD tier (kv_tier.c, kv_attend.c). USED and CACHED pages gain a residency,
  * kv_page.resident (FREE pages are KV_RES_NONE). Page ids stay logical ([0, n_pages), what
  * page tables, the prefix index and the Quest boxes are indexed by); RAM is a separate set
  * of ram_pages FRAMES, and a page holds at most one frame and at most one spill slot:
@@ -111,7 +111,7 @@
  *       then the least recently used unpinned, unheld page is spilled. Disk full: the oldest
  *       cached page on disk is dropped, else a clean copy of a resident page is released;
  *       when only live pages remain the spill fails with ST_E_NOSPACE (nothing lost).
- * Sealing reads the page (issue 7's key boxes), so st_kv_seq_commit fetches a spilled page
+ * Sealing reads the page (Quest's key boxes), so st_kv_seq_commit fetches a spilled page
  * before sealing it; the boxes themselves live in RAM for every page whatever its residency.
  */
 #include "kv_int.h"

@@ -95,7 +95,7 @@ void kv_seal_page(st_kv *kv, kv_seq *s, int64_t i) {
     kv_page *pg = &kv->pages[e->page];
     ST_ASSERT(e->n_tokens == P && !pg->sealed);
     pg->sealed = 1;
-    kv_quest_seal(kv, e->page); /* issue 7: the per-head key boxes */
+    kv_quest_seal(kv, e->page); /* Quest: the per-head key boxes */
     /* A page sealed with removed slots may lack their K/V (a removed tail refilled on a
      * fresh page), so only a page whose every slot is present gets a content key. */
     if (e->has_mask) return;

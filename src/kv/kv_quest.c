@@ -1,5 +1,5 @@
 /*
- * Quest page selection (issue 7): the key boxes kept per sealed page, and the per-(sequence,
+ * Quest page selection: the key boxes kept per sealed page, and the per-(sequence,
  * layer, KV head) choice of pages a decode query attends to.
  *
  * Boxes
@@ -277,7 +277,7 @@ static int select_grow(st_kv_select *s, int32_t n_views, int32_t H) {
  * each) are scratch the partitions alternate between. Quickselect around a
  * median-of-three pivot whose partition has no data-dependent branch: each value is
  * stored at both ends of the output and only the matching end advances. The bounds are close to random, so a branching (Hoare) partition mispredicted
- * about every other comparison, and this function took ~6% of a 32k-token sparse step. */
+ * about every other comparison (docs/PERFORMANCE.md, Quest). */
 static float kth_largest(const float *v, float *w0, float *w1, int32_t n, int32_t k) {
     float *w = w0;
     for (;;) {

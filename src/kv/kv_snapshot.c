@@ -22,7 +22,7 @@
 #define SNAP_PAGE_HEAD 48u  /* bytes of a page record before its tokens */
 #define SNAP_SEQ_HEAD 32u   /* bytes of a sequence record before its entries */
 #define SNAP_FLAG_CUT 1u
-#define SNAP_FLAG_BOXES 2u /* page records end with the Quest key boxes (issue 7) */
+#define SNAP_FLAG_BOXES 2u /* page records end with the Quest key boxes */
 #define SNAP_PF_SEALED 1u
 #define SNAP_PF_KEY 2u
 #define SNAP_PF_BOX 4u

@@ -50,7 +50,7 @@ struct st_runner {
     st_runner_progress_fn progress;
     void *progress_user;
     int64_t prog_done, prog_total; /* token-layers of this call's prefill */
-    /* Quest sparse decode (issue 7): budget 0 = dense */
+    /* Quest sparse decode: budget 0 = dense */
     st_kv_quest_params quest;
     int32_t audit_every;    /* 0: no mass audit */
     st_kv_select **qsel;    /* [n_batch] one selection per decode slot, made on first use */

@@ -386,8 +386,8 @@ static void pack_one(const st_kernels *k, st_model *m, st_wt *w) {
  * file's bytes read into our own memory: q4_0/q4_1/q5_0/q5_1 decode streams 4 rows at once
  * and converts each activation once per 4 rows; q4_K, q5_K, q6_K and q8_0 take quad blocks
  * whose kernels do 4 rows' per-block work at once (bench/matvec measures both). Other matrices
- * with rows over ST_PANEL_MAX_COLS take the panel layout (a 2048x8192 f16 or q8_0 product
- * streamed 1.25x faster as two 4096-column panels, bench/matvec). The embeddings
+ * with rows over ST_PANEL_MAX_COLS take the panel layout (a panel's activation slice stays in
+ * L1 beside the weight stream; docs/PERFORMANCE.md, quantized matvec). The embeddings
  * (rows looked up one at a time) and a tied output keep the row layout. After the
  * fingerprint, which is of the file's bytes. STRATA_WLAYOUT=rows keeps every matrix as in
  * the file (for comparisons). */
@@ -459,8 +459,8 @@ int st_model_load(st_ctx *ctx, const char *path, st_model **out) {
     *out = NULL;
     st_gguf *g = NULL;
     /* Weights are read into huge-page-backed memory by default: decode streams every weight
-     * once per token, and behind a file mapping (4 KiB pages) it ran 1.3-1.6x slower on the
-     * 1B shape. STRATA_MMAP=1 maps the file instead (less RAM when several processes share it). */
+     * once per token, and behind a file mapping its 4 KiB pages cost TLB misses (figures in
+     * docs/PERFORMANCE.md, end to end). STRATA_MMAP=1 maps the file instead (less RAM when several processes share it). */
     const char *e = getenv("STRATA_MMAP");
     int rc = st_gguf_open_flags(ctx, path, e && *e == '1' ? 0 : ST_GGUF_OPEN_ANON, &g);
     if (rc) return rc;

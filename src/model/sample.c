@@ -139,9 +139,8 @@ static void heap_sift_down(cand *h, int n, int i) {
  * A min-heap of the k best so far; a later logit displaces the worst kept only when it is
  * strictly larger, because on a tie the kept one has the smaller id. So the scan is one
  * compare per logit against the worst kept value, eight at a time (a test the compiler
- * turns into packed compares), and the heap is touched only for the few that pass: 32000
- * logits at top-k 40 took 34-57 us per token through a per-logit candidate compare, 14 us
- * this way. */
+ * turns into packed compares), and the heap is touched only for the few that pass, where a
+ * per-logit candidate compare cost several times as much (docs/PERFORMANCE.md, end to end). */
 static int32_t select_top_k(st_sampler *s, const float *w, int32_t k) {
     cand *h = s->cands;
     const int32_t nv = s->n_vocab;
@@ -181,8 +180,8 @@ static int any_penalty(const st_sampler *s) {
 
 /* The first index of the largest value; NaNs never win (all NaN: 0). Two passes: the
  * largest value over 16 independent lanes (a compare-select the compiler turns into packed
- * max: 6.6 us over 32000 logits against 24.6 us for the one-chain scalar loop), then the
- * first index holding it. */
+ * max, where one scalar chain waits on each compare; docs/PERFORMANCE.md, end to end), then
+ * the first index holding it. */
 static int32_t argmax_first(const float *x, int32_t n) {
     float m[16];
     for (int k = 0; k < 16; k++) m[k] = -INFINITY;

@@ -10,8 +10,8 @@
 
 #define ST_KQ_SIMD 1
 
-/* with a quad-layout tile (the legacy 32-blocks on AVX2 and AVX-512: bench/matvec measured
- * quads 1.09-1.41x the rows; Q8_0 interleaved that way 0.86-0.96x, so on AVX2 it keeps rows;
+/* with a quad-layout tile (the legacy 32-blocks on AVX2 and AVX-512, faster than their rows;
+ * Q8_0 interleaved that way was slower, so on AVX2 it keeps rows: docs/PERFORMANCE.md;
  * Q4_K, Q5_K, Q6_K and Q8_0 in their own quad blocks on AVX-512, Q4_K on AVX2) */
 #define ROWX_(vdt, from, to, dot, tl, t4, ex, rw) {.vec_dot_type = (vdt), .from_float = (from), .to_float = (to), .vec_dot = (dot), .tile = (tl), .tile4 = (t4), .act_expand = (ex), .rows = (rw)}
 #define ROW4_(vdt, from, to, dot, tl, t4) ROWX_(vdt, from, to, dot, tl, t4, NULL, NULL)

@@ -251,8 +251,8 @@ _Static_assert(KQ_QUAD_QS(0) + 4 * QK_K / 2 == KQ_QUAD_BYTES(0) && KQ_QUAD_QS(1)
  *           holding ql[64 n + 16 k .. + 15] of rows 0-3.
  * The kernel reads a quad front to back in that order: with the d's after the bodies each
  * quad's first block waited on a line the prefetcher had not reached, and with all qh after
- * all ql the reads went back and forth within a body (0.80x and 0.92x the rows from DRAM,
- * while 1.42x faster in cache). The bodies are whole cache lines, line-aligned in every quad
+ * all ql the reads went back and forth within a body (slower than the rows from DRAM while
+ * faster in cache: docs/PERFORMANCE.md, quantized matvec). The bodies are whole cache lines, line-aligned in every quad
  * when nb is a multiple of 8. */
 #define KQ_Q6Q_BODY 832
 #define KQ_Q6Q_QH(n, h) (64 + 384 * (n) + 64 * (h))
@@ -294,10 +294,9 @@ static inline const st_block_q8_K *kq_act(const void *y, size_t by, int c, int i
 #include <string.h>
 
 /* A quad kernel (AVX-512: quad_avx512.h; AVX2: kquants_avx2.h) reads one stream front to
- * back; each block's lines are also requested 4 KiB ahead. With the hardware prefetcher
- * alone the AVX-512 quads streamed at 81.9-95.3% of a 63-80 GB/s probe, with these at
- * 87.9-108.3% (bench/matvec 4096x4096 and 2048x8192, q4_K / q8_0 / q6_K, alternating
- * builds), 2 KiB ahead in between (86.2-92.0%). Past the end of a matrix the hints touch
+ * back; each block's lines are also requested 4 KiB ahead, which streamed faster from DRAM
+ * than the hardware prefetcher alone or 2 KiB ahead (docs/PERFORMANCE.md, quantized
+ * matvec). Past the end of a matrix the hints touch
  * nothing they may not (a prefetch never faults). */
 #define ST_QUAD_PF_AHEAD 4096
 static inline __attribute__((always_inline)) void st_quad_prefetch(const uint8_t *block, const int bytes) {

@@ -203,7 +203,7 @@ KQ_AI __m256i q4k_quad_scales2(const uint8_t *sc24) {
 
 /* Rows 2 hp .. of the quad for hp in [h0, h1) (one or both halves) against NC activation
  * rows. Both halves in one pass keep the weight stream moving forward (a pass per half went
- * back to each quad's start, and decode from DRAM ran 10% slower than the row kernels);
+ * back to each quad's start, and decode from DRAM ran slower than with the row kernels);
  * with 3 or 4 activation rows 16 registers hold one half's accumulators only. */
 KQ_AI void q4k_quad_pass(const int NC, const int h0, const int h1, int nb, const uint8_t *x, const void *y,
                          size_t by, float *s, size_t bs, int nr) {

@@ -14,9 +14,9 @@
  * from kq6_pack_scale_idx). The mins (Q4_K, Q5_K) and the -32 offset (Q6_K) are applied
  * through the Q8_K bsums, so the weights are touched once. Elements are never reordered:
  * a Q4_K / Q5_K 64-weight group is built from a 32-byte broadcast load, its low nibbles in
- * the low half and its high nibbles in the high half. Measured against the previous
- * maddubs + vpdpwssd per 64 weights (one thread, in L2, pinned): q4_K -11%, q5_K -7%,
- * q6_K -6% time per block; the GFNI split alone is about half of q4_K's gain.
+ * the low half and its high nibbles in the high half. This form replaced maddubs + vpdpwssd
+ * per 64 weights, which took more vector ops per block (docs/PERFORMANCE.md, quantized
+ * matvec).
  */
 #ifndef STRATA_QUANT_KQUANTS_AVX512_H
 #define STRATA_QUANT_KQUANTS_AVX512_H
@@ -198,9 +198,8 @@ KQ_AI void q6k_row(const int NC, int nb, const st_block_q6_K *x, const void *y, 
  * multiplied by its scale words in one vpdpwssd: a row's integer sums end in the 4 dword
  * lanes of its 128-bit lane. What a row dot spends on its block header (the 6-bit scales
  * unpacked, the mins against the bsums, d and dmin converted and applied) is then done for
- * 4 rows at once: hot on one pinned thread (64 rows of 4096 in L2), ns per 256 weights a
- * row, q4_K 1.56 against the row dot's 2.5, q5_K 2.24 against 3.29 (the prefetch hints add
- * 3-9%). */
+ * 4 rows at once (hot figures against the row dots: docs/PERFORMANCE.md, quantized
+ * matvec). */
 
 /* The rows' scales and mins as clean bytes, row j in 128-bit lane j: bytes 0-7 the 8
  * sub-block scales, 8-15 the 8 mins (st_kq_unpack_scales_mins, 4 rows at once). The

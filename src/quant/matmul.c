@@ -3,10 +3,9 @@
  * Work split: matmul divides weight rows statically over the pool's threads
  * (st_split_range). Matvec starts from the same split in 64 KiB chunks, and a thread done
  * with its share takes chunks off the end of the other's (st_threadpool_run_range): on
- * this VM one thread often runs 10-40% slower than the other, and with compute-heavy
- * weights (Q4_K) the static split left the faster thread waiting for ~16% of decode
- * (perf, 1B Q4_K_M); 1B Q4_K_M decode went from 72% to 83% of the roofline at the same
- * probe (bench/e2e, alternating builds). Every output element is one call of the table's
+ * a shared VM one thread often runs slower than the other, and with compute-heavy weights
+ * (Q4_K) the static split left the faster thread waiting for a good part of decode
+ * (docs/PERFORMANCE.md, quantized matvec). Every output element is one call of the table's
  * tile kernel (or vec_dot), whose per-element arithmetic depends neither on the tile shape
  * nor on the thread that runs it, so results are bit-identical for any thread count and
  * for st_matvec vs st_matmul.
@@ -22,23 +21,19 @@
 
 #define MM_ACT_L2_BYTES (256 * 1024) /* activation block budget per token block */
 /* Matvec work-sharing grain, in weight bytes: MV_CHUNK_BYTES, or less for a product under
- * MV_CHUNKS_PER_THREAD such chunks per thread (never under MV_CHUNK_MIN_BYTES). With 16 KiB
- * chunks everywhere 1B Q4_K_M decode was no faster than the static split (the claim loop
- * itself took 4% of the worker's samples); 256 KiB left the small model's 0.3-0.8 MB
- * matrices 1-2 chunks per thread and measured slower on it. A product ends when its last
- * chunk does, so the chunk is the imbalance left at the end of every dispatch: with 64 KiB
- * the small model's 0.07-0.28 MB attention matrices had 1-4 chunks in all and the main
- * thread waited ~60 us per token on the worker; with at least 8 chunks per thread the wait
- * halved and decode went 926-989 -> 970-1042 tok/s (alternating builds, 1000 tokens, wait
- * timed inside the pool). Matrices of 1 MiB and more keep 64 KiB chunks. */
+ * MV_CHUNKS_PER_THREAD such chunks per thread (never under MV_CHUNK_MIN_BYTES). Smaller
+ * chunks everywhere spend the gain in the claim loop; larger ones leave a small model's
+ * matrices a chunk or two per thread. A product ends when its last chunk does, so the chunk
+ * is the imbalance left at the end of every dispatch: the small model's attention matrices,
+ * a few 64 KiB chunks in all, left the main thread waiting on the worker, and at least 8
+ * chunks per thread halved that wait (figures in docs/PERFORMANCE.md, end to end). Matrices
+ * of 1 MiB and more keep 64 KiB chunks. */
 #define MV_CHUNK_BYTES (64 * 1024)
 /* Rows up to this many columns go through the table's rows kernel (the activation expanded
  * once, 256 bytes per 64 columns, read by every row): its 8 KiB stay in L1 beside the weight
- * stream. bench/matvec q8_0 against per-row vec_dot (alternating builds, % of the probe):
- * 32000x512 74.7-75.3 -> 83.6-84.5 (the small model's output), 1536x512 +2-4%, 4096x1024
- * +0-7%, 2048-column shapes equal; at 4096 columns (16 KiB) it ran 11% slower and at 8192
- * 33%, the expanded activation and the weight stream evicting each other from L1. In cache
- * the q8_0 rows kernel is 8-26% faster than a vec_dot per row at 512-8192 columns. */
+ * stream. Past 2048 columns (16 KiB and more of expanded activation) it ran slower than a
+ * vec_dot per row from DRAM, the expanded activation and the weight stream evicting each
+ * other from L1 (docs/PERFORMANCE.md, quantized matvec). */
 #define MV_ROWS_MAX_COLS 2048
 #define MV_CHUNKS_PER_THREAD 8
 #define MV_CHUNK_MIN_BYTES (8 * 1024)
@@ -50,11 +45,9 @@ static int check_args(const st_kernels *k, st_type wtype, int64_t rows, int64_t 
     return 0;
 }
 
-/* y[r0..r1) of one matrix, one row at a time. Measured on this machine (bench/matvec
- * under chrt): a single sequential stream per thread keeps the hardware prefetcher
- * locked on and streams at ~80% of the read probe, while reading 2 or 4 rows in
- * parallel (tiles) fell to 35-60% without software prefetch and stayed below the
- * one-row figure with it. */
+/* y[r0..r1) of one matrix, one row at a time: a single sequential stream per thread keeps
+ * the hardware prefetcher locked on, while reading 2 or 4 rows in parallel (tiles) streamed
+ * slower, with or without software prefetch (docs/PERFORMANCE.md, quantized matvec). */
 static void mv_rows(const st_type_kernels *tk, const uint8_t *W, size_t rb, int64_t r0, int64_t r1,
                     int cols, const void *xq, const void *xe, float *y) {
     if (xe) {

@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 /* 64 bytes of a quad: one aligned load when they start on a cache line (ALIGN 64), two
- * aligned 32-byte loads when 32 past one (a 64-byte load would cross a line every time: q4_K
- * 2.10 against 1.77 ns per 256 weights, in halves 1.93), else unaligned. The same bytes
+ * aligned 32-byte loads when 32 past one (a 64-byte load would cross a line every time, the
+ * slowest of the three: docs/PERFORMANCE.md, quantized matvec), else unaligned. The same bytes
  * whichever, so the results do not depend on the matrix's alignment. */
 static inline __attribute__((always_inline)) __m512i st_quad_load(const int ALIGN, const uint8_t *p) {
     if (ALIGN == 64) return _mm512_load_si512(p);

@@ -5,9 +5,8 @@
  * sum(a) this adds is the same for every row, so one vpdpbusd of 0x80 bytes per half
  * removes it for all 4. Each block then costs 4 vpdpbusd, a subtraction, a convert and an
  * FMA for 4 rows (the row dot: about 13 vector ops per 2 blocks of one row, half of them
- * building per-lane scales). Hot on one pinned thread, 64 rows of 4096 in L2: 2.0 ns per
- * 256 weights a row against the row dot's 4.7 (2.24 with the prefetch hints, which pay
- * off from DRAM: quad_avx512.h).
+ * building per-lane scales). The prefetch hints cost a little in cache and pay off from
+ * DRAM (quad_avx512.h; figures in docs/PERFORMANCE.md, quantized matvec).
  *
  * Deterministic and the same per element whatever nr and nc, and whatever the matrix's
  * alignment (the three loads give the same bytes); not the row layout's bits (a row's

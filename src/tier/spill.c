@@ -71,8 +71,8 @@
  * checksum, which is what lets attention stream one layer of a cold page without reading the
  * others. Where the parts live decides the speed of that stream: dense decode reads layer l of
  * every cold page, one layer at a time. With whole slots side by side (page-major) that is one
- * small read per page, strided by the slot size: IOPS-bound (bench/tiered measured 0.14 of
- * the sequential bandwidth at 8k tokens). So slots are grouped in extents of G slots, and an
+ * small read per page, strided by the slot size: IOPS-bound (docs/PERFORMANCE.md, SSD
+ * tier). So slots are grouped in extents of G slots, and an
  * extent stores part 0 of its G slots, then part 1 of them, ... (st_spill_part_off,
  * docs/FORMATS.md): layer l of consecutive slots is one contiguous range, and a batch of
  * them coalesces into reads of up to max_read_bytes. Slots are handed out from the hwm in

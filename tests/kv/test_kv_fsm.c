@@ -15,7 +15,7 @@
  * sequences (no token ids, never cached) receive arbitrary writes, which is what makes a
  * copy-on-write leak visible. Seeded and reproducible: `test_kv_fsm --slow` runs longer.
  *
- * Tiered worlds (issue 6) rerun the same machine with a hot pool of a few pages and a
+ * Tiered worlds rerun the same machine with a hot pool of a few pages and a
  * spill directory, so most operations spill and fetch; the faulty ones open the spill file
  * through the fault-injecting backend and re-arm a random fault (failed or short writes,
  * EINTR storms, ENOSPC, EIO or corrupted reads) every few dozen steps. The property: every

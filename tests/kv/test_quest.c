@@ -1,4 +1,4 @@
-/* Quest (issue 7): key boxes against brute force, the bound against every true q.k,
+/* Quest: key boxes against brute force, the bound against every true q.k,
  * selection invariants, the exactness gate (a selection of every page is bit-identical to
  * dense), sparse attention against a double-precision reference, snapshots keep boxes. */
 #include "strata/quest.h"

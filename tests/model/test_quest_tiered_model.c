@@ -1,4 +1,4 @@
-/* Quest with the SSD tier on a real model (issue 7, "Tiers"): greedy generation from
+/* Quest with the SSD tier on a real model : greedy generation from
  * stories260K with a hot KV pool of two pages (--kv-page 32 --kv-ram 40K: a page is 5 layers
  * x 4 KiB blocks = 20 KiB; 200 tokens fill 7 pages), so most of the past lives only in the
  * spill file and selection must work from the in-RAM key boxes alone.

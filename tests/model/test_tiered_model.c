@@ -1,4 +1,4 @@
-/* SSD tier on a real model (issue 6): greedy generation from stories260K with a hot KV pool
+/* SSD tier on a real model: greedy generation from stories260K with a hot KV pool
  * of two pages (--kv-ram 40K: a page of 32 tokens is 5 layers x 4 KiB = 20 KiB, so 32K would
  * be a single page; the KV of the 512-token context is 17 pages) must produce exactly the
  * tokens of the all-in-RAM run, for a short prompt (decode streams the past every step) and
