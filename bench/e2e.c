@@ -12,7 +12,9 @@
  *            round is printed with the range; nothing is discarded. The small model's weights
  *            (43 MB) partly stay in a 32 MB L3 between steps, so its ratio is not a pure DRAM
  *            figure and can pass 100%.
- * Ratios to llama.cpp's figures (its better of fa=0 / fa=1) are printed beside each.
+ * Ratios to llama.cpp's figures (its better of fa=0 / fa=1) are printed beside each: measured
+ * by llama-bench on the same model file when it is on PATH, else read from
+ * ../shared/peers/llama-bench.md (bench_peer.h), with a line saying which.
  *
  * usage: e2e [--models DIR] [--only 1b-q8_0,1b-q4_k_m,small-q8_0] [-t THREADS] [--tg N] [--prepare]
  * Missing models are made in DIR (default /tmp/strata-bench) with strata's synthetic writer,
@@ -20,6 +22,7 @@
  * overrides ../shared); a cached one that is not what its preset makes (shape, vocabulary,
  * tensor types) is made again. --prepare makes or checks the models and measures nothing. */
 #include "bench_common.h"
+#include "bench_peer.h"
 #include "strata/kv.h"
 #include "strata/model.h"
 
@@ -28,14 +31,43 @@
 
 struct bmodel {
     const char *name, *preset, *type;
-    double llama_pp, llama_tg; /* llama.cpp t/s, better of fa 0 / 1 */
+    const char *peer_row; /* its row in the peers file's pp512 / tg128 table */
 };
 
 static const struct bmodel models[] = {
-    {"1b-q8_0", "1b", "q8_0", 104.1, 24.5},
-    {"1b-q4_k_m", "1b", "q4_k_m", 128.4, 46.6},
-    {"small-q8_0", "small", "q8_0", 3625, 484},
+    {"1b-q8_0", "1b", "q8_0", "1B Q8_0"},
+    {"1b-q4_k_m", "1b", "q4_k_m", "1B Q4_K_M"},
+    {"small-q8_0", "small", "q8_0", "small Q8_0"},
 };
+
+/* llama.cpp's t/s for one test of this model: llama-bench on the same file, else the peers
+ * file's row (column "pp512" or "tgN"). */
+static void peer(const struct bmodel *bm, const char *path, int n_threads, int n_prompt, int n_gen, bench_peer *p) {
+    char exe[4096], failed[sizeof p->source] = "llama-bench is not on PATH; ";
+    if (!bench_peer_find_exe(exe, sizeof exe)) {
+        char args[64];
+        snprintf(args, sizeof args, "-p %d -n %d -r 3", n_prompt, n_gen);
+        if (!bench_peer_run(exe, path, n_threads, args, n_prompt, n_gen, p)) return;
+        memcpy(failed, p->source, sizeof failed);
+        failed[sizeof failed - 3] = 0;
+        strcat(failed, "; ");
+    }
+    char md[1024], col[32];
+    snprintf(md, sizeof md, "%s/peers/llama-bench.md", bench_shared_dir());
+    if (n_prompt) snprintf(col, sizeof col, "pp%d", n_prompt);
+    else snprintf(col, sizeof col, "tg%d", n_gen);
+    bench_peer_from_md(md, "| model | pp512", &bm->peer_row, 1, col, p);
+    char tail[sizeof p->source];
+    memcpy(tail, p->source, sizeof tail);
+    bench_peer_say_(p, "%s%s", failed, tail);
+}
+
+/* " (1.23x llama.cpp 45.6)", or " (no llama.cpp figure)" */
+static const char *vs_peer(double tps, const bench_peer *p, char *buf, size_t cap) {
+    if (p->tps > 0) snprintf(buf, cap, " (%.2fx llama.cpp %.1f)", tps / p->tps, p->tps);
+    else snprintf(buf, cap, " (no llama.cpp figure)");
+    return buf;
+}
 
 /* The model at DIR/NAME.gguf, made when missing, and made again when what is there is not
  * what the preset makes (st_synth_check: shape keys, vocabulary, every tensor's type and
@@ -132,12 +164,22 @@ static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, ben
         double tg = n_tg / tg_s;
         double pmed = bench_median_(probes, n_rounds + 1);
         double rmed = bench_median_(ratio, n_rounds);
-        printf("%-11s pp512 %8.1f tok/s (%.2fx llama.cpp %.1f)   tg%d %7.1f tok/s (%.2fx llama.cpp %.1f)  "
+        /* llama.cpp after strata's own runs, so neither loads the machine while the other runs */
+        const int n_threads = st_threadpool_n_threads(st_ctx_threadpool(ctx));
+        bench_peer ppp, tgp;
+        peer(bm, path, n_threads, n_pp, 0, &ppp);
+        peer(bm, path, n_threads, 0, n_tg, &tgp);
+        char vp[64], vt[64];
+        printf("%-11s pp512 %8.1f tok/s%s   tg%d %7.1f tok/s%s  "
                "%.0f MB/token, %.1f GB/s = %.0f%% of roofline (median of %d rounds, %.0f-%.0f%%; "
                "probe median %.1f GB/s)\n",
-               bm->name, pp_best, pp_best / bm->llama_pp, bm->llama_pp, n_tg, tg, tg / bm->llama_tg, bm->llama_tg,
+               bm->name, pp_best, vs_peer(pp_best, &ppp, vp, sizeof vp), n_tg, tg, vs_peer(tg, &tgp, vt, sizeof vt),
                bytes_all / n_tg / 1e6, bytes_all / tg_s / 1e9, 100 * rmed, n_rounds, 100 * ratio[0],
                100 * ratio[n_rounds - 1], pmed);
+        bench_peer_print("pp512", &ppp);
+        char what[32];
+        snprintf(what, sizeof what, "tg%d", n_tg);
+        bench_peer_print(what, &tgp);
         fflush(stdout);
     }
     free(tok);

@@ -27,6 +27,7 @@
  * to the streaming weights: a scratch run that reused a 4K-element window of it reached
  * 94%. See the notes of issue 2). */
 #include "bench_common.h"
+#include "bench_peer.h"
 #include "strata/quant.h"
 
 #include <stdio.h>
@@ -194,6 +195,30 @@ static void bench_matmul(st_threadpool *tp, const st_kernels *k, st_type t, st_w
     free(Xq);
 }
 
+/* llama.cpp's prefill as a matmul rate, for scale: its 1B Q8_0 pp512 (llama-bench on bench/e2e's
+ * cached model when both are there, else the peers file) times the 1B shape's matmul work per
+ * token, 2 flops per weight of its matrices (16 layers of q, o 2048x2048, k, v 512x2048, three
+ * 2048x8192 FFN matrices; the 32000x2048 output). */
+static void print_peer_matmul_rate(int n_threads) {
+    const double flop_tok = 2.0 * (16.0 * (2 * 2048.0 * 2048 + 2 * 512.0 * 2048 + 3 * 2048.0 * 8192) + 32000.0 * 2048);
+    const char *model = "/tmp/strata-bench/1b-q8_0.gguf";
+    bench_peer p = {0};
+    char exe[4096];
+    int have = 0;
+    if (!bench_peer_find_exe(exe, sizeof exe) && access(model, R_OK) == 0)
+        have = !bench_peer_run(exe, model, n_threads, "-p 512 -n 0 -r 3", 512, 0, &p);
+    if (!have) {
+        char md[1024];
+        static const char *const row[1] = {"1B Q8_0"};
+        snprintf(md, sizeof md, "%s/peers/llama-bench.md", bench_shared_dir());
+        bench_peer_from_md(md, "| model | pp512", row, 1, "pp512", &p);
+    }
+    bench_peer_print("1B Q8_0 pp512", &p);
+    if (p.tps > 0)
+        printf("(that is %.1f GFLOP/token of matmul x %.1f t/s = %.0f GFLOP/s overall)\n", flop_tok / 1e9, p.tps,
+               flop_tok * p.tps / 1e9);
+}
+
 int main(int argc, char **argv) {
     int quick = 0, no_matmul = 0, n_only = 0, rounds = 15;
     long long shapes[8][2] = {{4096, 4096}, {2048, 8192}};
@@ -275,7 +300,7 @@ int main(int argc, char **argv) {
     bench_matmul(tp, k, ST_TYPE_Q4_K, ST_WLAYOUT_ROWS, 8192, 2048, 512);
     bench_matmul(tp, k, ST_TYPE_Q4_0, ST_WLAYOUT_ROWS, 8192, 2048, 512);
     if (st_quads_fit(k, ST_TYPE_Q4_0, 8192, 2048)) bench_matmul(tp, k, ST_TYPE_Q4_0, ST_WLAYOUT_QUADS, 8192, 2048, 512);
-    printf("(llama.cpp 1B Q8_0 pp512 82 t/s ~ 2.1 GFLOP/token of matmul ~ 170 GFLOP/s overall)\n");
+    print_peer_matmul_rate((int)st_threadpool_n_threads(tp));
     st_ctx_destroy(ctx);
     return 0;
 }
