@@ -97,7 +97,7 @@ static int ensure_model(st_ctx *ctx, const struct bmodel *bm, const char *dir, c
 
 #define TG_ROUNDS 8
 
-static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, bench_probe *probe,
+static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, st_membw_probe *probe,
                      int n_tg) {
     st_model *m = NULL;
     st_kv *kv = NULL;
@@ -141,7 +141,7 @@ static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, ben
     const double wbytes = (double)st_model_weight_bytes(m);
     double ratio[TG_ROUNDS], probes[TG_ROUNDS + 1], bytes_all = 0;
     int done = 0, n_rounds = 0;
-    probes[0] = bench_probe_run(st_ctx_threadpool(ctx), probe);
+    probes[0] = st_membw_probe_run(st_ctx_threadpool(ctx), probe);
     for (int k = 0; k < TG_ROUNDS && !rc; k++) {
         const int n = (n_tg * (k + 1)) / TG_ROUNDS - done;
         double bytes = 0, dt = 0; /* dt: the forward calls only (bench_argmax) */
@@ -155,7 +155,7 @@ static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, ben
         tg_s += dt;
         bytes_all += bytes;
         done += n;
-        probes[k + 1] = bench_probe_run(st_ctx_threadpool(ctx), probe);
+        probes[k + 1] = st_membw_probe_run(st_ctx_threadpool(ctx), probe);
         ratio[n_rounds++] = bytes / dt / 1e9 / (0.5 * (probes[k] + probes[k + 1]));
     }
     if (rc) {
@@ -222,11 +222,11 @@ int main(int argc, char **argv) {
     }
     char kname[64];
     printf("kernels: %s\n", bench_kernels_name(st_kernels_get(st_ctx_isa(ctx)), kname, sizeof kname));
-    double bw = bench_read_bandwidth(st_ctx_threadpool(ctx), 0, 5);
+    double bw = st_membw_read(st_ctx_threadpool(ctx), 0, 5);
     printf("read bandwidth probe (%d threads, 1 GiB, best of 5): %.1f GB/s (for reference; the "
            "roofline uses the probes around each decode round)\n", n_threads, bw);
-    bench_probe probe;
-    if (bench_probe_init(&probe, (size_t)256 << 20)) {
+    st_membw_probe probe;
+    if (st_membw_probe_init(&probe, (size_t)256 << 20)) {
         fprintf(stderr, "e2e: out of memory for the probe\n");
         return 1;
     }
@@ -241,7 +241,7 @@ int main(int argc, char **argv) {
         if (bench_one(ctx, &models[i], path, &probe, n_tg)) rc = 1;
     }
     printf("targets: decode >= 1.1x llama.cpp and >= 85%% of roofline; prefill >= 0.8x llama.cpp pp512\n");
-    bench_probe_free(&probe);
+    st_membw_probe_free(&probe);
     st_ctx_destroy(ctx);
     return rc;
 }

@@ -124,7 +124,7 @@ static void print_line(const struct mv_pass *a, double gb, double probe, double 
            100 * med, 100 * rmin, 100 * rmax);
 }
 
-static void bench_matvec(st_threadpool *tp, const st_kernels *k, bench_probe *probe, int rounds, st_type t,
+static void bench_matvec(st_threadpool *tp, const st_kernels *k, st_membw_probe *probe, int rounds, st_type t,
                          int64_t rows, int64_t cols) {
     struct mv_pass a = mv_setup(tp, k, t, ST_WLAYOUT_ROWS, rows, cols);
     const bench_paired p = bench_paired_run(tp, probe, rounds, mv_pass, &a);
@@ -137,17 +137,17 @@ static void bench_matvec(st_threadpool *tp, const st_kernels *k, bench_probe *pr
  * pass, probe, layout pass), each pass rated against its adjacent probes, and layout / rows
  * taken from the two passes of a round (adjacent in time, so the VM's bandwidth drift
  * cancels). Prints both lines. */
-static void bench_layouts(st_threadpool *tp, const st_kernels *k, bench_probe *probe, int rounds, st_type t,
+static void bench_layouts(st_threadpool *tp, const st_kernels *k, st_membw_probe *probe, int rounds, st_type t,
                           st_wlayout layout, int64_t rows, int64_t cols) {
     struct mv_pass a[2] = {mv_setup(tp, k, t, ST_WLAYOUT_ROWS, rows, cols), mv_setup(tp, k, t, layout, rows, cols)};
     if (rounds > BENCH_PAIRED_MAX / 2) rounds = BENCH_PAIRED_MAX / 2;
     double pr[BENCH_PAIRED_MAX + 1], gb[BENCH_PAIRED_MAX], ratio[2][BENCH_PAIRED_MAX], speedup[BENCH_PAIRED_MAX];
     (void)mv_pass(&a[0]), (void)mv_pass(&a[1]);
     for (int i = 0; i < 2 * rounds; i++) {
-        pr[i] = bench_probe_run(tp, probe);
+        pr[i] = st_membw_probe_run(tp, probe);
         gb[i] = mv_pass(&a[i % 2]);
     }
-    pr[2 * rounds] = bench_probe_run(tp, probe);
+    pr[2 * rounds] = st_membw_probe_run(tp, probe);
     double g[2][BENCH_PAIRED_MAX];
     for (int i = 0; i < 2 * rounds; i++) {
         ratio[i % 2][i / 2] = gb[i] / (0.5 * (pr[i] + pr[i + 1]));
@@ -258,11 +258,11 @@ int main(int argc, char **argv) {
     const st_kernels *k = st_kernels_get(st_ctx_isa(ctx));
     char kname[64];
     printf("kernels: %s, threads: %d\n", bench_kernels_name(k, kname, sizeof kname), st_threadpool_n_threads(tp));
-    printf("read-bandwidth probe (1 GiB, best of 3): %.2f GB/s\n", bench_read_bandwidth(tp, (size_t)1 << 30, 3));
+    printf("read-bandwidth probe (1 GiB, best of 3): %.2f GB/s\n", st_membw_read(tp, (size_t)1 << 30, 3));
     printf("each line: %d rounds of (probe %zu MiB, matvec pass >= %zu MiB); ratio = matvec / mean of adjacent probes\n",
            rounds, PROBE_BYTES >> 20, MIN_PASS_BYTES >> 20);
-    bench_probe probe;
-    if (bench_probe_init(&probe, PROBE_BYTES)) {
+    st_membw_probe probe;
+    if (st_membw_probe_init(&probe, PROBE_BYTES)) {
         fprintf(stderr, "out of memory\n");
         return 1;
     }
@@ -288,7 +288,7 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
     }
-    bench_probe_free(&probe);
+    st_membw_probe_free(&probe);
 
     if (no_matmul) {
         st_ctx_destroy(ctx);
