@@ -172,6 +172,10 @@ static inline int bench_peer_from_md(const char *md_path, const char *heading, c
         line = nl ? nl + 1 : NULL;
     }
     free(md);
+    if (n_rows == 0) {
+        bench_peer_say_(p, "%s has no row for this model in the table after \"%s\"", md_path, heading);
+        return -1;
+    }
     if (!h || col_i < 0 || !found) {
         char names[256] = "";
         for (int r = 0; r < n_rows; r++)
@@ -185,6 +189,27 @@ static inline int bench_peer_from_md(const char *md_path, const char *heading, c
     bench_peer_say_(p, "read from %s: table after \"%s\", column \"%s\", row \"%s\"%s",
              md_path, heading, col, used, n_rows > 1 ? " (the better of the rows that apply)" : "");
     return 0;
+}
+
+/* The figure for one test: llama-bench on `model` (NULL: none to give it) with args, n_prompt and
+ * n_gen as bench_peer_run when it is on PATH; else, or when that gives nothing, the table after
+ * `heading` of ../shared/peers/llama-bench.md as bench_peer_from_md (n_rows 0: the file has no
+ * row for this model). p->source says what was tried and where the figure comes from. */
+static inline void bench_peer_get(const char *model, int n_threads, const char *args, long long n_prompt,
+                                  long long n_gen, const char *heading, const char *const *rows, int n_rows,
+                                  const char *col, bench_peer *p) {
+    char exe[4096], tried[sizeof p->source] = "llama-bench is not on PATH";
+    if (!bench_peer_find_exe(exe, sizeof exe)) {
+        if (model && !bench_peer_run(exe, model, n_threads, args, n_prompt, n_gen, p)) return;
+        if (model) memcpy(tried, p->source, sizeof tried);
+        else snprintf(tried, sizeof tried, "no model file for llama-bench");
+    }
+    char md[1024];
+    snprintf(md, sizeof md, "%s/peers/llama-bench.md", bench_shared_dir());
+    bench_peer_from_md(md, heading, rows, n_rows, col, p);
+    char found[sizeof p->source];
+    memcpy(found, p->source, sizeof found);
+    bench_peer_say_(p, "%s; %s", tried, found);
 }
 
 /* One line saying where the figure came from, or that there is none. */

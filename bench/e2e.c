@@ -43,23 +43,11 @@ static const struct bmodel models[] = {
 /* llama.cpp's t/s for one test of this model: llama-bench on the same file, else the peers
  * file's row (column "pp512" or "tgN"). */
 static void peer(const struct bmodel *bm, const char *path, int n_threads, int n_prompt, int n_gen, bench_peer *p) {
-    char exe[4096], failed[sizeof p->source] = "llama-bench is not on PATH; ";
-    if (!bench_peer_find_exe(exe, sizeof exe)) {
-        char args[64];
-        snprintf(args, sizeof args, "-p %d -n %d -r 3", n_prompt, n_gen);
-        if (!bench_peer_run(exe, path, n_threads, args, n_prompt, n_gen, p)) return;
-        memcpy(failed, p->source, sizeof failed);
-        failed[sizeof failed - 3] = 0;
-        strcat(failed, "; ");
-    }
-    char md[1024], col[32];
-    snprintf(md, sizeof md, "%s/peers/llama-bench.md", bench_shared_dir());
+    char args[64], col[32];
+    snprintf(args, sizeof args, "-p %d -n %d -r 3", n_prompt, n_gen);
     if (n_prompt) snprintf(col, sizeof col, "pp%d", n_prompt);
     else snprintf(col, sizeof col, "tg%d", n_gen);
-    bench_peer_from_md(md, "| model | pp512", &bm->peer_row, 1, col, p);
-    char tail[sizeof p->source];
-    memcpy(tail, p->source, sizeof tail);
-    bench_peer_say_(p, "%s%s", failed, tail);
+    bench_peer_get(path, n_threads, args, n_prompt, n_gen, "| model | pp512", &bm->peer_row, 1, col, p);
 }
 
 /* " (1.23x llama.cpp 45.6)", or " (no llama.cpp figure)" */

@@ -202,17 +202,10 @@ static void bench_matmul(st_threadpool *tp, const st_kernels *k, st_type t, st_w
 static void print_peer_matmul_rate(int n_threads) {
     const double flop_tok = 2.0 * (16.0 * (2 * 2048.0 * 2048 + 2 * 512.0 * 2048 + 3 * 2048.0 * 8192) + 32000.0 * 2048);
     const char *model = "/tmp/strata-bench/1b-q8_0.gguf";
-    bench_peer p = {0};
-    char exe[4096];
-    int have = 0;
-    if (!bench_peer_find_exe(exe, sizeof exe) && access(model, R_OK) == 0)
-        have = !bench_peer_run(exe, model, n_threads, "-p 512 -n 0 -r 3", 512, 0, &p);
-    if (!have) {
-        char md[1024];
-        static const char *const row[1] = {"1B Q8_0"};
-        snprintf(md, sizeof md, "%s/peers/llama-bench.md", bench_shared_dir());
-        bench_peer_from_md(md, "| model | pp512", row, 1, "pp512", &p);
-    }
+    static const char *const row[1] = {"1B Q8_0"};
+    bench_peer p;
+    bench_peer_get(access(model, R_OK) == 0 ? model : NULL, n_threads, "-p 512 -n 0 -r 3", 512, 0,
+                   "| model | pp512", row, 1, "pp512", &p);
     bench_peer_print("1B Q8_0 pp512", &p);
     if (p.tps > 0)
         printf("(that is %.1f GFLOP/token of matmul x %.1f t/s = %.0f GFLOP/s overall)\n", flop_tok / 1e9, p.tps,

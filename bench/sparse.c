@@ -156,50 +156,28 @@ static int run_point(const bench *B, st_runner *r, st_kv *kv, st_kv_seq_id seq, 
 }
 
 /* llama.cpp's decode at the depth of the largest context: llama-bench on this run's model
- * file when it is on PATH, else the peers file's depth table, which holds small Q8_0 only. */
+ * (written to a file for it) when it is on PATH, else the peers file's depth table, which
+ * holds small Q8_0 only. */
 static void peer_at_depth(const void *gguf, size_t size, const char *preset, const st_synth_params *sp,
                           long long depth, long long n_gen, long long reps, int n_threads, bench_peer *p) {
-    char exe[4096], failed[sizeof p->source] = "";
+    char exe[4096], path[] = "/tmp/strata-bench-sparse-peer-XXXXXX.gguf";
+    int have_file = 0;
     if (!bench_peer_find_exe(exe, sizeof exe)) {
-        char path[] = "/tmp/strata-bench-sparse-peer-XXXXXX.gguf";
         const int fd = mkstemps(path, 5);
         FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
-        const int ok = f && fwrite(gguf, 1, size, f) == size;
-        if (f) fclose(f);
+        have_file = f && fwrite(gguf, 1, size, f) == size;
+        if (f) have_file = !fclose(f) && have_file;
         else if (fd >= 0) close(fd);
-        if (ok) {
-            char args[128];
-            snprintf(args, sizeof args, "-p 0 -n %lld -d %lld -r %lld", n_gen, depth, reps);
-            if (!bench_peer_run(exe, path, n_threads, args, 0, n_gen, p)) {
-                unlink(path);
-                return;
-            }
-            memcpy(failed, p->source, sizeof failed);
-            failed[sizeof failed - 3] = 0;
-            strcat(failed, "; ");
-        } else {
-            bench_peer_say_(p, "the model could not be written for llama-bench to %s; ", path);
-            memcpy(failed, p->source, sizeof failed);
-        }
-        if (fd >= 0) unlink(path);
-    } else {
-        strcpy(failed, "llama-bench is not on PATH; ");
+        if (fd >= 0 && !have_file) unlink(path);
     }
-    char md[1024], col[64];
-    snprintf(md, sizeof md, "%s/peers/llama-bench.md", bench_shared_dir());
+    char args[128], col[64];
+    snprintf(args, sizeof args, "-p 0 -n %lld -d %lld -r %lld", n_gen, depth, reps);
     snprintf(col, sizeof col, "d %lld", depth);
     static const char *const fa[2] = {"0", "1"};
-    if (strcasecmp(preset, "small") || sp->type != ST_TYPE_Q8_0 || sp->q4_k_m) {
-        p->tps = 0;
-        bench_peer_say_(p, "%s%s's depth table is for small Q8_0, not this %s model", failed, md, preset);
-        return;
-    }
-    bench_peer_from_md(md, "Decode with the KV cache filled to a depth", fa, 2, col, p);
-    if (*failed) { /* say why llama-bench did not give the figure, then where it came from */
-        char tail[sizeof p->source];
-        memcpy(tail, p->source, sizeof tail);
-        bench_peer_say_(p, "%s%s", failed, tail);
-    }
+    const int small_q8_0 = !strcasecmp(preset, "small") && sp->type == ST_TYPE_Q8_0 && !sp->q4_k_m;
+    bench_peer_get(have_file ? path : NULL, n_threads, args, 0, n_gen, "Decode with the KV cache filled to a depth",
+                   fa, small_q8_0 ? 2 : 0, col, p);
+    if (have_file) unlink(path);
 }
 
 static void print_table(const point *pts, int np, int tiered, const bench_peer *peer) {
