@@ -73,21 +73,7 @@ TEST(test_prompt_text_file_newline_then_escapes) {
     CHECK(!memcmp(c, "x\n\n", 4));
 }
 
-static char g_model[256];
-
-static int model_path(void) {
-    if (g_model[0]) return 0;
-    snprintf(g_model, sizeof g_model, "%s/tiny.gguf", chat_dir());
-    char args[512], *out = NULL, *err = NULL;
-    snprintf(args, sizeof args, "mkmodel -o %s --preset tiny --seed 3", g_model);
-    int rc = chat_run(args, "", &out, &err);
-    if (rc) fprintf(stderr, "  mkmodel failed (%d): %s\n", rc, err ? err : "");
-    free(out);
-    free(err);
-    if (rc) g_model[0] = 0;
-    else atexit(chat_cleanup);
-    return rc;
-}
+static const char *g_model;
 
 /* `strata tokenize --ids --no-bos -m tiny OPTS`'s stdout (malloc'd), NULL when it fails. */
 static char *ids(const char *opts) {
@@ -104,22 +90,10 @@ static char *ids(const char *opts) {
     return out;
 }
 
-/* A file in the test directory holding exactly s; its path. */
-static const char *file_with(const char *name, const char *s) {
-    static char path[4][256];
-    static int k;
-    char *p = path[k++ % 4];
-    snprintf(p, 256, "%s/%s", chat_dir(), name);
-    FILE *f = fopen(p, "wb");
-    if (f) {
-        fputs(s, f);
-        fclose(f);
-    }
-    return p;
-}
+static const char *file_with(const char *name, const char *s) { return chat_file_with(name, s, strlen(s)); }
 
 TEST(test_tokenize_escapes) {
-    REQUIRE(model_path() == 0);
+    REQUIRE((g_model = chat_tiny_model()) != NULL);
     char opt[512];
     char *esc = ids("'a\\nb'");                   /* a, backslash-n, b: escaped */
     char *real = ids("\"$(printf 'a\\nb')\"");    /* an actual newline */
