@@ -79,9 +79,9 @@ int st_cmd_bench(int argc, char **argv) {
     double bw = st_membw_read(st_ctx_threadpool(s.ctx), 0, 3);
     int32_t *tok = malloc((size_t)n_pp * sizeof *tok);
     float *lg = malloc((size_t)hp->n_vocab * sizeof(float));
-    for (long long i = 0; i < n_pp; i++) tok[i] = (int32_t)((i * 7919 + 13) % hp->n_vocab);
     rc = !tok || !lg ? ST_E_NOMEM : 0;
-    st_kv_seq_id seq;
+    for (long long i = 0; i < n_pp && !rc; i++) tok[i] = (int32_t)((i * 7919 + 13) % hp->n_vocab);
+    st_kv_seq_id seq = 0;
     if (!rc) rc = st_kv_seq_create(s.kv, &seq);
     double t0 = st_time_now();
     for (long long i = 0; i < n_pp && !rc; i += n_batch) {
@@ -101,7 +101,8 @@ int st_cmd_bench(int argc, char **argv) {
         t_tg += st_time_now() - t0;
     }
     if (rc) {
-        fprintf(stderr, "strata bench: %s\n", st_ctx_error(s.ctx));
+        const char *e = st_ctx_error(s.ctx);
+        fprintf(stderr, "strata bench: %s\n", *e ? e : st_strerror(rc));
     } else {
         /* KV read per step: n_pp + n_tg/2 positions on average, every layer's K and V */
         const st_kv_geometry *g = st_kv_get_geometry(s.kv);
