@@ -44,6 +44,7 @@
 #include "strata/attn.h"
 #include "bench_common.h"
 
+#include <immintrin.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -501,7 +502,7 @@ int main(int argc, char **argv) {
     }
     /* the probe runs before and after (best of both), since other processes may load the
      * machine; every ratio below uses it */
-    double probe = bench_read_bandwidth(st_ctx_threadpool(ctx), (size_t)1 << 30, 3);
+    double probe = st_membw_read(st_ctx_threadpool(ctx), (size_t)1 << 30, 3);
     result res[16];
     int n_res = 0;
     for (const char *s = ctx_list; *s && n_res < 16;) {
@@ -517,7 +518,7 @@ int main(int argc, char **argv) {
         const char *c = strchr(s, ',');
         s = c ? c + 1 : s + strlen(s);
     }
-    double probe2 = bench_read_bandwidth(st_ctx_threadpool(ctx), (size_t)1 << 30, 3);
+    double probe2 = st_membw_read(st_ctx_threadpool(ctx), (size_t)1 << 30, 3);
     if (probe2 > probe) probe = probe2;
     printf("decode attention: %d q heads, %d kv heads, head_dim %d, f16 KV, page %d, %d threads, %s, "
            "%s pages%s\n", N_HEAD, N_KV, HEAD_DIM, page, n_threads, st_isa_name(st_ctx_isa(ctx)),

@@ -1,94 +1,23 @@
-/* Shared by the bench/ programs: a memory read-bandwidth probe measured in the same run,
- * so that every figure is printed as a ratio to what this machine can do right now. */
+/* Shared by the bench/ programs: figures rated against the read-bandwidth probe (core/membw.h)
+ * measured in the same run, so that each is printed as a ratio to what this machine can do
+ * right now; and small helpers. */
 #ifndef STRATA_BENCH_COMMON_H
 #define STRATA_BENCH_COMMON_H
 
+#include "core/membw.h"
 #include "strata/core.h"
 #include "strata/quant.h"
 
-#include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct bench_read_job {
-    const uint8_t *buf;
-    size_t n;
-    double sink[64];
-};
-
-__attribute__((target("avx2"))) static void bench_read_task(void *arg, int ith, int nth) {
-    struct bench_read_job *j = arg;
-    int64_t i0, i1;
-    st_split_range((int64_t)(j->n / 256), ith, nth, &i0, &i1);
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    for (int64_t i = i0; i < i1; i++) {
-        const __m256i *p = (const __m256i *)(j->buf + i * 256);
-        a0 = _mm256_xor_si256(a0, _mm256_load_si256(p + 0));
-        a1 = _mm256_xor_si256(a1, _mm256_load_si256(p + 1));
-        a2 = _mm256_xor_si256(a2, _mm256_load_si256(p + 2));
-        a3 = _mm256_xor_si256(a3, _mm256_load_si256(p + 3));
-        a0 = _mm256_xor_si256(a0, _mm256_load_si256(p + 4));
-        a1 = _mm256_xor_si256(a1, _mm256_load_si256(p + 5));
-        a2 = _mm256_xor_si256(a2, _mm256_load_si256(p + 6));
-        a3 = _mm256_xor_si256(a3, _mm256_load_si256(p + 7));
-    }
-    __m256i a = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
-    j->sink[ith] = (double)_mm256_extract_epi32(a, 0);
-}
-
-/* Streaming read over `bytes` (default 1 GiB) with the pool's threads; best of `reps`.
- * Returns GB/s (1e9 bytes per second). */
-static inline double bench_read_bandwidth(st_threadpool *tp, size_t bytes, int reps) {
-    if (!bytes) bytes = (size_t)1 << 30;
-    uint8_t *buf = st_alloc_huge(bytes); /* same page size as the weights and KV it is compared with */
-    if (!buf) return 0;
-    memset(buf, 1, bytes); /* fault the pages in; first touch must not be timed */
-    struct bench_read_job j = {.buf = buf, .n = bytes};
-    double best = 0;
-    for (int r = 0; r < reps; r++) {
-        double t0 = st_time_now();
-        st_threadpool_run(tp, bench_read_task, &j);
-        double gbs = (double)bytes / (st_time_now() - t0) / 1e9;
-        if (gbs > best) best = gbs;
-    }
-    st_free_huge(buf, bytes);
-    return best;
-}
-
 /* ---- interleaved probing ----------------------------------------------------------------
- * On a machine whose bandwidth drifts minute to minute (a shared VM), a probe taken at the
- * start of a run says little about a measurement made a minute later. bench_paired_run
+ * The probe itself (st_membw_read, st_membw_probe) is the library's, as the CLI's bench command
+ * uses it too. On a machine whose bandwidth drifts minute to minute (a shared VM), a probe taken
+ * at the start of a run says little about a measurement made a minute later. bench_paired_run
  * alternates short probe passes and measured passes (probe, work, probe, work, ..., probe)
  * and rates each work pass against the mean of the two probes around it. */
-
-/* A read probe over a buffer allocated (and faulted in) once, so it can be run often. */
-typedef struct bench_probe {
-    uint8_t *buf;
-    size_t bytes;
-} bench_probe;
-
-/* Allocates `bytes` (huge pages, as bench_read_bandwidth) and touches them. 0 or -1. */
-static inline int bench_probe_init(bench_probe *p, size_t bytes) {
-    p->bytes = bytes;
-    p->buf = st_alloc_huge(bytes);
-    if (!p->buf) return -1;
-    memset(p->buf, 1, bytes);
-    return 0;
-}
-
-static inline void bench_probe_free(bench_probe *p) {
-    st_free_huge(p->buf, p->bytes);
-    p->buf = NULL;
-}
-
-/* One streaming-read pass over the probe buffer with the pool's threads: GB/s. */
-static inline double bench_probe_run(st_threadpool *tp, bench_probe *p) {
-    struct bench_read_job j = {.buf = p->buf, .n = p->bytes};
-    const double t0 = st_time_now();
-    st_threadpool_run(tp, bench_read_task, &j);
-    return (double)p->bytes / (st_time_now() - t0) / 1e9;
-}
 
 /* One measured pass of the work under test; returns its GB/s. */
 typedef double (*bench_work_fn)(void *arg);
@@ -115,17 +44,17 @@ static inline double bench_median_(double *v, int n) {
 
 /* Runs one unmeasured warm-up pass of fn, then `rounds` (1..BENCH_PAIRED_MAX) pairs of probe
  * and measured pass, and a closing probe. Every figure is reported, none discarded. */
-static inline bench_paired bench_paired_run(st_threadpool *tp, bench_probe *p, int rounds, bench_work_fn fn,
+static inline bench_paired bench_paired_run(st_threadpool *tp, st_membw_probe *p, int rounds, bench_work_fn fn,
                                             void *arg) {
     double probe[BENCH_PAIRED_MAX + 1], work[BENCH_PAIRED_MAX], ratio[BENCH_PAIRED_MAX];
     if (rounds < 1) rounds = 1;
     if (rounds > BENCH_PAIRED_MAX) rounds = BENCH_PAIRED_MAX;
     (void)fn(arg);
     for (int i = 0; i < rounds; i++) {
-        probe[i] = bench_probe_run(tp, p);
+        probe[i] = st_membw_probe_run(tp, p);
         work[i] = fn(arg);
     }
-    probe[rounds] = bench_probe_run(tp, p);
+    probe[rounds] = st_membw_probe_run(tp, p);
     bench_paired r = {.n = rounds};
     for (int i = 0; i < rounds; i++) ratio[i] = work[i] / (0.5 * (probe[i] + probe[i + 1]));
     r.ratio_med = bench_median_(ratio, rounds);

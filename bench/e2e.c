@@ -12,7 +12,9 @@
  *            round is printed with the range; nothing is discarded. The small model's weights
  *            (43 MB) partly stay in a 32 MB L3 between steps, so its ratio is not a pure DRAM
  *            figure and can pass 100%.
- * Ratios to llama.cpp's figures (its better of fa=0 / fa=1) are printed beside each.
+ * Ratios to llama.cpp's figures (its better of fa=0 / fa=1) are printed beside each: measured
+ * by llama-bench on the same model file when it is on PATH, else read from
+ * ../shared/peers/llama-bench.md (bench_peer.h), with a line saying which.
  *
  * usage: e2e [--models DIR] [--only 1b-q8_0,1b-q4_k_m,small-q8_0] [-t THREADS] [--tg N] [--prepare]
  * Missing models are made in DIR (default /tmp/strata-bench) with strata's synthetic writer,
@@ -20,6 +22,7 @@
  * overrides ../shared); a cached one that is not what its preset makes (shape, vocabulary,
  * tensor types) is made again. --prepare makes or checks the models and measures nothing. */
 #include "bench_common.h"
+#include "bench_peer.h"
 #include "strata/kv.h"
 #include "strata/model.h"
 
@@ -28,14 +31,31 @@
 
 struct bmodel {
     const char *name, *preset, *type;
-    double llama_pp, llama_tg; /* llama.cpp t/s, better of fa 0 / 1, on the previous Zen 5 VM */
+    const char *peer_row; /* its row in the peers file's pp512 / tg128 table */
 };
 
 static const struct bmodel models[] = {
-    {"1b-q8_0", "1b", "q8_0", 104.1, 24.5},
-    {"1b-q4_k_m", "1b", "q4_k_m", 128.4, 46.6},
-    {"small-q8_0", "small", "q8_0", 3625, 484},
+    {"1b-q8_0", "1b", "q8_0", "1B Q8_0"},
+    {"1b-q4_k_m", "1b", "q4_k_m", "1B Q4_K_M"},
+    {"small-q8_0", "small", "q8_0", "small Q8_0"},
 };
+
+/* llama.cpp's t/s for one test of this model: llama-bench on the same file, else the peers
+ * file's row (column "pp512" or "tgN"). */
+static void peer(const struct bmodel *bm, const char *path, int n_threads, int n_prompt, int n_gen, bench_peer *p) {
+    char args[64], col[32];
+    snprintf(args, sizeof args, "-p %d -n %d -r 3", n_prompt, n_gen);
+    if (n_prompt) snprintf(col, sizeof col, "pp%d", n_prompt);
+    else snprintf(col, sizeof col, "tg%d", n_gen);
+    bench_peer_get(path, n_threads, args, n_prompt, n_gen, "| model | pp512", &bm->peer_row, 1, col, p);
+}
+
+/* " (1.23x llama.cpp 45.6)", or " (no llama.cpp figure)" */
+static const char *vs_peer(double tps, const bench_peer *p, char *buf, size_t cap) {
+    if (p->tps > 0) snprintf(buf, cap, " (%.2fx llama.cpp %.1f)", tps / p->tps, p->tps);
+    else snprintf(buf, cap, " (no llama.cpp figure)");
+    return buf;
+}
 
 /* The model at DIR/NAME.gguf, made when missing, and made again when what is there is not
  * what the preset makes (st_synth_check: shape keys, vocabulary, every tensor's type and
@@ -65,7 +85,7 @@ static int ensure_model(st_ctx *ctx, const struct bmodel *bm, const char *dir, c
 
 #define TG_ROUNDS 8
 
-static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, bench_probe *probe,
+static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, st_membw_probe *probe,
                      int n_tg) {
     st_model *m = NULL;
     st_kv *kv = NULL;
@@ -109,7 +129,7 @@ static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, ben
     const double wbytes = (double)st_model_weight_bytes(m);
     double ratio[TG_ROUNDS], probes[TG_ROUNDS + 1], bytes_all = 0;
     int done = 0, n_rounds = 0;
-    probes[0] = bench_probe_run(st_ctx_threadpool(ctx), probe);
+    probes[0] = st_membw_probe_run(st_ctx_threadpool(ctx), probe);
     for (int k = 0; k < TG_ROUNDS && !rc; k++) {
         const int n = (n_tg * (k + 1)) / TG_ROUNDS - done;
         double bytes = 0, dt = 0; /* dt: the forward calls only (bench_argmax) */
@@ -123,7 +143,7 @@ static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, ben
         tg_s += dt;
         bytes_all += bytes;
         done += n;
-        probes[k + 1] = bench_probe_run(st_ctx_threadpool(ctx), probe);
+        probes[k + 1] = st_membw_probe_run(st_ctx_threadpool(ctx), probe);
         ratio[n_rounds++] = bytes / dt / 1e9 / (0.5 * (probes[k] + probes[k + 1]));
     }
     if (rc) {
@@ -132,12 +152,22 @@ static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, ben
         double tg = n_tg / tg_s;
         double pmed = bench_median_(probes, n_rounds + 1);
         double rmed = bench_median_(ratio, n_rounds);
-        printf("%-11s pp512 %8.1f tok/s (%.2fx llama.cpp %.1f)   tg%d %7.1f tok/s (%.2fx llama.cpp %.1f)  "
+        /* llama.cpp after strata's own runs, so neither loads the machine while the other runs */
+        const int n_threads = st_threadpool_n_threads(st_ctx_threadpool(ctx));
+        bench_peer ppp, tgp;
+        peer(bm, path, n_threads, n_pp, 0, &ppp);
+        peer(bm, path, n_threads, 0, n_tg, &tgp);
+        char vp[64], vt[64];
+        printf("%-11s pp512 %8.1f tok/s%s   tg%d %7.1f tok/s%s  "
                "%.0f MB/token, %.1f GB/s = %.0f%% of roofline (median of %d rounds, %.0f-%.0f%%; "
                "probe median %.1f GB/s)\n",
-               bm->name, pp_best, pp_best / bm->llama_pp, bm->llama_pp, n_tg, tg, tg / bm->llama_tg, bm->llama_tg,
+               bm->name, pp_best, vs_peer(pp_best, &ppp, vp, sizeof vp), n_tg, tg, vs_peer(tg, &tgp, vt, sizeof vt),
                bytes_all / n_tg / 1e6, bytes_all / tg_s / 1e9, 100 * rmed, n_rounds, 100 * ratio[0],
                100 * ratio[n_rounds - 1], pmed);
+        bench_peer_print("pp512", &ppp);
+        char what[32];
+        snprintf(what, sizeof what, "tg%d", n_tg);
+        bench_peer_print(what, &tgp);
         fflush(stdout);
     }
     free(tok);
@@ -180,11 +210,11 @@ int main(int argc, char **argv) {
     }
     char kname[64];
     printf("kernels: %s\n", bench_kernels_name(st_kernels_get(st_ctx_isa(ctx)), kname, sizeof kname));
-    double bw = bench_read_bandwidth(st_ctx_threadpool(ctx), 0, 5);
+    double bw = st_membw_read(st_ctx_threadpool(ctx), 0, 5);
     printf("read bandwidth probe (%d threads, 1 GiB, best of 5): %.1f GB/s (for reference; the "
            "roofline uses the probes around each decode round)\n", n_threads, bw);
-    bench_probe probe;
-    if (bench_probe_init(&probe, (size_t)256 << 20)) {
+    st_membw_probe probe;
+    if (st_membw_probe_init(&probe, (size_t)256 << 20)) {
         fprintf(stderr, "e2e: out of memory for the probe\n");
         return 1;
     }
@@ -199,7 +229,7 @@ int main(int argc, char **argv) {
         if (bench_one(ctx, &models[i], path, &probe, n_tg)) rc = 1;
     }
     printf("targets: decode >= 1.1x llama.cpp and >= 85%% of roofline; prefill >= 0.8x llama.cpp pp512\n");
-    bench_probe_free(&probe);
+    st_membw_probe_free(&probe);
     st_ctx_destroy(ctx);
     return rc;
 }

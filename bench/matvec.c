@@ -28,6 +28,7 @@
  * to the streaming weights: a scratch run that reused a 4K-element window of it reached
  * 94%. See docs/PERFORMANCE.md, "Quantized matrix-vector products"). */
 #include "bench_common.h"
+#include "bench_peer.h"
 #include "strata/quant.h"
 
 #include <stdio.h>
@@ -124,7 +125,7 @@ static void print_line(const struct mv_pass *a, double gb, double probe, double 
            100 * med, 100 * rmin, 100 * rmax);
 }
 
-static void bench_matvec(st_threadpool *tp, const st_kernels *k, bench_probe *probe, int rounds, st_type t,
+static void bench_matvec(st_threadpool *tp, const st_kernels *k, st_membw_probe *probe, int rounds, st_type t,
                          int64_t rows, int64_t cols) {
     struct mv_pass a = mv_setup(tp, k, t, ST_WLAYOUT_ROWS, rows, cols);
     const bench_paired p = bench_paired_run(tp, probe, rounds, mv_pass, &a);
@@ -137,17 +138,17 @@ static void bench_matvec(st_threadpool *tp, const st_kernels *k, bench_probe *pr
  * pass, probe, layout pass), each pass rated against its adjacent probes, and layout / rows
  * taken from the two passes of a round (adjacent in time, so the VM's bandwidth drift
  * cancels). Prints both lines. */
-static void bench_layouts(st_threadpool *tp, const st_kernels *k, bench_probe *probe, int rounds, st_type t,
+static void bench_layouts(st_threadpool *tp, const st_kernels *k, st_membw_probe *probe, int rounds, st_type t,
                           st_wlayout layout, int64_t rows, int64_t cols) {
     struct mv_pass a[2] = {mv_setup(tp, k, t, ST_WLAYOUT_ROWS, rows, cols), mv_setup(tp, k, t, layout, rows, cols)};
     if (rounds > BENCH_PAIRED_MAX / 2) rounds = BENCH_PAIRED_MAX / 2;
     double pr[BENCH_PAIRED_MAX + 1], gb[BENCH_PAIRED_MAX], ratio[2][BENCH_PAIRED_MAX], speedup[BENCH_PAIRED_MAX];
     (void)mv_pass(&a[0]), (void)mv_pass(&a[1]);
     for (int i = 0; i < 2 * rounds; i++) {
-        pr[i] = bench_probe_run(tp, probe);
+        pr[i] = st_membw_probe_run(tp, probe);
         gb[i] = mv_pass(&a[i % 2]);
     }
-    pr[2 * rounds] = bench_probe_run(tp, probe);
+    pr[2 * rounds] = st_membw_probe_run(tp, probe);
     double g[2][BENCH_PAIRED_MAX];
     for (int i = 0; i < 2 * rounds; i++) {
         ratio[i % 2][i / 2] = gb[i] / (0.5 * (pr[i] + pr[i + 1]));
@@ -195,6 +196,23 @@ static void bench_matmul(st_threadpool *tp, const st_kernels *k, st_type t, st_w
     free(Xq);
 }
 
+/* llama.cpp's prefill as a matmul rate, for scale: its 1B Q8_0 pp512 (llama-bench on bench/e2e's
+ * cached model when both are there, else the peers file) times the 1B shape's matmul work per
+ * token, 2 flops per weight of its matrices (16 layers of q, o 2048x2048, k, v 512x2048, three
+ * 2048x8192 FFN matrices; the 32000x2048 output). */
+static void print_peer_matmul_rate(int n_threads) {
+    const double flop_tok = 2.0 * (16.0 * (2 * 2048.0 * 2048 + 2 * 512.0 * 2048 + 3 * 2048.0 * 8192) + 32000.0 * 2048);
+    const char *model = "/tmp/strata-bench/1b-q8_0.gguf";
+    static const char *const row[1] = {"1B Q8_0"};
+    bench_peer p;
+    bench_peer_get(access(model, R_OK) == 0 ? model : NULL, n_threads, "-p 512 -n 0 -r 3", 512, 0,
+                   "| model | pp512", row, 1, "pp512", &p);
+    bench_peer_print("1B Q8_0 pp512", &p);
+    if (p.tps > 0)
+        printf("(that is %.1f GFLOP/token of matmul x %.1f t/s = %.0f GFLOP/s overall)\n", flop_tok / 1e9, p.tps,
+               flop_tok * p.tps / 1e9);
+}
+
 int main(int argc, char **argv) {
     int quick = 0, no_matmul = 0, n_only = 0, rounds = 15;
     long long shapes[8][2] = {{4096, 4096}, {2048, 8192}};
@@ -234,11 +252,11 @@ int main(int argc, char **argv) {
     const st_kernels *k = st_kernels_get(st_ctx_isa(ctx));
     char kname[64];
     printf("kernels: %s, threads: %d\n", bench_kernels_name(k, kname, sizeof kname), st_threadpool_n_threads(tp));
-    printf("read-bandwidth probe (1 GiB, best of 3): %.2f GB/s\n", bench_read_bandwidth(tp, (size_t)1 << 30, 3));
+    printf("read-bandwidth probe (1 GiB, best of 3): %.2f GB/s\n", st_membw_read(tp, (size_t)1 << 30, 3));
     printf("each line: %d rounds of (probe %zu MiB, matvec pass >= %zu MiB); ratio = matvec / mean of adjacent probes\n",
            rounds, PROBE_BYTES >> 20, MIN_PASS_BYTES >> 20);
-    bench_probe probe;
-    if (bench_probe_init(&probe, PROBE_BYTES)) {
+    st_membw_probe probe;
+    if (st_membw_probe_init(&probe, PROBE_BYTES)) {
         fprintf(stderr, "out of memory\n");
         return 1;
     }
@@ -264,7 +282,7 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
     }
-    bench_probe_free(&probe);
+    st_membw_probe_free(&probe);
 
     if (no_matmul) {
         st_ctx_destroy(ctx);
@@ -276,7 +294,7 @@ int main(int argc, char **argv) {
     bench_matmul(tp, k, ST_TYPE_Q4_K, ST_WLAYOUT_ROWS, 8192, 2048, 512);
     bench_matmul(tp, k, ST_TYPE_Q4_0, ST_WLAYOUT_ROWS, 8192, 2048, 512);
     if (st_quads_fit(k, ST_TYPE_Q4_0, 8192, 2048)) bench_matmul(tp, k, ST_TYPE_Q4_0, ST_WLAYOUT_QUADS, 8192, 2048, 512);
-    printf("(llama.cpp 1B Q8_0 pp512 82 t/s ~ 2.1 GFLOP/token of matmul ~ 170 GFLOP/s overall)\n");
+    print_peer_matmul_rate((int)st_threadpool_n_threads(tp));
     st_ctx_destroy(ctx);
     return 0;
 }

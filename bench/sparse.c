@@ -1,4 +1,4 @@
-/* Quest sparse decode against dense decode on one synthetic model, side by side in one run.
+/* Quest sparse decode against dense decode on one synthetic model, side by side in one run
  * Three modes per context length:
  *   dense    all KV in RAM, every page read;
  *   sparse   all KV in RAM, Quest budget --budget tokens;
@@ -17,10 +17,12 @@
  *                      [--page 16] [--preset small] [--dense-layers 2] [--svg FILE]
  *                      [-t THREADS] [--spill-dir DIR] [--no-tiered]
  *
- * Targets: sparse at 32k >= 10x llama.cpp's figure (LLAMA_CPP_32K) and
- * >= 0.7x this run's own sparse speed at the smallest context; tiered sparse at 32k >= 0.8x
- * the all-in-RAM sparse speed. */
+ * Targets: sparse at 32k >= 10x llama.cpp's decode at that depth (bench_peer.h: llama-bench
+ * run now when it is on PATH, else ../shared/peers/llama-bench.md) and >= 0.7x this run's own
+ * sparse speed at the smallest context; tiered sparse at 32k >= 0.8x the all-in-RAM sparse
+ * speed. */
 #include "bench_common.h"
+#include "bench_peer.h"
 #include "strata/model.h"
 #include "strata/quest.h"
 
@@ -28,10 +30,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define MAX_POINTS 16
-#define LLAMA_CPP_32K 26.5 /* llama.cpp on the previous Zen 5 VM: small Q8_0, fa 1, d 32768 */
 
 typedef struct point {
     long long ctx;
@@ -153,7 +155,32 @@ static int run_point(const bench *B, st_runner *r, st_kv *kv, st_kv_seq_id seq, 
     return rc;
 }
 
-static void print_table(const point *pts, int np, int tiered) {
+/* llama.cpp's decode at the depth of the largest context: llama-bench on this run's model
+ * (written to a file for it) when it is on PATH, else the peers file's depth table, which
+ * holds small Q8_0 only. */
+static void peer_at_depth(const void *gguf, size_t size, const char *preset, const st_synth_params *sp,
+                          long long depth, long long n_gen, long long reps, int n_threads, bench_peer *p) {
+    char exe[4096], path[] = "/tmp/strata-bench-sparse-peer-XXXXXX.gguf";
+    int have_file = 0;
+    if (!bench_peer_find_exe(exe, sizeof exe)) {
+        const int fd = mkstemps(path, 5);
+        FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+        have_file = f && fwrite(gguf, 1, size, f) == size;
+        if (f) have_file = !fclose(f) && have_file;
+        else if (fd >= 0) close(fd);
+        if (fd >= 0 && !have_file) unlink(path);
+    }
+    char args[128], col[64];
+    snprintf(args, sizeof args, "-p 0 -n %lld -d %lld -r %lld", n_gen, depth, reps);
+    snprintf(col, sizeof col, "d %lld", depth);
+    static const char *const fa[2] = {"0", "1"};
+    const int small_q8_0 = !strcasecmp(preset, "small") && sp->type == ST_TYPE_Q8_0 && !sp->q4_k_m;
+    bench_peer_get(have_file ? path : NULL, n_threads, args, 0, n_gen, "Decode with the KV cache filled to a depth",
+                   fa, small_q8_0 ? 2 : 0, col, p);
+    if (have_file) unlink(path);
+}
+
+static void print_table(const point *pts, int np, int tiered, const bench_peer *peer) {
     printf("| context | prefill tok/s (RAM, segment) | dense tok/s | sparse tok/s | sparse/dense | "
            "pages read (sparse layers) |");
     if (tiered)
@@ -174,16 +201,19 @@ static void print_table(const point *pts, int np, int tiered) {
     const double flat = hi->sparse_tps / lo->sparse_tps;
     printf("sparse at %lld / sparse at %lld: %.3f (target >= 0.7 at 32k over 1k%s)\n", hi->ctx,
            lo->ctx, flat, hi->ctx != 32768 || lo->ctx != 1024 ? "" : flat >= 0.7 ? ": met" : ": not met");
-    if (hi->ctx == 32768)
-        printf("sparse at 32k / llama.cpp's %.1f tok/s: %.1fx (target >= 10)\n", LLAMA_CPP_32K,
-               hi->sparse_tps / LLAMA_CPP_32K);
+    char what[64];
+    snprintf(what, sizeof what, "decode at depth %lld", hi->ctx);
+    bench_peer_print(what, peer);
+    if (peer->tps > 0)
+        printf("sparse at %lld / llama.cpp's %.1f tok/s: %.1fx%s\n", hi->ctx, peer->tps, hi->sparse_tps / peer->tps,
+               hi->ctx == 32768 ? " (target >= 10)" : "");
     if (tiered)
         printf("tiered sparse at %lld / all-in-RAM sparse: %.3f (target >= 0.8 at 32k: %s)\n",
                hi->ctx, hi->tiered_tps / hi->sparse_tps,
                hi->ctx != 32768 ? "-" : hi->tiered_tps >= 0.8 * hi->sparse_tps ? "met" : "not met");
 }
 
-static void write_svg(const char *path, const point *p, int np, long long budget, int tiered) {
+static void write_svg(const char *path, const point *p, int np, long long budget, int tiered, double peer_tps) {
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "sparse: cannot write %s\n", path);
@@ -233,10 +263,11 @@ static void write_svg(const char *path, const point *p, int np, long long budget
         fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"14\" height=\"3\" fill=\"%s\"/><text x=\"%.0f\" y=\"%.0f\">%s</text>\n",
                 x0 + xw - 170, 48.0 + 16 * s, color[s], x0 + xw - 150, 53.0 + 16 * s, name[s]);
     }
-    if (LLAMA_CPP_32K <= ymax && p[np - 1].ctx == 32768)
+    const long long top = p[np - 1].ctx;
+    if (peer_tps > 0 && peer_tps <= ymax)
         fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"none\" stroke=\"black\"/>"
-                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">llama.cpp 32k: %.1f</text>\n",
-                XP(32768), YP(LLAMA_CPP_32K), XP(32768) - 8, YP(LLAMA_CPP_32K) - 6, LLAMA_CPP_32K);
+                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">llama.cpp %lldk: %.1f</text>\n",
+                XP(top), YP(peer_tps), XP(top) - 8, YP(peer_tps) - 6, top / 1024, peer_tps);
     fprintf(f, "</svg>\n");
     fclose(f);
 #undef XP
@@ -348,10 +379,14 @@ int main(int argc, char **argv) {
     if (rc) {
         fprintf(stderr, "sparse: %s (%s)\n", st_strerror(rc), ctx ? st_ctx_error(ctx) : "");
     } else {
-        print_table(pts, np, tiered);
-        printf("load average (1 min) at start %.2f, at end %.2f%s\n", load0, loadavg(),
+        const double load1 = loadavg(); /* before llama-bench, which loads the machine itself */
+        bench_peer peer;
+        peer_at_depth(buf, size, preset, &sp, pts[np - 1].ctx, n_gen, reps,
+                      st_threadpool_n_threads(st_ctx_threadpool(ctx)), &peer);
+        print_table(pts, np, tiered, &peer);
+        printf("load average (1 min) at start %.2f, at end %.2f%s\n", load0, load1,
                load0 > 1.0 ? " -- other processes were running: figures are low" : "");
-        write_svg(svg, pts, np, budget, tiered);
+        write_svg(svg, pts, np, budget, tiered, peer.tps);
         printf("plot: %s\n", svg);
     }
     if (tiered && rmdir(dir)) fprintf(stderr, "sparse: could not remove %s\n", dir);

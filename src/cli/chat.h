@@ -14,7 +14,9 @@
 
 typedef struct st_cli_chat_opts {
     const char *template_name; /* --chat-template NAME, or NULL: detected from the GGUF */
-    const char *system;        /* --system TEXT, or NULL: no system message */
+    const char *system;        /* --system TEXT, or NULL: no system message; taken as written,
+                                  since llama-cli applies its escapes to -p, -f and typed lines
+                                  but not to -sys */
     long long n_predict;       /* most tokens generated per reply (-n; N_PREDICT_UNTIL_FULL) */
     int32_t n_batch;           /* prefill chunk (0: 256) */
     st_sampler_params sp;

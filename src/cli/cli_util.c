@@ -29,42 +29,49 @@ int st_cli_float(const char *s, double lo, double hi, double *out) {
     return 0;
 }
 
-static int hex_digit(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-size_t st_cli_prompt_text(char *s, size_t len, int from_file, int escape) {
-    if (from_file && len && s[len - 1] == '\n') s[--len] = 0;
-    if (!escape) return len;
+size_t st_cli_process_escapes(char *s, size_t len) {
     size_t o = 0;
     for (size_t i = 0; i < len; i++) {
-        if (s[i] != '\\' || i + 1 == len) {
+        if (s[i] != '\\' || i + 1 == len) { /* a trailing backslash stays */
             s[o++] = s[i];
             continue;
         }
         const char c = s[++i];
-        int h1, h2;
         switch (c) {
         case 'n': s[o++] = '\n'; break;
         case 'r': s[o++] = '\r'; break;
         case 't': s[o++] = '\t'; break;
         case '\'': case '"': case '\\': s[o++] = c; break;
-        case 'x': /* two hex digits; otherwise kept as written */
-            if (i + 2 < len && (h1 = hex_digit(s[i + 1])) >= 0 && (h2 = hex_digit(s[i + 2])) >= 0) {
-                s[o++] = (char)(h1 * 16 + h2);
-                i += 2;
-            } else {
+        default: {
+            /* \x and the two bytes after it through strtol, as llama.cpp does: its quirks
+             * come along ("\x 5" and "\x+5" are 0x05, "\x-1" is 0xFF) so that the same
+             * command line gives the same bytes; fewer than two bytes read, or any
+             * other escape, and the backslash is kept with what follows it. */
+            int done = 0;
+            if (c == 'x' && i + 2 < len) {
+                const char x[3] = {s[i + 1], s[i + 2], 0};
+                char *end;
+                const long v = strtol(x, &end, 16);
+                if (end == x + 2) {
+                    s[o++] = (char)(unsigned char)v;
+                    i += 2;
+                    done = 1;
+                }
+            }
+            if (!done) {
                 s[o++] = '\\';
                 s[o++] = c;
             }
-            break;
-        default:
-            s[o++] = '\\';
-            s[o++] = c;
+        }
         }
     }
     s[o] = 0;
     return o;
+}
+
+size_t st_cli_prompt_text(char *s, size_t len, int from_file, int escape) {
+    if (from_file && len && s[len - 1] == '\n') s[--len] = 0;
+    return escape ? st_cli_process_escapes(s, len) : len;
 }
 
 int st_cli_read_file(const char *path, char **out, size_t *len) {

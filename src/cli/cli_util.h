@@ -14,10 +14,15 @@ int st_cli_int(const char *s, long long lo, long long hi, long long *out);
 int st_cli_float(const char *s, double lo, double hi, double *out);
 /* Reads a whole file (NUL-terminated). *out malloc'd. Returns 0 or -errno. */
 int st_cli_read_file(const char *path, char **out, size_t *len);
+/* llama.cpp's string_process_escapes (common.cpp), which its tools apply to prompt text
+ * unless --no-escape: \n \r \t \' \" \\ and \xHH become the bytes they stand for; a
+ * trailing backslash, \x without two hex digits, and any other escape stay as written. In
+ * place over s[0, len) (which may hold NULs, and may gain them from \x00); returns the new
+ * length and NUL-terminates. */
+size_t st_cli_process_escapes(char *s, size_t len);
 /* Prompt text as llama.cpp's tools take it: from a file (`from_file`), one trailing '\n'
- * dropped; with `escape` (their default, off with --no-escape), the escapes \n \r \t \'
- * \" \\ and \xHH replaced by the bytes they stand for (any other backslash kept as it
- * is). In place; returns the new length (the text stays NUL-terminated). */
+ * dropped; then, with `escape` (their default), st_cli_process_escapes. Returns the new
+ * length. */
 size_t st_cli_prompt_text(char *s, size_t len, int from_file, int escape);
 /* MemAvailable from /proc/meminfo in bytes (0 when unknown). */
 unsigned long long st_cli_mem_available(void);

@@ -1,9 +1,9 @@
 /* strata bench: prefill and decode speed of one model (a file, or a synthetic preset made in
  * memory), with the bandwidth roofline probed in the same run. bench/e2e runs the set of shapes
  * llama.cpp was measured on. */
-#include "../../bench/bench_common.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "core/membw.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +17,14 @@ static void usage(FILE *f) {
                "token, as llama-bench) and decode's fraction of the read-bandwidth roofline. The\n"
                "context is N_PROMPT + N_GEN (a model file's own limit applies). THREADS: default\n"
                "$STRATA_THREADS, else the CPUs this process may run on.\n");
+}
+
+/* The next token of the timed decode loop: the first largest logit, as --temp 0 picks it. */
+static int32_t greedy(const float *x, int32_t n) {
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
 }
 
 int st_cmd_bench(int argc, char **argv) {
@@ -68,12 +76,13 @@ int st_cmd_bench(int argc, char **argv) {
         st_cli_session_close(&s);
         return ST_EXIT_INPUT;
     }
-    double bw = bench_read_bandwidth(st_ctx_threadpool(s.ctx), 0, 3);
+    double bw = st_membw_read(st_ctx_threadpool(s.ctx), 0, 3);
     int32_t *tok = malloc((size_t)n_pp * sizeof *tok);
     float *lg = malloc((size_t)hp->n_vocab * sizeof(float));
-    for (long long i = 0; i < n_pp; i++) tok[i] = (int32_t)((i * 7919 + 13) % hp->n_vocab);
-    st_kv_seq_id seq;
-    rc = st_kv_seq_create(s.kv, &seq);
+    rc = !tok || !lg ? ST_E_NOMEM : 0;
+    for (long long i = 0; i < n_pp && !rc; i++) tok[i] = (int32_t)((i * 7919 + 13) % hp->n_vocab);
+    st_kv_seq_id seq = 0;
+    if (!rc) rc = st_kv_seq_create(s.kv, &seq);
     double t0 = st_time_now();
     for (long long i = 0; i < n_pp && !rc; i += n_batch) {
         st_batch b = {.n_tokens = (int32_t)(n_pp - i < n_batch ? n_pp - i : n_batch), .tokens = tok + i,
@@ -86,13 +95,14 @@ int st_cmd_bench(int argc, char **argv) {
     double t_tg = 0; /* the forward calls only: choosing the next token is not timed (llama-bench
                         samples nothing) */
     for (long long i = 0; i < n_tg && !rc; i++) {
-        t = bench_argmax(lg, hp->n_vocab);
+        t = greedy(lg, hp->n_vocab);
         t0 = st_time_now();
         rc = st_runner_forward(s.runner, &d, lg);
         t_tg += st_time_now() - t0;
     }
     if (rc) {
-        fprintf(stderr, "strata bench: %s\n", st_ctx_error(s.ctx));
+        const char *e = st_ctx_error(s.ctx);
+        fprintf(stderr, "strata bench: %s\n", *e ? e : st_strerror(rc));
     } else {
         /* KV read per step: n_pp + n_tg/2 positions on average, every layer's K and V */
         const st_kv_geometry *g = st_kv_get_geometry(s.kv);

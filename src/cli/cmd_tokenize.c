@@ -18,7 +18,11 @@ static void usage(FILE *f) {
             "  --no-parse-special   read control tokens in the text as plain text\n"
             "  --pre NAME           use pre-tokenizer NAME instead of tokenizer.ggml.pre\n"
             "  --force-default-pre  accept an unknown tokenizer.ggml.pre (use the default one)\n"
-            "  --show-count         print the number of tokens at the end\n");
+            "  --show-count         print the number of tokens at the end\n"
+            "  --no-escape          keep backslashes as written (default, -e / --escape: the text,\n"
+            "                       from the command line or -f, has its \\n \\r \\t \\' \\\" \\\\ \\xHH\n"
+            "                       turned into the bytes they stand for, as llama-tokenize)\n"
+            "TEXTFILE is read as it is, a trailing newline included (a newline is a token).\n");
 }
 
 /* Writes a piece between quotes; bytes that are not valid UTF-8 (a byte token alone) as \xNN. */
@@ -42,6 +46,7 @@ static void put_piece(const char *p, size_t n) {
 int st_cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *file = NULL, *pre = NULL;
     bool ids_only = false, add_special = true, parse_special = true, force_pre = false, count = false;
+    bool escape = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model = argv[++i];
@@ -53,6 +58,8 @@ int st_cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--no-parse-special")) parse_special = false;
         else if (!strcmp(a, "--force-default-pre")) force_pre = true;
         else if (!strcmp(a, "--show-count")) count = true;
+        else if (!strcmp(a, "-e") || !strcmp(a, "--escape")) escape = true;
+        else if (!strcmp(a, "--no-escape")) escape = false;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return ST_EXIT_OK;
@@ -79,10 +86,17 @@ int st_cmd_tokenize(int argc, char **argv) {
             fprintf(stderr, "strata tokenize: cannot read %s: %s\n", file, st_strerror(rc));
             return st_cli_exit_code(rc);
         }
-        text = buf;
     } else {
         len = strlen(text);
+        buf = malloc(len + 1);
+        if (!buf) {
+            fprintf(stderr, "strata tokenize: %s\n", st_strerror(ST_E_NOMEM));
+            return st_cli_exit_code(ST_E_NOMEM);
+        }
+        memcpy(buf, text, len + 1);
     }
+    if (escape) len = st_cli_process_escapes(buf, len);
+    text = buf;
     st_ctx *ctx = NULL;
     int rc = st_cli_ctx_create("tokenize", 1, &ctx);
     if (rc) {

@@ -70,6 +70,42 @@ static inline int chat_run(const char *args, const char *input, char **out, char
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* The tiny model (mkmodel --preset tiny --seed 7: a byte-level vocabulary, a few KiB, made in
+ * milliseconds), made once in chat_dir(), which is removed at exit; its path, or NULL when
+ * mkmodel failed (said on stderr). */
+static inline const char *chat_tiny_model(void) {
+    static char path[256];
+    if (path[0]) return path;
+    snprintf(path, sizeof path, "%s/tiny.gguf", chat_dir());
+    char args[512], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args, "mkmodel -o %s --preset tiny --seed 7", path);
+    int rc = chat_run(args, "", &out, &err);
+    if (rc) fprintf(stderr, "  mkmodel failed (%d): %s\n", rc, err ? err : "");
+    free(out);
+    free(err);
+    if (rc) {
+        path[0] = 0;
+        return NULL;
+    }
+    atexit(chat_cleanup);
+    return path;
+}
+
+/* A file NAME in chat_dir() holding exactly s[0, n); its path (in one of 8 buffers, reused in
+ * turn). */
+static inline const char *chat_file_with(const char *name, const char *s, size_t n) {
+    static char path[8][256];
+    static int k;
+    char *p = path[k++ % 8];
+    snprintf(p, 256, "%s/%s", chat_dir(), name);
+    FILE *f = fopen(p, "wb");
+    if (f) {
+        if (fwrite(s, 1, n, f) != n) fprintf(stderr, "  could not write %s\n", p);
+        fclose(f);
+    }
+    return p;
+}
+
 /* Parses every "[turn N: prefill A new tokens (B reused ...; generated G tokens" line. */
 static inline int chat_parse_turns(const char *err, chat_turn *t, int max) {
     int n = 0;

@@ -5,22 +5,9 @@
 #include "../test.h"
 #include "chat_test_util.h"
 
-static char g_model[256];
+static const char *g_model;
 
-/* Makes the tiny model once (a few KiB; milliseconds). */
-static int model_path(void) {
-    if (g_model[0]) return 0;
-    snprintf(g_model, sizeof g_model, "%s/tiny.gguf", chat_dir());
-    char args[512], *out = NULL, *err = NULL;
-    snprintf(args, sizeof args, "mkmodel -o %s --preset tiny --seed 7", g_model);
-    int rc = chat_run(args, "", &out, &err);
-    if (rc) fprintf(stderr, "  mkmodel failed (%d): %s\n", rc, err ? err : "");
-    free(out);
-    free(err);
-    if (rc) g_model[0] = 0;
-    else atexit(chat_cleanup);
-    return rc;
-}
+static int model_path(void) { return (g_model = chat_tiny_model()) ? 0 : -1; }
 
 
 TEST(test_two_turns_keep_kv) {

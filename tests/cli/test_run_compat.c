@@ -33,19 +33,6 @@ static void result_free(result *r) {
     free(r->err);
 }
 
-/* A file in the test's directory holding exactly n bytes of s; its path. */
-static const char *file_with(const char *name, const char *s, size_t n) {
-    static char path[8][256];
-    static int k;
-    char *p = path[k++ % 8];
-    snprintf(p, 256, "%s/%s", chat_dir(), name);
-    FILE *f = fopen(p, "wb");
-    if (f) {
-        fwrite(s, 1, n, f);
-        fclose(f);
-    }
-    return p;
-}
 
 /* Runs a and b; both succeed and give the same prompt length and text. */
 static void check_same(const char *a, const char *b) {
@@ -64,8 +51,8 @@ TEST(test_escapes) {
     atexit(chat_cleanup);
     char args[1024];
     /* the bytes x TAB y LF given four ways */
-    const char *raw = file_with("raw", "x\ty\n\n", 5);        /* -f drops the last LF only */
-    const char *esc = file_with("esc", "x\\ty\\n\n", 7);      /* escapes in a file are read too */
+    const char *raw = chat_file_with("raw", "x\ty\n\n", 5);        /* -f drops the last LF only */
+    const char *esc = chat_file_with("esc", "x\\ty\\n\n", 7);      /* escapes in a file are read too */
     snprintf(args, sizeof args, "--no-escape -f %s", raw);
     check_same("-p 'x\\ty\\n'", args);
     snprintf(args, sizeof args, "-f %s", esc);
@@ -73,7 +60,7 @@ TEST(test_escapes) {
     snprintf(args, sizeof args, "-e -f %s", raw); /* nothing to unescape: -e changes nothing */
     check_same("-p 'x\\ty\\n'", args);
     /* \\ is one backslash, \x41 is A, an unknown escape and a lone \x stay as written */
-    const char *mixed = file_with("mixed", "a\\bA\\q\\xZ", 9);
+    const char *mixed = chat_file_with("mixed", "a\\bA\\q\\xZ", 9);
     snprintf(args, sizeof args, "--no-escape -f %s", mixed);
     check_same("-p 'a\\\\b\\x41\\q\\xZ'", args);
     /* --no-escape keeps the backslashes: a longer prompt */

@@ -443,9 +443,9 @@ static const dot_case k_dots[] = {
 TEST(test_dots_against_reference) {
     const int top = max_isa();
     if (top < ST_ISA_AVX2)
-        test_skip("no AVX2+FMA+F16C+BMI2 on this CPU (or STRATA_ISA=scalar): SIMD K-quant dots untested");
+        test_untested("no AVX2+FMA+F16C+BMI2 on this CPU (or STRATA_ISA=scalar): SIMD K-quant dots untested");
     else if (top < ST_ISA_AVX512)
-        test_skip("no AVX-512 with VNNI on this CPU (or STRATA_ISA=avx2): AVX-512 K-quant dots untested");
+        test_untested("no AVX-512 with VNNI on this CPU (or STRATA_ISA=avx2): AVX-512 K-quant dots untested");
     const int64_t nmax = (int64_t)1023 * QK_K;
     float *x = malloc(nmax * sizeof *x), *a = malloc(nmax * sizeof *a);
     float *xd = malloc(nmax * sizeof *xd), *ad = malloc(nmax * sizeof *ad);
@@ -633,14 +633,14 @@ static const kq_build k_builds[] = {
      {st_tile_q4_K_q8_K_avx512gfni, st_tile_q5_K_q8_K_avx512gfni, st_tile_q6_K_q8_K_avx512gfni}},
 };
 
-/* Whether this CPU (and STRATA_ISA) lets build bi run; a loud skip when not. */
+/* Whether this CPU (and STRATA_ISA) lets build bi run; noted as untested when not. */
 static int build_runs(int bi) {
     const int isa = bi < 2 ? ST_ISA_AVX2 : ST_ISA_AVX512;
     const int extra = bi == 1 ? st_cpu_has_avxvnni() : bi == 3 ? st_cpu_has_gfni() : 1;
     if (max_isa() >= isa && extra) return 1;
     char why[128];
     snprintf(why, sizeof why, "the %s K-quant build cannot run on this CPU (or STRATA_ISA): untested", k_builds[bi].name);
-    test_skip(why);
+    test_untested(why);
     return 0;
 }
 

@@ -50,7 +50,7 @@ TEST(test_kquant_quad_kernels) {
         if (!runs[bi]) {
             char why[128];
             snprintf(why, sizeof why, "the %s quad kernels cannot run on this CPU (or STRATA_ISA): untested", qb->name);
-            test_skip(why);
+            test_untested(why);
         }
     }
     const quant_fn quant[3] = {st_quantize_row_q4_K_ref, st_quantize_row_q5_K_ref, st_quantize_row_q6_K_ref};
