@@ -180,7 +180,7 @@ int st_cmd_demo(int argc, char **argv) {
     const int32_t n_ctx = (int32_t)(n_long + DEMO_PROMPT_ROOM + n_gen + 1);
     st_synth_params sp = demo_model(n_ctx);
     const int page = 16;
-    const long long long_pages = (n_long + page - 1) / page;
+    const long long long_pages = (n_ctx + page - 1) / page; /* --ram-frac 1: all of it fits */
     st_cli_kv_flags kvf;
     st_cli_kv_flags_init(&kvf);
     kvf.spill_dir = dir, kvf.given = 1;
