@@ -22,9 +22,10 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j$(JOBS)
 
-# Runs the main job on the built-in default (a synthetic model made on the fly).
+# Shows what strata is for, on a synthetic model made on the fly: decode speed at a short and a
+# long context with a small RAM pool, SSD spill and Quest (`strata demo --help`).
 run: build
-	./$(BUILD)/strata run
+	./$(BUILD)/strata demo
 
 # Unit and model tests (everything but the `slow` label).
 test: build

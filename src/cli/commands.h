@@ -15,6 +15,7 @@ int st_cli_exit_code(int err);
 /* Declared weak so the table below links while a command's file is not part of the build. */
 #define ST_CLI_COMMANDS(X)                                                            \
     X(run, "generate text from a GGUF model (default: a built-in synthetic model)")     \
+    X(demo, "short vs long context decode with a small RAM pool, SSD spill and Quest")  \
     X(batch, "complete a file of prompts, many at once (continuous batching)")          \
     X(perplexity, "perplexity of a text file, chunked as llama.cpp does")                \
     X(inspect, "print a GGUF file's header, metadata and tensor table")                 \
