@@ -144,7 +144,7 @@ static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, ben
     free(lg);
     st_runner_destroy(r);
     st_kv_destroy(kv);
-    st_model_free(m);
+    st_model_destroy(m);
     return rc;
 }
 

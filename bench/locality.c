@@ -191,9 +191,9 @@ int main(int argc, char **argv) {
     if (rmdir(dir)) fprintf(stderr, "locality: could not remove %s\n", dir);
     free(toks);
     free(text);
-    st_tok_free(tok);
-    st_model_free(random);
-    st_model_free(trained);
+    st_tok_destroy(tok);
+    st_model_destroy(random);
+    st_model_destroy(trained);
     free(img);
     st_ctx_destroy(ctx);
     return rc ? 1 : 0;

@@ -74,9 +74,9 @@ typedef struct st_model st_model;
  * and checks every tensor's presence, type and shape. Product weights of the types and shapes
  * the ctx's kernels run in the quad layout (quant.h) are rearranged into it after the
  * fingerprint is taken (not with STRATA_MMAP=1, nor by st_model_load_memory, whose bytes are
- * borrowed; STRATA_WLAYOUT=rows turns it off). *out owned by the caller: st_model_free. */
+ * borrowed; STRATA_WLAYOUT=rows turns it off). *out owned by the caller: st_model_destroy. */
 int st_model_load(st_ctx *ctx, const char *path, st_model **out);
-void st_model_free(st_model *m); /* NULL is a no-op */
+void st_model_destroy(st_model *m); /* NULL is a no-op */
 
 const st_model_hparams *st_model_get_hparams(const st_model *m);
 /* The open GGUF (for the tokenizer: tok.h reads its vocabulary). Borrowed: valid while m lives. */

@@ -171,8 +171,8 @@ int st_cli_kv_type(const char *s, st_type *out) {
 void st_cli_session_close(st_cli_session *s) {
     st_runner_destroy(s->runner);
     st_kv_destroy(s->kv);
-    st_tok_free(s->tok);
-    st_model_free(s->model);
+    st_tok_destroy(s->tok);
+    st_model_destroy(s->model);
     free(s->synth_buf);
     st_ctx_destroy(s->ctx);
     memset(s, 0, sizeof *s);

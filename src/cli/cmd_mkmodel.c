@@ -100,7 +100,7 @@ int st_cmd_mkmodel(int argc, char **argv) {
                 st_model_weight_bytes(m) / 1048576.0);
     else
         fprintf(stderr, "strata mkmodel: wrote %s but cannot load it back: %s\n", out, st_ctx_error(ctx));
-    st_model_free(m);
+    st_model_destroy(m);
     st_ctx_destroy(ctx);
     return rc ? ST_EXIT_INTERNAL : 0;
 }

@@ -352,7 +352,7 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
                     (long long)ks.tier_drops);
     }
 out:
-    st_detok_free(dt);
+    st_detok_destroy(dt);
     st_sampler_destroy(smp);
     free(logits);
     return rc ? st_cli_exit_code(rc) : exit_code;

@@ -450,7 +450,7 @@ static int load_from(st_ctx *ctx, st_gguf *g, const char *path, st_model **out) 
     *out = m;
     return 0;
 fail:
-    st_model_free(m);
+    st_model_destroy(m);
     return rc;
 }
 
@@ -476,7 +476,7 @@ int st_model_load_memory(st_ctx *ctx, const void *buf, size_t size, const char *
     return load_from(ctx, g, name ? name : "(memory)", out);
 }
 
-void st_model_free(st_model *m) {
+void st_model_destroy(st_model *m) {
     if (!m) return;
     st_gguf_close(m->g);
     free(m->layers);

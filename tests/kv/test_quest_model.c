@@ -53,8 +53,8 @@ out:
     free(ids);
     st_runner_destroy(r);
     st_kv_destroy(kv);
-    st_tok_free(tok);
-    st_model_free(m);
+    st_tok_destroy(tok);
+    st_model_destroy(m);
     st_ctx_destroy(ctx);
     return rc;
 }

@@ -84,7 +84,7 @@ static int env_open_file(env *b, const env *a) {
 static void env_close(env *e) {
     st_runner_destroy(e->r);
     st_kv_destroy(e->kv);
-    st_model_free(e->m);
+    st_model_destroy(e->m);
     free(e->buf);
     st_ctx_destroy(e->ctx);
 }
@@ -258,7 +258,7 @@ TEST(test_fingerprint) {
         REQUIRE(st_synth_write_memory(ctx, &p, &buf, &n) == 0);
         REQUIRE(st_model_load_memory(ctx, buf, n, "fp", &m) == 0);
         st_model_fingerprint(m, fp[i]);
-        st_model_free(m);
+        st_model_destroy(m);
         free(buf);
     }
     CHECK(memcmp(fp[0], fp[1], 16) == 0);
@@ -385,7 +385,7 @@ TEST(test_load_errors) {
     REQUIRE(st_synth_write_memory(ctx, &p, &buf, &n) == 0);
     st_model *m = NULL;
     CHECK_OK(st_model_load_memory(ctx, buf, n, "ok", &m));
-    st_model_free(m);
+    st_model_destroy(m);
     struct { const char *drop, *reshape, *arch; int code; const char *needle; } cases[] = {
         {"blk.1.ffn_up.weight", NULL, NULL, ST_E_NOT_FOUND, "blk.1.ffn_up.weight"},
         {"blk.0.attn_k.bias", NULL, NULL, ST_E_NOT_FOUND, "blk.0.attn_k.bias"},
@@ -437,7 +437,7 @@ TEST(test_load_errors) {
     free(lg);
     st_runner_destroy(r);
     st_kv_destroy(kv);
-    st_model_free(m);
+    st_model_destroy(m);
     free(buf);
     st_ctx_destroy(ctx);
 }

@@ -96,8 +96,8 @@ TEST(test_greedy_matches_llama_cpp) {
     free(lg), free(out), free(ref);
     st_runner_destroy(r);
     st_kv_destroy(kv);
-    st_tok_free(tok);
-    st_model_free(m);
+    st_tok_destroy(tok);
+    st_model_destroy(m);
     st_ctx_destroy(ctx);
 }
 
