@@ -188,12 +188,22 @@ static int fail(const char *cmd, st_cli_session *s, int rc, const char *what) {
     return st_cli_exit_code(rc);
 }
 
+st_model_load_params st_cli_model_load_params(int mmap) {
+    st_model_load_params p = st_model_load_default_params();
+    const char *e = getenv("STRATA_MMAP");
+    p.use_mmap = mmap ? mmap > 0 : e && *e == '1';
+    e = getenv("STRATA_WLAYOUT");
+    if (e && !strcmp(e, "rows")) p.layout = ST_WEIGHT_LAYOUT_ROWS;
+    return p;
+}
+
 int st_cli_session_open(const char *cmd, const st_cli_session_opts *o, st_cli_session *s) {
     memset(s, 0, sizeof *s);
     int rc = st_cli_ctx_create(cmd, o->n_threads, &s->ctx);
     if (rc) return rc;
     if (o->model_path) {
-        rc = st_model_load(s->ctx, o->model_path, &s->model);
+        st_model_load_params lp = st_cli_model_load_params(o->mmap);
+        rc = st_model_load(s->ctx, o->model_path, &lp, &s->model);
     } else {
         size_t n = 0;
         rc = st_synth_write_memory(s->ctx, o->synth, &s->synth_buf, &n);

@@ -93,7 +93,8 @@ int st_cmd_mkmodel(int argc, char **argv) {
         return st_cli_exit_code(rc);
     }
     st_model *m = NULL;
-    rc = st_model_load(ctx, out, &m);
+    st_model_load_params lp = st_cli_model_load_params(0);
+    rc = st_model_load(ctx, out, &lp, &m);
     if (!rc)
         fprintf(stderr, "wrote %s in %.1f s: %s, %.1f M params, %.1f MiB of weights per token\n", out,
                 st_time_now() - t0, st_model_desc(m), st_model_n_params(m) / 1e6,

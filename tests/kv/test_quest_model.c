@@ -22,7 +22,7 @@ static int greedy(const char *path, const st_kv_quest_params *qp, int32_t audit,
     int32_t *ids = NULL;
     int n_ids = 0, rc;
     float *lg = NULL;
-    if ((rc = st_ctx_create(NULL, &ctx)) || (rc = st_model_load(ctx, path, &m)) ||
+    if ((rc = st_ctx_create(NULL, &ctx)) || (rc = st_model_load(ctx, path, NULL, &m)) ||
         (rc = st_tok_load(ctx, st_model_gguf(m), NULL, &tok)))
         goto out;
     const st_model_hparams *hp = st_model_get_hparams(m);
