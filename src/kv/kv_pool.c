@@ -251,6 +251,7 @@ int st_kv_create(st_ctx *ctx, const st_kv_params *params, st_kv **out) {
     kv->p.spill_dir = kv->p.instance_id = NULL;
     kv->p.spill_open = NULL;
     kv->p.spill_open_arg = NULL;
+    KV_CHECK(kv, "st_kv_create");
     *out = kv;
     return 0;
 nomem:
@@ -435,6 +436,7 @@ static int page_arg(const st_kv *kv, st_kv_page_id page, const char *fn) {
 }
 
 int st_kv_pin(st_kv *kv, st_kv_page_id page) {
+    KV_CHECK_ON_RETURN(kv);
     int rc = page_arg(kv, page, "pin");
     if (rc) return rc;
     kv_page *pg = &kv->pages[page];
@@ -448,6 +450,7 @@ int st_kv_pin(st_kv *kv, st_kv_page_id page) {
 }
 
 int st_kv_unpin(st_kv *kv, st_kv_page_id page) {
+    KV_CHECK_ON_RETURN(kv);
     int rc = page_arg(kv, page, "unpin");
     if (rc) return rc;
     kv_page *pg = &kv->pages[page];
@@ -527,6 +530,20 @@ static int check_seq(const st_kv *kv, const kv_seq *s, int32_t *refs, char *msg,
     }
     return 0;
 }
+
+#ifdef STRATA_CHECK
+void kv_check_or_abort(const st_kv *kv, const char *call) {
+    if (!kv) return;
+    char msg[512];
+    int rc = kv_check(kv, msg, sizeof msg);
+    if (rc != ST_E_STATE) return; /* 0, or no memory to check with */
+    fprintf(stderr, "strata: STRATA_CHECK: KV invariant broken after %s: %s\n", call, msg);
+    fflush(stderr);
+    abort();
+}
+
+void kv_check_scope_end(const kv_check_scope *s) { kv_check_or_abort(s->kv, s->call); }
+#endif
 
 int kv_check(const st_kv *kv, char *msg, size_t cap) {
     int32_t *refs = calloc((size_t)kv->n_pages, sizeof *refs);
