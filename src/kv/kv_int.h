@@ -168,7 +168,7 @@ typedef struct kv_check_scope {
 } kv_check_scope;
 void kv_check_scope_end(const kv_check_scope *s);
 #define KV_CHECK(kv, call) kv_check_or_abort((kv), (call))
-#define KV_CHECK_ON_RETURN(kv)                                                            \
+#define KV_CHECK_ON_RETURN(kv)                                                                  \
     const kv_check_scope kv_check_scope_ __attribute__((cleanup(kv_check_scope_end), unused)) = \
         {(kv), __func__}
 #else

@@ -34,7 +34,8 @@
  *   seal (USED, flag)                  kv_seal_page (st_kv_seq_commit)
  *   unseal (USED, flag)                make_writable (kv_seq.c) before a write
  *
- * Invariants (kv_check verifies every one; the randomized test calls it after each step):
+ * Invariants (kv_check verifies every one; the randomized test calls it after each step, and
+ * a STRATA_CHECK build after every public call that may change the pool: KV_CHECK_ON_RETURN):
  *   I1. Every page is in exactly one state. FREE pages are exactly the free list, CACHED
  *       pages exactly the LRU list; n_free + n_used + n_cached == n_pages.
  *   I2. refs(page) == the number of page-table entries, over all live sequences, naming it.
