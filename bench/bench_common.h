@@ -6,6 +6,7 @@
 
 #include "core/membw.h"
 #include "strata/core.h"
+#include "strata/model.h"
 #include "strata/quant.h"
 
 #include <stdio.h>
@@ -87,6 +88,18 @@ static inline const char *bench_kernels_name(const st_kernels *k, char *buf, siz
 static inline const char *bench_shared_dir(void) {
     const char *e = getenv("STRATA_SHARED");
     return e && *e ? e : STRATA_SOURCE_DIR "/../shared";
+}
+
+/* Model load params as the strata CLI takes them from the environment, so the benches
+ * compare the same layouts: STRATA_MMAP=1 maps the file, STRATA_WLAYOUT=rows keeps every
+ * matrix in the file's row layout. */
+static inline st_model_load_params bench_model_load_params(void) {
+    st_model_load_params p = st_model_load_default_params();
+    const char *e = getenv("STRATA_MMAP");
+    p.use_mmap = e && *e == '1';
+    e = getenv("STRATA_WLAYOUT");
+    if (e && !strcmp(e, "rows")) p.layout = ST_WEIGHT_LAYOUT_ROWS;
+    return p;
 }
 
 /* "1k,4k,32768" into out[<= max]: positive numbers, k or K for 1024. Returns the count, or

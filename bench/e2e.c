@@ -90,7 +90,8 @@ static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, st_
     st_model *m = NULL;
     st_kv *kv = NULL;
     st_runner *r = NULL;
-    int rc = st_model_load(ctx, path, &m);
+    st_model_load_params lp = bench_model_load_params();
+    int rc = st_model_load(ctx, path, &lp, &m);
     if (rc) {
         fprintf(stderr, "e2e: %s\n", st_ctx_error(ctx));
         return rc;
@@ -174,7 +175,7 @@ static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, st_
     free(lg);
     st_runner_destroy(r);
     st_kv_destroy(kv);
-    st_model_free(m);
+    st_model_destroy(m);
     return rc;
 }
 

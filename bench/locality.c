@@ -135,7 +135,8 @@ int main(int argc, char **argv) {
     int n_toks = 0;
     char *text = bench_read_file(text_path, &text_len);
     int rc = text ? st_ctx_create(&cp, &ctx) : -2;
-    if (!rc) rc = st_model_load(ctx, model_path, &trained);
+    st_model_load_params lp = bench_model_load_params();
+    if (!rc) rc = st_model_load(ctx, model_path, &lp, &trained);
     if (!rc) rc = st_tok_load(ctx, st_model_gguf(trained), NULL, &tok);
     if (!rc) rc = st_tok_encode_alloc(tok, text, text_len, true, false, &toks, &n_toks);
     const st_model_hparams *hp = trained ? st_model_get_hparams(trained) : NULL;
@@ -191,9 +192,9 @@ int main(int argc, char **argv) {
     if (rmdir(dir)) fprintf(stderr, "locality: could not remove %s\n", dir);
     free(toks);
     free(text);
-    st_tok_free(tok);
-    st_model_free(random);
-    st_model_free(trained);
+    st_tok_destroy(tok);
+    st_model_destroy(random);
+    st_model_destroy(trained);
     free(img);
     st_ctx_destroy(ctx);
     return rc ? 1 : 0;

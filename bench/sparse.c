@@ -394,7 +394,7 @@ int main(int argc, char **argv) {
     free(lg);
     st_runner_destroy(r);
     st_kv_destroy(kv);
-    st_model_free(m);
+    st_model_destroy(m);
     free(buf);
     st_ctx_destroy(ctx);
     return rc ? 1 : 0;

@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
                st_tok_get_kind(tok) == ST_TOK_BPE ? (best * 1e6 / len < 1.0 ? "  (target <1 s/MB: met)"
                                                                           : "  (target <1 s/MB: MISSED)")
                                                   : "");
-        st_tok_free(tok);
+        st_tok_destroy(tok);
     }
     st_ctx_destroy(ctx);
     free(text);

@@ -76,7 +76,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (st_detok_flush(d, &o, &l)) abort();
     memcpy(s + k, o, l), k += l;
     if (k != nd || memcmp(s, out, k)) abort();
-    st_detok_free(d);
+    st_detok_destroy(d);
     free(s);
     free(out);
     free(ids);

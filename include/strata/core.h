@@ -180,6 +180,22 @@ static inline void st_split_range(int64_t n, int ith, int nth, int64_t *i0, int6
 }
 
 /* ---- context ------------------------------------------------------------------ */
+/* Threads: an st_ctx is used by one thread at a time. Every call that may fail writes its
+ * message into the ctx's one error buffer (st_seterr, unlocked), and the ctx's thread pool
+ * runs one job at a time (st_threadpool_run), so two calls that take the same ctx, or take
+ * objects that keep it for their messages or threads (a KV cache, a runner, an open GGUF's
+ * getters), must not overlap: e.g. two runners sharing a ctx do not forward at once.
+ * Exceptions: st_ctx_isa and st_ctx_threadpool only read what creation fixed and may be
+ * called from any thread, including the pool's own tasks. Separate contexts are
+ * independent: one per thread runs in parallel. st_ctx_destroy: once nothing uses the ctx.
+ *
+ * The environment: st_ctx_create reads STRATA_THREADS and STRATA_ISA itself (not through
+ * the params the callers fill, as the model loader does for its variables) because that is
+ * its contract: it is how a test run under valgrind, or a comparison of kernel paths,
+ * forces an ISA or a thread count into every context, including the many that tests and
+ * benchmarks create with default params; moving it to the callers would mean every one of
+ * them reading the variables. They are read once, during st_ctx_create, never afterwards
+ * (getenv: not while another thread calls setenv). */
 typedef struct st_ctx st_ctx;
 
 typedef struct st_ctx_params {

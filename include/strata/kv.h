@@ -206,8 +206,12 @@ int st_kv_admit(st_kv *kv, int64_t n_tokens);
 
 /* Creates an empty sequence. Returns 0, ST_E_LIMIT (max_seqs live), ST_E_NOMEM. */
 int st_kv_seq_create(st_kv *kv, st_kv_seq_id *out);
-/* Releases the sequence's pages (pinned ones stay until unpinned; keyed ones stay cached).
- * Returns 0, ST_E_INVAL (bad id), ST_E_STATE (already freed: stale id). */
+/* Ends the sequence: drops its references to its pages (pinned ones stay until unpinned;
+ * keyed ones stay cached) and retires the id (later calls with it: ST_E_STATE). Named free,
+ * not destroy as handles are: a sequence is a slot that kv owns (st_kv_destroy ends every
+ * live one), not an object the caller owns, and its pages may outlive it. Dropping
+ * positions inside a sequence is st_kv_seq_remove. Returns 0, ST_E_INVAL (bad id),
+ * ST_E_STATE (already freed: stale id). */
 int st_kv_seq_free(st_kv *kv, st_kv_seq_id seq);
 /* New sequence sharing every page of src by refcount (no page is copied now: the partial
  * tail page is shared too and copied by whichever sequence first writes into it, so an

@@ -70,13 +70,33 @@ typedef struct st_model_hparams {
 
 typedef struct st_model st_model;
 
-/* Opens path (read into huge-page memory; STRATA_MMAP=1 maps it), reads the hyper-parameters
- * and checks every tensor's presence, type and shape. Product weights of the types and shapes
- * the ctx's kernels run in the quad layout (quant.h) are rearranged into it after the
- * fingerprint is taken (not with STRATA_MMAP=1, nor by st_model_load_memory, whose bytes are
- * borrowed; STRATA_WLAYOUT=rows turns it off). *out owned by the caller: st_model_free. */
-int st_model_load(st_ctx *ctx, const char *path, st_model **out);
-void st_model_free(st_model *m); /* NULL is a no-op */
+/* Where the product weights sit after a load. */
+typedef enum st_weight_layout {
+    ST_WEIGHT_LAYOUT_AUTO = 0, /* rearranged where the ctx's kernels run a better layout */
+    ST_WEIGHT_LAYOUT_ROWS = 1, /* every matrix in the file's row layout (for comparisons) */
+} st_weight_layout;
+
+typedef struct st_model_load_params {
+    int use_mmap;            /* nonzero: map the file (less RAM when several processes share
+                                it, but the row layout: a mapping is not rearranged); 0: read
+                                it into huge-page memory */
+    st_weight_layout layout;
+} st_model_load_params;
+
+/* use_mmap 0, layout ST_WEIGHT_LAYOUT_AUTO. */
+st_model_load_params st_model_load_default_params(void);
+
+/* Opens path (read into huge-page memory, or mapped with p->use_mmap), reads the
+ * hyper-parameters and checks every tensor's presence, type and shape. With
+ * ST_WEIGHT_LAYOUT_AUTO, product weights of the types and shapes the ctx's kernels run in the
+ * quad layout (quant.h) are rearranged into it after the fingerprint is taken (not in a
+ * mapping, nor by st_model_load_memory, whose bytes are borrowed). p NULL: the defaults; p is
+ * read during the call only. Reads no environment variable (the CLI maps STRATA_MMAP and
+ * STRATA_WLAYOUT onto p). *out owned by the caller: st_model_destroy. Returns 0, ST_E_INVAL
+ * (NULL path or out, a layout out of range), the errors at the top of this header, or the
+ * file's (gguf.h). */
+int st_model_load(st_ctx *ctx, const char *path, const st_model_load_params *p, st_model **out);
+void st_model_destroy(st_model *m); /* NULL is a no-op */
 
 const st_model_hparams *st_model_get_hparams(const st_model *m);
 /* The open GGUF (for the tokenizer: tok.h reads its vocabulary). Borrowed: valid while m lives. */
@@ -97,8 +117,9 @@ int st_model_n_quad_matrices(const st_model *m);
  * ST_PANEL_MAX_COLS, e.g. the 1B shape's ffn_down), for tests and benchmarks. */
 int st_model_n_panel_matrices(const st_model *m);
 
-/* Same as st_model_load over a GGUF image in memory (buf borrowed: it must outlive the model);
- * name is used in messages. */
+/* Same as st_model_load with the default params over a GGUF image in memory (buf borrowed:
+ * it must outlive the model, so weights keep the row layout: it takes no load params); name
+ * is used in messages. */
 int st_model_load_memory(st_ctx *ctx, const void *buf, size_t size, const char *name, st_model **out);
 
 /* ---- synthetic models ------------------------------------------------------------------

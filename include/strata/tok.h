@@ -86,11 +86,11 @@ st_tok_vocab_desc st_tok_vocab_desc_init(void);
  * Errors: ST_E_NOT_FOUND (no tokenizer.ggml.model / tokens / merges), ST_E_TYPE (a key of
  * the wrong type), ST_E_UNSUPPORTED (model other than llama/gpt2, unknown pre-tokenizer),
  * ST_E_FORMAT (duplicate token, id out of range, bad merge), ST_E_LIMIT, ST_E_NOMEM;
- * details in ctx. *out owned by the caller: st_tok_free. */
+ * details in ctx. *out owned by the caller: st_tok_destroy. */
 int st_tok_load(st_ctx *ctx, st_gguf *g, const st_tok_params *params, st_tok **out);
 /* Same from an in-memory description. */
 int st_tok_create(st_ctx *ctx, const st_tok_vocab_desc *desc, const st_tok_params *params, st_tok **out);
-void st_tok_free(st_tok *tok); /* NULL is a no-op */
+void st_tok_destroy(st_tok *tok); /* NULL is a no-op */
 
 /* Tokenizes text[0, len) (any bytes; invalid UTF-8 is read as U+FFFD like llama.cpp).
  * add_special: BOS/EOS as the vocabulary asks (add_bos / add_eos). parse_special: control
@@ -106,7 +106,7 @@ int st_tok_encode_alloc(const st_tok *tok, const char *text, size_t len, bool ad
 
 /* The bytes id stands for in output text: SPM "▁" unescaped to spaces, byte tokens as
  * their byte, byte-level BPE decoded to raw bytes, special tokens as their text. *p
- * borrowed, valid until st_tok_free; not NUL-terminated (a byte token may be 0x00).
+ * borrowed, valid until st_tok_destroy; not NUL-terminated (a byte token may be 0x00).
  * Errors: ST_E_INVAL (id out of range). */
 int st_tok_piece(const st_tok *tok, int32_t id, const char **p, size_t *len);
 /* The token's text exactly as in the vocabulary ("▁Hello", "Ġworld", "<0x0A>"). */
@@ -150,9 +150,9 @@ typedef struct st_detok st_detok;
 #define ST_DETOK_STRIP_LEADING_SPACE 4u /* drop one leading space of the first piece (SPM) */
 
 /* flags: ST_DETOK_RENDER_SPECIAL, ST_DETOK_STRIP_LEADING_SPACE. tok must outlive it.
- * Errors: ST_E_INVAL, ST_E_NOMEM. *out owned by the caller: st_detok_free. */
+ * Errors: ST_E_INVAL, ST_E_NOMEM. *out owned by the caller: st_detok_destroy. */
 int st_detok_create(const st_tok *tok, unsigned flags, st_detok **out);
-void st_detok_free(st_detok *d); /* NULL is a no-op */
+void st_detok_destroy(st_detok *d); /* NULL is a no-op */
 /* Appends id's bytes; *out / *n_out are the bytes that are now complete UTF-8 (possibly
  * none). *out is borrowed until the next call on d. A byte sequence that can never become
  * valid UTF-8 is released as it is (never held forever). ST_E_INVAL for a bad id. */

@@ -295,7 +295,7 @@ static void chat_free(chat *c) {
     free(c->acct);
     free(c->reply);
     free(c->logits);
-    st_detok_free(c->dt);
+    st_detok_destroy(c->dt);
     st_sampler_destroy(c->smp);
     if (c->seq >= 0) st_kv_seq_free(c->s->kv, c->seq);
 }

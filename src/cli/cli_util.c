@@ -178,8 +178,8 @@ int st_cli_kv_type(const char *s, st_type *out) {
 void st_cli_session_close(st_cli_session *s) {
     st_runner_destroy(s->runner);
     st_kv_destroy(s->kv);
-    st_tok_free(s->tok);
-    st_model_free(s->model);
+    st_tok_destroy(s->tok);
+    st_model_destroy(s->model);
     free(s->synth_buf);
     st_ctx_destroy(s->ctx);
     memset(s, 0, sizeof *s);
@@ -195,12 +195,22 @@ static int fail(const char *cmd, st_cli_session *s, int rc, const char *what) {
     return st_cli_exit_code(rc);
 }
 
+st_model_load_params st_cli_model_load_params(int mmap) {
+    st_model_load_params p = st_model_load_default_params();
+    const char *e = getenv("STRATA_MMAP");
+    p.use_mmap = mmap ? mmap > 0 : e && *e == '1';
+    e = getenv("STRATA_WLAYOUT");
+    if (e && !strcmp(e, "rows")) p.layout = ST_WEIGHT_LAYOUT_ROWS;
+    return p;
+}
+
 int st_cli_session_open(const char *cmd, const st_cli_session_opts *o, st_cli_session *s) {
     memset(s, 0, sizeof *s);
     int rc = st_cli_ctx_create(cmd, o->n_threads, &s->ctx);
     if (rc) return rc;
     if (o->model_path) {
-        rc = st_model_load(s->ctx, o->model_path, &s->model);
+        st_model_load_params lp = st_cli_model_load_params(o->mmap);
+        rc = st_model_load(s->ctx, o->model_path, &lp, &s->model);
     } else {
         size_t n = 0;
         rc = st_synth_write_memory(s->ctx, o->synth, &s->synth_buf, &n);

@@ -71,7 +71,17 @@ typedef struct st_cli_session_opts {
     int32_t n_batch;        /* 0: 256 */
     int need_tok;           /* load the tokenizer */
     const st_cli_kv_flags *kv_flags; /* NULL: no SSD tier (kv_flags.h) */
+    int mmap;               /* 1 --mmap, -1 --no-mmap, 0: $STRATA_MMAP (st_cli_model_load_params) */
 } st_cli_session_opts;
+
+/* The model load params of a command: $STRATA_MMAP=1 maps the file and $STRATA_WLAYOUT=rows
+ * keeps the row layout (model.h); mmap (1 --mmap, -1 --no-mmap, 0 not given) overrides
+ * STRATA_MMAP. Reads the environment, hence here and not in the library. */
+st_model_load_params st_cli_model_load_params(int mmap);
+#define ST_CLI_MMAP_USAGE                                                                       \
+    "--mmap maps the model file instead of reading it into memory (less RAM when processes\n"   \
+    "share it, but the weights stay in the file's row layout); --no-mmap reads it, the\n"       \
+    "default unless $STRATA_MMAP=1.\n"
 
 /* Opens everything; on error prints one line "strata <cmd>: <message>" to stderr and
  * returns the exit code (2 bad input, 1 internal), with nothing left open. */

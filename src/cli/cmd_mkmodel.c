@@ -93,14 +93,15 @@ int st_cmd_mkmodel(int argc, char **argv) {
         return st_cli_exit_code(rc);
     }
     st_model *m = NULL;
-    rc = st_model_load(ctx, out, &m);
+    st_model_load_params lp = st_cli_model_load_params(0);
+    rc = st_model_load(ctx, out, &lp, &m);
     if (!rc)
         fprintf(stderr, "wrote %s in %.1f s: %s, %.1f M params, %.1f MiB of weights per token\n", out,
                 st_time_now() - t0, st_model_desc(m), st_model_n_params(m) / 1e6,
                 st_model_weight_bytes(m) / 1048576.0);
     else
         fprintf(stderr, "strata mkmodel: wrote %s but cannot load it back: %s\n", out, st_ctx_error(ctx));
-    st_model_free(m);
+    st_model_destroy(m);
     st_ctx_destroy(ctx);
     return rc ? ST_EXIT_INTERNAL : 0;
 }

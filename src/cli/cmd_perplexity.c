@@ -14,13 +14,13 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: strata perplexity -m FILE -f TEXT [-c CTX] [-t THREADS] [-b N_BATCH] [--chunks N]\n"
                "                         [--kv-page P] [--kv-type f16|bf16|f32|q8_0] [--kv-budget N ...]\n"
-               "                         [--no-escape]\n"
+               "                         [--no-escape] [--mmap | --no-mmap]\n"
                "-t: default $STRATA_THREADS, else the CPUs this process may run on.\n"
                "TEXT is read as llama.cpp's tools read -f: one trailing newline dropped, and the escapes\n"
                "\\n \\r \\t \\' \\\" \\\\ \\xHH turned into the bytes they stand for unless --no-escape.\n"
                "With any --kv-* Quest flag every token is run as a decode step (token by token), so it\n"
                "is scored with exactly the attention sparse decode gives it (--kv-budget 0: dense).\n"
-               ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
+               ST_CLI_MMAP_USAGE ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
 }
 
 /* -log p(target) from one row of logits, in double as llama.cpp does. */
@@ -36,7 +36,7 @@ static double nll(const float *lg, int n, int32_t target) {
 int st_cmd_perplexity(int argc, char **argv) {
     const char *model = NULL, *file = NULL;
     long long n_ctx = 512, n_threads = 0, n_batch = 0, kv_page = 16, max_chunks = -1;
-    int escape = 1;
+    int escape = 1, mmap = 0;
     st_type kv_type = ST_TYPE_F16;
     st_cli_quest quest;
     st_cli_quest_init(&quest);
@@ -56,6 +56,9 @@ int st_cmd_perplexity(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--no-escape") || !strcmp(a, "-e") || !strcmp(a, "--escape")) {
             escape = !strcmp(a, "--no-escape") ? 0 : 1;
+            continue; /* no value */
+        } else if (!strcmp(a, "--mmap") || !strcmp(a, "--no-mmap")) {
+            mmap = !strcmp(a, "--mmap") ? 1 : -1;
             continue; /* no value */
         } else if (!strcmp(a, "-m")) model = v;
         else if (!strcmp(a, "-f")) file = v;
@@ -90,7 +93,7 @@ int st_cmd_perplexity(int argc, char **argv) {
     st_cli_session_opts so = {.model_path = model, .n_threads = (int)n_threads, .n_ctx = (int32_t)n_ctx,
                               .n_seqs = 1, .page_size = (int)kv_page, .kv_type = kv_type,
                               .n_batch = (int32_t)(n_batch ? n_batch : n_ctx), .need_tok = 1,
-                              .kv_flags = &tier};
+                              .kv_flags = &tier, .mmap = mmap};
     st_cli_session s;
     if ((rc = st_cli_session_open("perplexity", &so, &s))) {
         free(text);

@@ -23,7 +23,7 @@ static void usage(FILE *f) {
             "                  [--seed S] [--kv-page P] [--kv-type f16|bf16|f32|q8_0] [-b N_BATCH]\n"
             "                  [--chat [--chat-template NAME] [--system TEXT]]\n"
             "                  [--prompt-cache FILE [--prompt-cache-ro | --prompt-cache-all]]\n"
-            "                  [--no-escape] [--ignore-eos] [-l ID+BIAS | -l ID-BIAS ...]\n"
+            "                  [--no-escape] [--ignore-eos] [-l ID+BIAS | -l ID-BIAS ...] [--mmap | --no-mmap]\n"
             "--chat: interactive chat on stdin (one message a line; /reset, /exit); the KV is kept\n"
             "between turns. The template comes from the GGUF unless --chat-template names one.\n"
             "Without -m, runs a built-in synthetic model (random weights, byte-level tokenizer).\n"
@@ -43,6 +43,7 @@ static void usage(FILE *f) {
             "--frequency-penalty 0, --presence-penalty 0 (both over the last --repeat-last-n tokens),\n"
             "--repeat-last-n 64, --seed 12648430 (0xC0FFEE),\n"
             "--kv-page 16, --kv-type f16.\n"
+            ST_CLI_MMAP_USAGE
             "--prompt-cache FILE: restore the KV of the longest prefix this prompt shares with FILE\n"
             "(a KV snapshot of an earlier run of the same model and KV settings) and save this\n"
             "prompt's KV there when it went further; -ro: never write FILE; -all: save after the\n"
@@ -85,6 +86,7 @@ typedef struct run_opts {
     int chat;
     int seed_random; /* --seed -1 */
     int no_escape, ignore_eos;
+    int mmap; /* 1 --mmap, -1 --no-mmap, 0 not given ($STRATA_MMAP) */
     st_cli_bias bias[RUN_MAX_BIAS]; /* -l: logit biases, in the order given */
     int n_bias;
     st_type kv_type_k, kv_type_v; /* -ctk / -ctv (llama.cpp's --kv-type); ST_TYPE_COUNT_: not given */
@@ -128,6 +130,8 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "-e") || !strcmp(a, "--escape")) o->no_escape = 0, takes = 0;
         else if (!strcmp(a, "--no-escape")) o->no_escape = 1, takes = 0;
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1, takes = 0;
+        else if (!strcmp(a, "--mmap")) o->mmap = 1, takes = 0;
+        else if (!strcmp(a, "--no-mmap")) o->mmap = -1, takes = 0;
         else if (!strcmp(a, "-l") || !strcmp(a, "--logit-bias")) {
             if (o->n_bias == RUN_MAX_BIAS) {
                 fprintf(stderr, "strata run: more than %d -l / --logit-bias\n", RUN_MAX_BIAS);
@@ -352,7 +356,7 @@ static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt,
                     (long long)ks.tier_drops);
     }
 out:
-    st_detok_free(dt);
+    st_detok_destroy(dt);
     st_sampler_destroy(smp);
     free(logits);
     return rc ? st_cli_exit_code(rc) : exit_code;
@@ -383,7 +387,7 @@ int st_cmd_run(int argc, char **argv) {
     st_cli_session_opts so = {.model_path = o.model, .synth = &synth, .n_threads = (int)o.n_threads,
                               .n_ctx = (int32_t)o.n_ctx, .n_seqs = 1, .page_size = (int)o.kv_page,
                               .kv_type = o.kv_type, .n_batch = (int32_t)o.n_batch, .need_tok = 1,
-                              .kv_flags = &o.tier};
+                              .kv_flags = &o.tier, .mmap = o.mmap};
     if (!o.model)
         fprintf(stderr, "strata run: no -m given: running the built-in synthetic model (random weights, "
                         "byte-level tokenizer; the text it writes is noise)\n");

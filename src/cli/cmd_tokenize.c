@@ -134,7 +134,7 @@ int st_cmd_tokenize(int argc, char **argv) {
     }
     if (!rc && count) printf("Total number of tokens: %d\n", n);
     free(ids);
-    st_tok_free(tok);
+    st_tok_destroy(tok);
     st_gguf_close(g);
     st_ctx_destroy(ctx);
     free(buf);

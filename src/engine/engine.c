@@ -90,8 +90,8 @@ void st_engine_destroy(st_engine *e) {
     free(e->reqs);
     st_runner_destroy(e->runner);
     st_kv_destroy(e->kv);
-    st_tok_free(e->tok);
-    st_model_free(e->model);
+    st_tok_destroy(e->tok);
+    st_model_destroy(e->model);
     free(e->synth_buf);
     st_ctx_destroy(e->ctx);
     free(e->model_path);
@@ -160,7 +160,10 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
         return rc;
     }
     if (p->model_path) {
-        rc = st_model_load(e->ctx, p->model_path, &e->model);
+        st_model_load_params lp = st_model_load_default_params();
+        lp.use_mmap = p->use_mmap;
+        lp.layout = p->weight_rows ? ST_WEIGHT_LAYOUT_ROWS : ST_WEIGHT_LAYOUT_AUTO;
+        rc = st_model_load(e->ctx, p->model_path, &lp, &e->model);
     } else {
         const st_synth_params sp = params && params->synth ? *params->synth : st_engine_builtin_model();
         size_t n = 0;

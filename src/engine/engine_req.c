@@ -58,7 +58,7 @@ void en_req_free(en_req *q) {
     free(q->held);
     free(q->prompt);
     st_sampler_destroy(q->smp);
-    st_detok_free(q->dt);
+    st_detok_destroy(q->dt);
     memset(q, 0, sizeof *q);
 }
 

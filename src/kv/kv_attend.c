@@ -630,6 +630,7 @@ static void as_attn_seq(const seq_views *sv, st_attn_seq *a) {
 int st_kv_attend_decode(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
                         int layer, const st_kv_seq_id *seqs, int n_seq,
                         const st_kv_select *const *sel, const float *q, float *out) {
+    KV_CHECK_ON_RETURN(kv);
     if (!kv) return ST_E_INVAL;
     if (n_seq < 0 || (n_seq > 0 && (!seqs || !q || !out)))
         return st_seterr(ctx, ST_E_INVAL, "kv: attend_decode: NULL argument or n_seq %d", n_seq);
@@ -666,6 +667,7 @@ int st_kv_attend_decode(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_ge
 int st_kv_attend_chunk(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
                        int layer, st_kv_seq_id seq, const float *q, int32_t n_q,
                        int64_t pos0_q, float *out) {
+    KV_CHECK_ON_RETURN(kv);
     if (!kv) return ST_E_INVAL;
     if (n_q < 0 || (n_q > 0 && (!q || !out)))
         return st_seterr(ctx, ST_E_INVAL, "kv: attend_chunk: NULL argument or n_q %d", n_q);

@@ -151,6 +151,31 @@ void kv_cache_drop(st_kv *kv, int32_t page); /* CACHED -> FREE (unreferenced, un
 /* Full invariant check (tests, debug): 0 or ST_E_STATE with the first violation in msg. */
 int kv_check(const st_kv *kv, char *msg, size_t cap);
 
+/* STRATA_CHECK builds (cmake -DSTRATA_CHECK=ON; make test-asan) run kv_check when a public
+ * call that may change kv returns, and abort naming the call and the broken invariant, so
+ * a violation is reported by the call that made it rather than by whatever trips over it
+ * later. KV_CHECK_ON_RETURN(kv), the first statement of such a function, checks as the
+ * function's scope ends (the cleanup attribute: after the return value is computed, on
+ * every return path, error paths included, since "on error nothing changed" must leave the
+ * invariants whole too). KV_CHECK(kv, call) checks at that point (kv NULL: nothing). A
+ * check that cannot allocate its scratch is skipped. Both compile to nothing without
+ * STRATA_CHECK. */
+#ifdef STRATA_CHECK
+void kv_check_or_abort(const st_kv *kv, const char *call);
+typedef struct kv_check_scope {
+    const st_kv *kv;
+    const char *call;
+} kv_check_scope;
+void kv_check_scope_end(const kv_check_scope *s);
+#define KV_CHECK(kv, call) kv_check_or_abort((kv), (call))
+#define KV_CHECK_ON_RETURN(kv)                                                                  \
+    const kv_check_scope kv_check_scope_ __attribute__((cleanup(kv_check_scope_end), unused)) = \
+        {(kv), __func__}
+#else
+#define KV_CHECK(kv, call) ((void)0)
+#define KV_CHECK_ON_RETURN(kv) ((void)0)
+#endif
+
 /* kv_convert.c: element conversion into / out of a page's layer block */
 void kv_store_token(st_kv *kv, uint8_t *layer_block, int slot, const float *k, const float *v);
 void kv_load_token(const st_kv *kv, const uint8_t *layer_block, int slot, float *k, float *v);

@@ -34,7 +34,8 @@
  *   seal (USED, flag)                  kv_seal_page (st_kv_seq_commit)
  *   unseal (USED, flag)                make_writable (kv_seq.c) before a write
  *
- * Invariants (kv_check verifies every one; the randomized test calls it after each step):
+ * Invariants (kv_check verifies every one; the randomized test calls it after each step, and
+ * a STRATA_CHECK build after every public call that may change the pool: KV_CHECK_ON_RETURN):
  *   I1. Every page is in exactly one state. FREE pages are exactly the free list, CACHED
  *       pages exactly the LRU list; n_free + n_used + n_cached == n_pages.
  *   I2. refs(page) == the number of page-table entries, over all live sequences, naming it.
@@ -251,6 +252,7 @@ int st_kv_create(st_ctx *ctx, const st_kv_params *params, st_kv **out) {
     kv->p.spill_dir = kv->p.instance_id = NULL;
     kv->p.spill_open = NULL;
     kv->p.spill_open_arg = NULL;
+    KV_CHECK(kv, "st_kv_create");
     *out = kv;
     return 0;
 nomem:
@@ -435,6 +437,7 @@ static int page_arg(const st_kv *kv, st_kv_page_id page, const char *fn) {
 }
 
 int st_kv_pin(st_kv *kv, st_kv_page_id page) {
+    KV_CHECK_ON_RETURN(kv);
     int rc = page_arg(kv, page, "pin");
     if (rc) return rc;
     kv_page *pg = &kv->pages[page];
@@ -448,6 +451,7 @@ int st_kv_pin(st_kv *kv, st_kv_page_id page) {
 }
 
 int st_kv_unpin(st_kv *kv, st_kv_page_id page) {
+    KV_CHECK_ON_RETURN(kv);
     int rc = page_arg(kv, page, "unpin");
     if (rc) return rc;
     kv_page *pg = &kv->pages[page];
@@ -527,6 +531,20 @@ static int check_seq(const st_kv *kv, const kv_seq *s, int32_t *refs, char *msg,
     }
     return 0;
 }
+
+#ifdef STRATA_CHECK
+void kv_check_or_abort(const st_kv *kv, const char *call) {
+    if (!kv) return;
+    char msg[512];
+    int rc = kv_check(kv, msg, sizeof msg);
+    if (rc != ST_E_STATE) return; /* 0, or no memory to check with */
+    fprintf(stderr, "strata: STRATA_CHECK: KV invariant broken after %s: %s\n", call, msg);
+    fflush(stderr);
+    abort();
+}
+
+void kv_check_scope_end(const kv_check_scope *s) { kv_check_or_abort(s->kv, s->call); }
+#endif
 
 int kv_check(const st_kv *kv, char *msg, size_t cap) {
     int32_t *refs = calloc((size_t)kv->n_pages, sizeof *refs);

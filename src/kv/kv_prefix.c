@@ -149,6 +149,7 @@ int st_kv_prefix_lookup(const st_kv *kv, const int32_t *tokens, int64_t n, int64
 
 int st_kv_prefix_attach(st_kv *kv, st_kv_seq_id seq, const int32_t *tokens, int64_t n,
                         int64_t *n_attached) {
+    KV_CHECK_ON_RETURN(kv);
     if (n_attached) *n_attached = 0;
     if (n < 0 || (n > 0 && !tokens))
         return st_seterr(kv->ctx, ST_E_INVAL, "kv: prefix_attach: bad tokens/n");

@@ -50,6 +50,7 @@ void kv_seq_release_entry(st_kv *kv, kv_entry *e) {
 }
 
 int st_kv_seq_create(st_kv *kv, st_kv_seq_id *out) {
+    KV_CHECK_ON_RETURN(kv);
     if (!out) return st_seterr(kv->ctx, ST_E_INVAL, "kv: seq_create: out is NULL");
     *out = -1;
     kv_seq *s;
@@ -60,6 +61,7 @@ int st_kv_seq_create(st_kv *kv, st_kv_seq_id *out) {
 }
 
 int st_kv_seq_free(st_kv *kv, st_kv_seq_id seq) {
+    KV_CHECK_ON_RETURN(kv);
     kv_seq *s;
     int rc = kv_seq_get(kv, seq, &s);
     if (rc) return rc;
@@ -75,6 +77,7 @@ int st_kv_seq_free(st_kv *kv, st_kv_seq_id seq) {
 }
 
 int st_kv_seq_fork(st_kv *kv, st_kv_seq_id src, st_kv_seq_id *dst) {
+    KV_CHECK_ON_RETURN(kv);
     if (!dst) return st_seterr(kv->ctx, ST_E_INVAL, "kv: fork: dst is NULL");
     *dst = -1;
     kv_seq *s, *d;
@@ -165,6 +168,7 @@ static int needs_copy(const st_kv *kv, const kv_entry *e) {
 
 int st_kv_seq_reserve(st_kv *kv, st_kv_seq_id seq, int64_t n, const int32_t *tokens,
                       int64_t *pos0) {
+    KV_CHECK_ON_RETURN(kv);
     if (pos0) *pos0 = 0;
     kv_seq *s;
     int rc = kv_seq_get_ok(kv, seq, &s);
@@ -235,6 +239,7 @@ static int check_range(const st_kv *kv, const kv_seq *s, int layer, int64_t pos,
 
 int st_kv_write(st_kv *kv, st_kv_seq_id seq, int layer, int64_t pos, int64_t n,
                 const float *k, const float *v) {
+    KV_CHECK_ON_RETURN(kv);
     kv_seq *s;
     int rc = kv_seq_get_ok(kv, seq, &s);
     if (rc) return rc;
@@ -264,6 +269,7 @@ int st_kv_write(st_kv *kv, st_kv_seq_id seq, int layer, int64_t pos, int64_t n,
 }
 
 int st_kv_seq_commit(st_kv *kv, st_kv_seq_id seq) {
+    KV_CHECK_ON_RETURN(kv);
     kv_seq *s;
     int rc = kv_seq_get_ok(kv, seq, &s);
     if (rc) return rc;
@@ -285,6 +291,7 @@ int st_kv_seq_commit(st_kv *kv, st_kv_seq_id seq) {
 
 int st_kv_seq_append(st_kv *kv, st_kv_seq_id seq, int64_t n, const int32_t *tokens,
                      const float *k, const float *v) {
+    KV_CHECK_ON_RETURN(kv);
     if (!k || !v) return st_seterr(kv->ctx, ST_E_INVAL, "kv: append: k or v NULL");
     int64_t p0;
     int rc = st_kv_seq_reserve(kv, seq, n, tokens, &p0);
@@ -306,6 +313,7 @@ int st_kv_seq_append(st_kv *kv, st_kv_seq_id seq, int64_t n, const int32_t *toke
 
 int st_kv_read(const st_kv *kv, st_kv_seq_id seq, int layer, int64_t pos, int64_t n,
                float *k, float *v) {
+    KV_CHECK_ON_RETURN(kv);
     kv_seq *s;
     int rc = kv_seq_get_ok(kv, seq, &s);
     if (rc) return rc;
@@ -362,6 +370,7 @@ static void normalize_mask(kv_entry *e) {
 }
 
 int st_kv_seq_truncate(st_kv *kv, st_kv_seq_id seq, int64_t len) {
+    KV_CHECK_ON_RETURN(kv);
     kv_seq *s;
     int rc = kv_seq_get_ok(kv, seq, &s);
     if (rc) return rc;
@@ -384,6 +393,7 @@ int st_kv_seq_truncate(st_kv *kv, st_kv_seq_id seq, int64_t len) {
 }
 
 int st_kv_seq_remove(st_kv *kv, st_kv_seq_id seq, int64_t p0, int64_t p1) {
+    KV_CHECK_ON_RETURN(kv);
     kv_seq *s;
     int rc = kv_seq_get_ok(kv, seq, &s);
     if (rc) return rc;

@@ -143,6 +143,7 @@ static void put_seq(const st_kv *kv, wbuf *w, uint32_t idx, const kv_seq *s, int
 
 int st_kv_snapshot_write(st_kv *kv, const st_kv_seq_id *seqs, int n_seqs, int64_t max_pages,
                          st_kv_io *io) {
+    KV_CHECK_ON_RETURN(kv);
     if (!io || !io->write || n_seqs < 0 || (n_seqs > 0 && !seqs) || n_seqs > ST_KV_MAX_SEQS)
         return st_seterr(kv->ctx, ST_E_INVAL, "kv snapshot: bad arguments (io, seqs, n_seqs %d)",
                          n_seqs);
@@ -602,6 +603,7 @@ static void apply(st_kv *kv, staged *st, int32_t *phys, st_kv_seq_id *out) {
 
 int st_kv_snapshot_read(st_kv *kv, st_kv_io *io, st_kv_seq_id *out_seqs, int max_seqs,
                         int *n_out) {
+    KV_CHECK_ON_RETURN(kv);
     if (n_out) *n_out = 0;
     if (!io || !io->read || !n_out || max_seqs < 0 || (max_seqs > 0 && !out_seqs))
         return st_seterr(kv->ctx, ST_E_INVAL, "kv snapshot: bad arguments");

@@ -400,6 +400,7 @@ int kv_read_block(st_kv *kv, int32_t id, int layer, uint8_t *buf) {
 /* ---- public tier functions ------------------------------------------------------------------ */
 
 int st_kv_flush(st_kv *kv) {
+    KV_CHECK_ON_RETURN(kv);
     if (!kv || !kv->spill) return 0;
     return st_spill_flush(kv->spill, 0, kv->ctx);
 }

@@ -389,11 +389,10 @@ static void pack_one(const st_kernels *k, st_model *m, st_wt *w) {
  * with rows over ST_PANEL_MAX_COLS take the panel layout (a panel's activation slice stays in
  * L1 beside the weight stream; docs/PERFORMANCE.md, quantized matvec). The embeddings
  * (rows looked up one at a time) and a tied output keep the row layout. After the
- * fingerprint, which is of the file's bytes. STRATA_WLAYOUT=rows keeps every matrix as in
+ * fingerprint, which is of the file's bytes. ST_WEIGHT_LAYOUT_ROWS keeps every matrix as in
  * the file (for comparisons). */
-static void pack_weights(st_ctx *ctx, st_model *m) {
-    const char *e = getenv("STRATA_WLAYOUT");
-    if ((e && !strcmp(e, "rows")) || st_gguf_set_writable(m->g, 1)) return;
+static void pack_weights(st_ctx *ctx, st_model *m, st_weight_layout layout) {
+    if (layout == ST_WEIGHT_LAYOUT_ROWS || st_gguf_set_writable(m->g, 1)) return;
     /* without a ctx, the best table the CPU runs (what a default ctx would pick) */
     const st_kernels *k = st_kernels_get(ctx ? st_ctx_isa(ctx) : st_cpu_best_isa());
     if (!m->hp.tied_output) pack_one(k, m, &m->output);
@@ -409,7 +408,8 @@ static void pack_weights(st_ctx *ctx, st_model *m) {
 
 /* Takes ownership of g (closed on error). Weights are rearranged (pack_weights) only when g
  * holds its own copy of the file, which st_gguf_set_writable checks. */
-static int load_from(st_ctx *ctx, st_gguf *g, const char *path, st_model **out) {
+static int load_from(st_ctx *ctx, st_gguf *g, const char *path, st_weight_layout layout,
+                     st_model **out) {
     st_model *m = calloc(1, sizeof *m);
     if (!m) {
         st_gguf_close(g);
@@ -446,25 +446,34 @@ static int load_from(st_ctx *ctx, st_gguf *g, const char *path, st_model **out) 
     if (rc) goto fail;
     compute_sizes(m);
     compute_fingerprint(m);
-    pack_weights(ctx, m);
+    pack_weights(ctx, m, layout);
     *out = m;
     return 0;
 fail:
-    st_model_free(m);
+    st_model_destroy(m);
     return rc;
 }
 
-int st_model_load(st_ctx *ctx, const char *path, st_model **out) {
+st_model_load_params st_model_load_default_params(void) {
+    st_model_load_params p = {.use_mmap = 0, .layout = ST_WEIGHT_LAYOUT_AUTO};
+    return p;
+}
+
+int st_model_load(st_ctx *ctx, const char *path, const st_model_load_params *params, st_model **out) {
     if (!out || !path) return ST_E_INVAL;
     *out = NULL;
+    st_model_load_params p = params ? *params : st_model_load_default_params();
+    if (p.layout != ST_WEIGHT_LAYOUT_AUTO && p.layout != ST_WEIGHT_LAYOUT_ROWS)
+        return st_seterr(ctx, ST_E_INVAL, "%s: weight layout %d is not auto (0) or rows (1)", path,
+                         (int)p.layout);
     st_gguf *g = NULL;
     /* Weights are read into huge-page-backed memory by default: decode streams every weight
      * once per token, and behind a file mapping its 4 KiB pages cost TLB misses (figures in
-     * docs/PERFORMANCE.md, end to end). STRATA_MMAP=1 maps the file instead (less RAM when several processes share it). */
-    const char *e = getenv("STRATA_MMAP");
-    int rc = st_gguf_open_flags(ctx, path, e && *e == '1' ? 0 : ST_GGUF_OPEN_ANON, &g);
+     * docs/PERFORMANCE.md, end to end). use_mmap maps the file instead (less RAM when several
+     * processes share it). */
+    int rc = st_gguf_open_flags(ctx, path, p.use_mmap ? 0 : ST_GGUF_OPEN_ANON, &g);
     if (rc) return rc;
-    return load_from(ctx, g, path, out);
+    return load_from(ctx, g, path, p.layout, out);
 }
 
 int st_model_load_memory(st_ctx *ctx, const void *buf, size_t size, const char *name, st_model **out) {
@@ -473,10 +482,10 @@ int st_model_load_memory(st_ctx *ctx, const void *buf, size_t size, const char *
     st_gguf *g = NULL;
     int rc = st_gguf_open_memory(ctx, buf, size, name ? name : "(memory)", &g);
     if (rc) return rc;
-    return load_from(ctx, g, name ? name : "(memory)", out);
+    return load_from(ctx, g, name ? name : "(memory)", ST_WEIGHT_LAYOUT_AUTO, out);
 }
 
-void st_model_free(st_model *m) {
+void st_model_destroy(st_model *m) {
     if (!m) return;
     st_gguf_close(m->g);
     free(m->layers);

@@ -35,7 +35,7 @@ int st_detok_create(const st_tok *tok, unsigned flags, st_detok **out) {
     return 0;
 }
 
-void st_detok_free(st_detok *d) {
+void st_detok_destroy(st_detok *d) {
     if (!d) return;
     free(d->out);
     free(d);

@@ -451,11 +451,11 @@ int st_tok_create(st_ctx *ctx, const st_tok_vocab_desc *d, const st_tok_params *
     return 0;
 fail:
     if (rc == ST_E_NOMEM) st_seterr(ctx, rc, "out of memory building the tokenizer");
-    st_tok_free(t);
+    st_tok_destroy(t);
     return rc;
 }
 
-void st_tok_free(st_tok *t) {
+void st_tok_destroy(st_tok *t) {
     if (!t) return;
     for (int32_t i = t->n_vocab; i < t->n_sym; i++) free((void *)t->text[i]);
     free(t->arena);

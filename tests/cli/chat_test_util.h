@@ -167,7 +167,7 @@ static inline int chat_turn1(const st_tok *tok, st_chat_tmpl t, const char *sys,
 
 /* Loads the tokenizer of a GGUF model file (*m and *tok owned by the caller). */
 static inline int chat_load_tok(st_ctx *ctx, const char *path, st_model **m, st_tok **tok) {
-    int rc = st_model_load(ctx, path, m);
+    int rc = st_model_load(ctx, path, NULL, m);
     if (!rc) rc = st_tok_load(ctx, st_model_gguf(*m), NULL, tok);
     return rc;
 }

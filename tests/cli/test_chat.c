@@ -39,8 +39,8 @@ TEST(test_two_turns_keep_kv) {
     /* the KV kept all of turn 1 (prompt and reply), and only the new text was prefilled */
     CHECK_INT(t[1].reused, t[0].prefill + t[0].generated);
     CHECK_INT(t[1].prefill, want2);
-    st_tok_free(tok);
-    st_model_free(m);
+    st_tok_destroy(tok);
+    st_model_destroy(m);
     st_ctx_destroy(ctx);
     free(out);
     free(err);

@@ -50,8 +50,8 @@ TEST(test_phi3_detected_suffix_mode) {
     CHECK_INT(t[0].prefill, chat_turn1(tok, ST_CHAT_PHI3, NULL, u1));
     CHECK_INT(t[1].reused, t[0].prefill + t[0].generated);
     CHECK_INT(t[1].prefill, chat_turn2_suffix(tok, ST_CHAT_PHI3, NULL, u1, u2));
-    st_tok_free(tok);
-    st_model_free(m);
+    st_tok_destroy(tok);
+    st_model_destroy(m);
     st_ctx_destroy(ctx);
     free(out);
     free(err);

@@ -82,7 +82,7 @@ static const char *comma_eos_model(void) {
     if (!rc) rc = st_gguf_writer_write(w, path);
     if (rc) fprintf(stderr, "  comma_eos_model: %s\n", st_ctx_error(ctx));
     st_gguf_writer_destroy(w);
-    st_tok_free(tok);
+    st_tok_destroy(tok);
     st_gguf_close(g);
     st_ctx_destroy(ctx);
     return rc ? NULL : path;

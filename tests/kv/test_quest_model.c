@@ -22,7 +22,7 @@ static int greedy(const char *path, const st_kv_quest_params *qp, int32_t audit,
     int32_t *ids = NULL;
     int n_ids = 0, rc;
     float *lg = NULL;
-    if ((rc = st_ctx_create(NULL, &ctx)) || (rc = st_model_load(ctx, path, &m)) ||
+    if ((rc = st_ctx_create(NULL, &ctx)) || (rc = st_model_load(ctx, path, NULL, &m)) ||
         (rc = st_tok_load(ctx, st_model_gguf(m), NULL, &tok)))
         goto out;
     const st_model_hparams *hp = st_model_get_hparams(m);
@@ -53,8 +53,8 @@ out:
     free(ids);
     st_runner_destroy(r);
     st_kv_destroy(kv);
-    st_tok_free(tok);
-    st_model_free(m);
+    st_tok_destroy(tok);
+    st_model_destroy(m);
     st_ctx_destroy(ctx);
     return rc;
 }

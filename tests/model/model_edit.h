@@ -188,8 +188,8 @@ typedef struct me_session {
 static void me_session_close(me_session *s) {
     st_runner_destroy(s->runner);
     st_kv_destroy(s->kv);
-    st_tok_free(s->tok);
-    st_model_free(s->model);
+    st_tok_destroy(s->tok);
+    st_model_destroy(s->model);
     memset(s, 0, sizeof *s);
 }
 

@@ -76,7 +76,7 @@ static int env_open_file(env *b, const env *a) {
     const int ok = write(fd, a->buf, a->size) == (ssize_t)a->size;
     close(fd);
     int rc = ok ? env_ctx(b, 2) : ST_E_IO;
-    if (!rc) rc = st_model_load(b->ctx, path, &b->m);
+    if (!rc) rc = st_model_load(b->ctx, path, NULL, &b->m);
     unlink(path);
     return rc ? rc : env_runner(b, ST_TYPE_F16, 16);
 }
@@ -84,7 +84,7 @@ static int env_open_file(env *b, const env *a) {
 static void env_close(env *e) {
     st_runner_destroy(e->r);
     st_kv_destroy(e->kv);
-    st_model_free(e->m);
+    st_model_destroy(e->m);
     free(e->buf);
     st_ctx_destroy(e->ctx);
 }
@@ -258,7 +258,7 @@ TEST(test_fingerprint) {
         REQUIRE(st_synth_write_memory(ctx, &p, &buf, &n) == 0);
         REQUIRE(st_model_load_memory(ctx, buf, n, "fp", &m) == 0);
         st_model_fingerprint(m, fp[i]);
-        st_model_free(m);
+        st_model_destroy(m);
         free(buf);
     }
     CHECK(memcmp(fp[0], fp[1], 16) == 0);
@@ -385,7 +385,7 @@ TEST(test_load_errors) {
     REQUIRE(st_synth_write_memory(ctx, &p, &buf, &n) == 0);
     st_model *m = NULL;
     CHECK_OK(st_model_load_memory(ctx, buf, n, "ok", &m));
-    st_model_free(m);
+    st_model_destroy(m);
     struct { const char *drop, *reshape, *arch; int code; const char *needle; } cases[] = {
         {"blk.1.ffn_up.weight", NULL, NULL, ST_E_NOT_FOUND, "blk.1.ffn_up.weight"},
         {"blk.0.attn_k.bias", NULL, NULL, ST_E_NOT_FOUND, "blk.0.attn_k.bias"},
@@ -437,7 +437,7 @@ TEST(test_load_errors) {
     free(lg);
     st_runner_destroy(r);
     st_kv_destroy(kv);
-    st_model_free(m);
+    st_model_destroy(m);
     free(buf);
     st_ctx_destroy(ctx);
 }
@@ -601,7 +601,45 @@ TEST(test_panel_layout_forward) {
     env_close(&a);
 }
 
+/* The load params: the default rearranges (here one ffn_down into panels), ROWS and a mapping
+ * keep the file's layout, with the same fingerprint; an unknown layout is refused. */
+TEST(test_load_params) {
+    st_synth_params p = tiny(ST_ARCH_LLAMA, "f16");
+    p.n_layer = 1, p.n_ff = 8192;
+    env a;
+    REQUIRE(env_open(&a, &p, 1, ST_TYPE_F16, 16) == 0);
+    char path[] = "/tmp/strata-model-XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    const int ok = write(fd, a.buf, a.size) == (ssize_t)a.size;
+    close(fd);
+    REQUIRE(ok);
+    uint8_t fa[16], fb[16];
+    st_model_fingerprint(a.m, fa);
+    st_model_load_params lp[3] = {st_model_load_default_params(), st_model_load_default_params(),
+                                  st_model_load_default_params()};
+    lp[1].layout = ST_WEIGHT_LAYOUT_ROWS;
+    lp[2].use_mmap = 1;
+    for (int i = 0; i < 3; i++) {
+        st_model *m = NULL;
+        CHECK_OK(st_model_load(a.ctx, path, &lp[i], &m));
+        if (!m) continue;
+        CHECK_INT(st_model_n_panel_matrices(m), i == 0 ? 1 : 0);
+        st_model_fingerprint(m, fb);
+        CHECK(memcmp(fa, fb, 16) == 0);
+        st_model_destroy(m);
+    }
+    st_model_load_params bad = st_model_load_default_params();
+    bad.layout = (st_weight_layout)7;
+    st_model *m = (st_model *)&bad;
+    CHECK_INT(st_model_load(a.ctx, path, &bad, &m), ST_E_INVAL);
+    CHECK(m == NULL);
+    CHECK(strstr(st_ctx_error(a.ctx), "layout") != NULL);
+    unlink(path);
+    env_close(&a);
+}
+
 TEST_MAIN(test_forward_vs_reference_llama, test_forward_vs_reference_qwen, test_forward_kv_types,
           test_forward_rope_variants, test_fingerprint,
           test_determinism_threads_and_batching, test_load_errors, test_quad_layout_forward,
-          test_quad_kernels_forward, test_panel_layout_forward)
+          test_quad_kernels_forward, test_panel_layout_forward, test_load_params)

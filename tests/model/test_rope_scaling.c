@@ -72,7 +72,7 @@ static int fx_open(fixture *f) {
 
 /* Loads the base model with the edits; 0 or the loader's error (f->m set on success). */
 static int fx_load(fixture *f, const kv_edit *e, int n_e, const float *freqs, int64_t n_freqs) {
-    st_model_free(f->m), f->m = NULL;
+    st_model_destroy(f->m), f->m = NULL;
     free(f->img), f->img = NULL;
     size_t n = 0;
     int rc = edited(f->ctx, f->base, f->n_base, e, n_e, freqs, n_freqs, &f->img, &n);
@@ -84,7 +84,7 @@ static int fx_load(fixture *f, const kv_edit *e, int n_e, const float *freqs, in
 }
 
 static void fx_close(fixture *f) {
-    st_model_free(f->m);
+    st_model_destroy(f->m);
     free(f->img);
     free(f->base);
     st_ctx_destroy(f->ctx);

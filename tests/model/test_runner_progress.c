@@ -75,7 +75,7 @@ TEST(test_progress_per_layer) {
     free(lg);
     st_runner_destroy(r);
     st_kv_destroy(kv);
-    st_model_free(m);
+    st_model_destroy(m);
     free(buf);
     st_ctx_destroy(ctx);
 }

@@ -49,7 +49,7 @@ TEST(test_greedy_matches_llama_cpp) {
     st_kv *kv = NULL;
     st_runner *r = NULL;
     REQUIRE(st_ctx_create(NULL, &ctx) == 0);
-    REQUIRE(st_model_load(ctx, model_path, &m) == 0);
+    REQUIRE(st_model_load(ctx, model_path, NULL, &m) == 0);
     REQUIRE(st_tok_load(ctx, st_model_gguf(m), NULL, &tok) == 0);
     const st_model_hparams *hp = st_model_get_hparams(m);
     st_kv_params kp = st_kv_default_params();
@@ -96,8 +96,8 @@ TEST(test_greedy_matches_llama_cpp) {
     free(lg), free(out), free(ref);
     st_runner_destroy(r);
     st_kv_destroy(kv);
-    st_tok_free(tok);
-    st_model_free(m);
+    st_tok_destroy(tok);
+    st_model_destroy(m);
     st_ctx_destroy(ctx);
 }
 

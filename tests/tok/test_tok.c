@@ -70,7 +70,7 @@ TEST(test_spm_merges_by_score) {
     CHECK_INT(rc, ST_E_LIMIT);
     CHECK_INT(n, 3);
     CHECK_INT(ids[0], -7);
-    st_tok_free(t);
+    st_tok_destroy(t);
     st_ctx_destroy(ctx);
 }
 
@@ -103,7 +103,7 @@ TEST(test_spm_roundtrip_random_bytes) {
         free(ids);
     }
     CHECK_INT(bad, 0);
-    st_tok_free(t);
+    st_tok_destroy(t);
     st_ctx_destroy(ctx);
 }
 
@@ -186,7 +186,7 @@ TEST(test_bpe_merges_and_specials) {
     CHECK_INT(l, 4);
     CHECK(!memcmp(p, " the", 4));
     CHECK_INT(st_tok_piece(t, 999, &p, &l), ST_E_INVAL);
-    st_tok_free(t);
+    st_tok_destroy(t);
     st_ctx_destroy(ctx);
 }
 
@@ -203,7 +203,7 @@ TEST(test_bpe_unknown_pre_is_named) {
     t = make_bpe(ctx, "no-such-pre", &p, &rc);
     REQUIRE(t);
     CHECK_STR(st_tok_pre_name(t), "default");
-    st_tok_free(t);
+    st_tok_destroy(t);
     /* every pre-tokenizer of the table compiles */
     const char *pres[] = {"llama3", "llama-bpe", "qwen2", "qwen35", "gpt2", "deepseek-llm", "deepseek-coder",
                           "deepseek-v3", "falcon", "starcoder", "refact", "mpt", "smollm", "command-r", "poro-chat",
@@ -212,7 +212,7 @@ TEST(test_bpe_unknown_pre_is_named) {
         t = make_bpe(ctx, pres[i], NULL, &rc);
         if (!t) fprintf(stderr, "  pre %s: %s %s\n", pres[i], st_errname(rc), st_ctx_error(ctx));
         CHECK(t != NULL);
-        st_tok_free(t);
+        st_tok_destroy(t);
     }
     st_ctx_destroy(ctx);
 }
@@ -232,7 +232,7 @@ TEST(test_bpe_long_word_not_quadratic) {
     CHECK_INT(ids[0], 263);
     free(ids);
     free(s);
-    st_tok_free(t);
+    st_tok_destroy(t);
     st_ctx_destroy(ctx);
 }
 
@@ -262,7 +262,7 @@ TEST(test_bpe_roundtrip_random_utf8) {
         free(ids);
     }
     CHECK_INT(bad, 0);
-    st_tok_free(t);
+    st_tok_destroy(t);
     st_ctx_destroy(ctx);
 }
 
@@ -302,14 +302,14 @@ TEST(test_detok_stream_never_splits_utf8) {
     /* control tokens vanish unless rendered */
     CHECK_OK(st_detok_feed(d, 259, &o, &n));
     CHECK_INT(n, 0);
-    st_detok_free(d);
+    st_detok_destroy(d);
     CHECK_OK(st_detok_create(t, ST_DETOK_RENDER_SPECIAL, &d));
     CHECK_OK(st_detok_feed(d, 259, &o, &n));
     CHECK_INT(n, 13);
     CHECK_INT(st_detok_feed(d, -1, &o, &n), ST_E_INVAL);
-    st_detok_free(d);
-    st_detok_free(NULL);
-    st_tok_free(t);
+    st_detok_destroy(d);
+    st_detok_destroy(NULL);
+    st_tok_destroy(t);
     st_ctx_destroy(ctx);
 }
 
@@ -383,7 +383,7 @@ TEST(test_chat_detect_and_render) {
     CHECK_INT(got, ST_CHAT_LLAMA3);
     CHECK_INT(st_chat_for_tok(ctx, t, "bogus", &got), ST_E_NOT_FOUND);
     CHECK(strstr(st_ctx_error(ctx), "bogus") != NULL);
-    st_tok_free(t);
+    st_tok_destroy(t);
     st_ctx_destroy(ctx);
 }
 
@@ -409,7 +409,7 @@ TEST(test_bad_descriptions) {
     CHECK_INT(st_tok_create(ctx, &d, NULL, &t), ST_E_FORMAT); /* id out of range */
     d.n_tokens = 0;
     CHECK_INT(st_tok_create(ctx, &d, NULL, &t), ST_E_LIMIT);
-    st_tok_free(NULL);
+    st_tok_destroy(NULL);
     st_ctx_destroy(ctx);
 }
 

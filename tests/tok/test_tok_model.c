@@ -108,7 +108,7 @@ static int run_vocab(st_ctx *ctx, const char *name, int *n_cases, int *n_fail, i
     }
     free(in);
     free(out);
-    st_tok_free(tok);
+    st_tok_destroy(tok);
     return 0;
 }
 
@@ -199,7 +199,7 @@ TEST(test_stories260k_spm) {
     buf[nd] = 0;
     CHECK_STR(buf, odd);
     free(v);
-    st_tok_free(tok);
+    st_tok_destroy(tok);
     st_ctx_destroy(ctx);
 }
 
@@ -260,7 +260,7 @@ TEST(test_stories260k_detok_stream_byte_fallback) {
     k += n;
     CHECK_INT(k, sizeof text);
     CHECK(!memcmp(all, text, sizeof text));
-    st_detok_free(d);
+    st_detok_destroy(d);
 
     /* the tokens the encoder makes for mixed text: every piece streamed out is whole UTF-8,
      * and together they are the text behind SPM's space prefix */
@@ -299,8 +299,8 @@ TEST(test_stories260k_detok_stream_byte_fallback) {
     CHECK(got[0] == ' ');
     CHECK_STR(got + 1, mixed);
     free(ids);
-    st_detok_free(d);
-    st_tok_free(tok);
+    st_detok_destroy(d);
+    st_tok_destroy(tok);
     st_ctx_destroy(ctx);
 }
 
