@@ -11,7 +11,8 @@
 #include <stdint.h>
 
 /* Streaming read over `bytes` (0: 1 GiB) of huge pages, as the weights and KV it is compared
- * with, faulted in before timing; best of `reps`. GB/s (1e9 bytes per second); 0 when the
+ * with, faulted in before timing; best of `reps`; returns
+ * gigabytes (1e9 bytes) per second; 0 when the
  * buffer cannot be allocated. */
 double st_membw_read(st_threadpool *tp, size_t bytes, int reps);
 
