@@ -21,7 +21,8 @@
  *   4. targets, and strata / llama-server ratios with the llama-server figures parsed from
  *      ../shared/peers/llama-bench.md (a run made elsewhere, not in this one).
  *
- * usage: batch [--model small|1b|both] [--1b] [--quick] [--models DIR] [-t THREADS]
+ * usage: batch [--model small|1b|both] [--1b] [--quick] [--n 1,4,16,64] [--models DIR] [-t THREADS]
+ *   --n: the small model's request counts (at most 8, each <= 256) instead of 1,4,16,64.
  *   --1b (= --model both): the 1b preset (Q4_K_M) too, at 1 and 16 requests, 64-token prompts
  *   and 32 generated tokens each (it decodes at ~10-20 tok/s single-stream here).
  *   --quick: small at 1, 4, 16 only, 64 generated tokens, one rep in sections 2 and 3.
@@ -453,16 +454,18 @@ static const char *pass(int ok) {
 
 int main(int argc, char **argv) {
     const char *dir = "/tmp/strata-bench", *which = "small";
-    int quick = 0;
+    int quick = 0, n_user = 0;
+    long long user_ns[8];
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--1b")) which = "both";
         else if (v && !strcmp(argv[i], "--model")) which = v, i++;
         else if (v && !strcmp(argv[i], "--models")) dir = v, i++;
+        else if (v && !strcmp(argv[i], "--n") && (n_user = bench_parse_list(v, user_ns, 8)) > 0) i++;
         else if (v && !strcmp(argv[i], "-t")) n_threads = atoi(v), i++;
         else {
-            fprintf(stderr, "usage: batch [--model small|1b|both] [--1b] [--quick] [--models DIR] [-t THREADS]\n");
+            fprintf(stderr, "usage: batch [--model small|1b|both] [--1b] [--quick] [--n 1,4,16,64] [--models DIR] [-t THREADS]\n");
             return 2;
         }
     }
@@ -479,6 +482,17 @@ int main(int argc, char **argv) {
     char kname[64], small[1024], big[1024];
     printf("kernels: %s, %d threads\n", bench_kernels_name(st_kernels_get(st_ctx_isa(ctx)), kname, sizeof kname),
            n_threads);
+    /* how much of the machine this run has: a starved VM reads far below its ~21-23 GB/s */
+    double bw = bench_read_bandwidth(st_ctx_threadpool(ctx), (size_t)256 << 20, 3);
+    char la[64] = "?";
+    FILE *lf = fopen("/proc/loadavg", "r");
+    if (lf) {
+        if (!fgets(la, sizeof la, lf)) snprintf(la, sizeof la, "?");
+        la[strcspn(la, "\n")] = 0;
+        fclose(lf);
+    }
+    printf("read bandwidth probe (%d threads, 256 MiB, best of 3): %.1f GB/s; /proc/loadavg: %s\n", n_threads, bw,
+           la);
     int rc = 0;
     if (do_small && ensure_model(ctx, "small-q8_0", "small", "q8_0", dir, small, sizeof small)) rc = 1;
     if (do_1b && ensure_model(ctx, "1b-q4_k_m", "1b", "q4_k_m", dir, big, sizeof big)) rc = 1;
@@ -496,11 +510,13 @@ int main(int argc, char **argv) {
     free(md);
 
     const double t_start = st_time_now();
-    tput ts[4], tb[2];
+    tput ts[8], tb[2];
     int nts = 0, ntb = 0;
     static const int ns_full[] = {1, 4, 16, 64}, ns_quick[] = {1, 4, 16};
-    const int *ns = quick ? ns_quick : ns_full;
-    const int nns = quick ? 3 : 4;
+    int ns_user[8];
+    for (int k = 0; k < n_user; k++) ns_user[k] = user_ns[k] > 256 ? 256 : (int)user_ns[k];
+    const int *ns = n_user ? ns_user : quick ? ns_quick : ns_full;
+    const int nns = n_user ? n_user : quick ? 3 : 4;
     const int small_gen = quick ? 64 : 128;
     if (do_small) {
         printf("\n1. throughput, small Q8_0: N concurrent requests, 128-token prompts (different), %d generated "
