@@ -25,7 +25,10 @@
  *   --n: the small model's request counts (at most 8, each <= 256) instead of 1,4,16,64.
  *   --1b (= --model both): the 1b preset (Q4_K_M) too, at 1 and 16 requests, 64-token prompts
  *   and 32 generated tokens each (it decodes at ~10-20 tok/s single-stream here).
- *   --quick: small at 1, 4, 16 only, 64 generated tokens, one rep in sections 2 and 3.
+ *   --quick: small at 1, 4, 16 only, 64 generated tokens, one run per N and one rep in sections 2 and 3.
+ * Each small-model N runs twice (a fresh engine each time) and the run with the better steady
+ * figure is printed with the range: on this shared VM one configuration measured 100-600 tok/s
+ * from run to run.
  * Models are made in DIR (default /tmp/strata-bench) when missing, named as bench/e2e names
  * them, so either bench reuses the other's files. */
 #include "bench_common.h"
@@ -518,23 +521,32 @@ int main(int argc, char **argv) {
     const int *ns = n_user ? ns_user : quick ? ns_quick : ns_full;
     const int nns = n_user ? n_user : quick ? 3 : 4;
     const int small_gen = quick ? 64 : 128;
+    const int tp_reps = quick ? 1 : 2; /* runs per N; the one with the best steady figure is printed */
     if (do_small) {
         printf("\n1. throughput, small Q8_0: N concurrent requests, 128-token prompts (different), %d generated "
-               "tokens each (greedy, ignore_eos); n_batch max(256, N), n_ctx 512\n"
+               "tokens each (greedy, ignore_eos); n_batch max(256, N), n_ctx 512; best of %d runs\n"
                "   e2e: all tokens / (submit -> last finish); decode: tokens after the last first token / (that -> "
                "last finish); steady: the same up to the first finish (all N streams decode)\n",
-               small_gen);
+               small_gen, tp_reps);
         printf("   %4s %10s %10s %10s %10s %10s %s\n", "N", "e2e tok/s", "decode", "steady", "prefilled", "wall",
                "check");
         for (int k = 0; k < nns && !rc; k++) {
-            tput *r = &ts[nts];
-            if (bench_tput(small, ns[k], 128, small_gen, r)) {
-                rc = 1;
-                break;
+            tput *r = &ts[nts], t;
+            double lo = 1e300, hi = 0;
+            for (int rep = 0; rep < tp_reps && !rc; rep++) {
+                if (bench_tput(small, ns[k], 128, small_gen, &t)) rc = 1;
+                else {
+                    if (t.steady < lo) lo = t.steady;
+                    if (t.steady > hi) hi = t.steady;
+                    if (!rep || t.steady > r->steady) *r = t;
+                    if (!t.ok) r->ok = 0;
+                }
             }
+            if (rc) break;
             nts++;
-            printf("   %4d %10.1f %10.1f %10.1f %9.2fs %9.2fs %s\n", r->n, r->e2e, r->decode, r->steady,
-                   r->t_prefilled, r->wall, r->ok ? "ok" : "WRONG TOKEN COUNT");
+            printf("   %4d %10.1f %10.1f %10.1f %9.2fs %9.2fs %s (steady over %d runs %.1f-%.1f)\n", r->n, r->e2e,
+                   r->decode, r->steady, r->t_prefilled, r->wall, r->ok ? "ok" : "WRONG TOKEN COUNT", tp_reps, lo,
+                   hi);
             fflush(stdout);
         }
     }
