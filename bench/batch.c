@@ -486,7 +486,7 @@ int main(int argc, char **argv) {
     printf("kernels: %s, %d threads\n", bench_kernels_name(st_kernels_get(st_ctx_isa(ctx)), kname, sizeof kname),
            n_threads);
     /* how much of the machine this run has: a starved VM reads far below its ~21-23 GB/s */
-    double bw = bench_read_bandwidth(st_ctx_threadpool(ctx), (size_t)256 << 20, 3);
+    double bw = st_membw_read(st_ctx_threadpool(ctx), (size_t)256 << 20, 3);
     char la[64] = "?";
     FILE *lf = fopen("/proc/loadavg", "r");
     if (lf) {

@@ -79,6 +79,8 @@ typedef struct st_engine_params {
     uint64_t disk_budget;         /* spill bytes; 0: unlimited */
     st_cold_type cold;
     st_kv_quest_params quest;     /* sparse decode for requests that do not set a budget */
+    uint64_t mem_limit;           /* refuse a hot KV pool larger than this (0: no check; the
+                                     CLI passes the memory available) */
 } st_engine_params;
 
 /* n_ctx 0, n_batch 256, n_parallel 4, page 16, f16 KV, everything else off (dense decode). */
@@ -103,6 +105,10 @@ st_kv *st_engine_kv(st_engine *e);
 int32_t st_engine_n_ctx(const st_engine *e);
 const st_engine_params *st_engine_get_params(const st_engine *e);
 
+/* The runner, for progress reports (st_runner_set_progress) and Quest statistics; forwarding
+ * with it directly would bypass the engine's bookkeeping. Borrowed. */
+st_runner *st_engine_runner(st_engine *e);
+
 /* ---- requests ---------------------------------------------------------------------------- */
 
 typedef struct st_engine_bias {
@@ -124,13 +130,20 @@ typedef struct st_engine_req_params {
     int ignore_eos;               /* never sample an end-of-generation token */
     int64_t quest_budget;         /* < 0: the engine's quest params; 0: dense; > 0 tokens */
     void *user;                   /* handed back in events */
+    st_kv_seq_id seq;             /* < 0: a new sequence (its prefix attached from the cache);
+                                     else a sequence of st_engine_kv(e) the caller owns (kept
+                                     from an earlier request, restored from a snapshot): the
+                                     prompt continues it, and it passes to the engine when the
+                                     submit succeeds */
+    int keep_seq;                 /* nonzero: at the finish the sequence is handed back (the
+                                     finish event's seq) instead of freed */
 } st_engine_req_params;
 
-/* sampling = st_sampler_default_params(), max_tokens 128, quest_budget -1, the rest 0. */
+/* sampling = st_sampler_default_params(), max_tokens 128, quest_budget -1, seq -1, the rest 0. */
 st_engine_req_params st_engine_req_default_params(void);
 
 /* Queues a request; *id receives its id. The prompt is tokenized and checked now. Returns 0;
- * ST_E_INVAL (no prompt, an empty one, a token id or bias outside the vocabulary, a bad stop
+ * ST_E_INVAL (no prompt, an empty one, a seq that is not a live sequence, a token id or bias outside the vocabulary, a bad stop
  * string or sampler setting: named); ST_E_LIMIT (the prompt does not fit the context: the
  * message gives both lengths; or its pages can never fit the pool); ST_E_QUEUE_FULL (max_queue
  * requests are waiting: try later); ST_E_NOMEM. Messages in st_ctx_error(st_engine_ctx(e)). */
@@ -156,7 +169,8 @@ const char *st_finish_name(st_finish f);
 
 typedef struct st_engine_req_stats {
     int32_t n_prompt;      /* prompt tokens */
-    int32_t n_cached;      /* of them attached from the prefix cache (not computed) */
+    int32_t n_cached;      /* tokens not computed: attached from the prefix cache, or the
+                              given sequence's length */
     int32_t n_generated;   /* tokens sampled (an end-of-generation token included) */
     int32_t n_preempted;   /* times preempted */
     double t_queued;       /* seconds from submit to admission (the last one) */
@@ -176,6 +190,10 @@ typedef struct st_engine_event {
     int error;             /* ST_FINISH_ERROR: the error code; else 0 */
     const char *error_msg; /* ST_FINISH_ERROR: what failed; else "" (borrowed as text) */
     st_engine_req_stats stats; /* as of this event */
+    st_kv_seq_id seq;      /* the finish of a keep_seq request: its sequence, now the caller's
+                              (st_kv_seq_free, or the seq of a next request); else -1. It
+                              holds the prompt and every generated token but the last one
+                              drawn (and never an end-of-generation token). */
 } st_engine_event;
 
 /* Runs one step: cancellations, admissions, preemptions, one forward, sampling. *events gets

@@ -76,6 +76,7 @@ st_engine_req_params st_engine_req_default_params(void) {
     p.sampling = st_sampler_default_params();
     p.max_tokens = 128;
     p.quest_budget = -1;
+    p.seq = -1;
     return p;
 }
 
@@ -204,6 +205,14 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
         st_seterr(e->ctx, ST_E_INVAL, "a RAM pool or disk budget needs a spill directory");
         return open_fail(e, ST_E_INVAL, why, why_len, "KV cache");
     }
+    /* refuse a pool that cannot fit in memory before allocating it (with the SSD tier only
+     * ram_pages of the n_pages hold RAM) */
+    const uint64_t hot = (uint64_t)(kp.ram_pages ? kp.ram_pages : kp.n_pages) * st_kv_page_bytes(&kp);
+    if (p->mem_limit && hot > p->mem_limit) {
+        st_seterr(e->ctx, ST_E_LIMIT, "context %d needs %llu MiB of KV cache, more than the %llu MiB of memory "
+                  "available", e->n_ctx, (unsigned long long)(hot >> 20), (unsigned long long)(p->mem_limit >> 20));
+        return open_fail(e, ST_E_LIMIT, why, why_len, "context");
+    }
     if ((rc = st_kv_create(e->ctx, &kp, &e->kv))) return open_fail(e, rc, why, why_len, "KV cache");
     p->kv_pages = kp.n_pages;
     e->tier = p->spill_dir != NULL;
@@ -234,6 +243,7 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
 }
 
 st_ctx *st_engine_ctx(st_engine *e) { return e->ctx; }
+st_runner *st_engine_runner(st_engine *e) { return e->runner; }
 const st_model *st_engine_model(const st_engine *e) { return e->model; }
 const st_tok *st_engine_tok(const st_engine *e) { return e->tok; }
 st_kv *st_engine_kv(st_engine *e) { return e->kv; }
@@ -292,21 +302,29 @@ int st_engine_submit(st_engine *e, const st_engine_req_params *p, st_req_id *id)
         rc = st_seterr(e->ctx, ST_E_INVAL, "a request needs a prompt (tokens or text)");
     }
     if (!rc && q->n_prompt < 1) rc = st_seterr(e->ctx, ST_E_INVAL, "the prompt is empty");
-    if (!rc && q->n_prompt >= e->n_ctx)
-        rc = st_seterr(e->ctx, ST_E_LIMIT, "the prompt is %d tokens, the context %d: no room to generate",
-                       q->n_prompt, e->n_ctx);
+    if (!rc && p->seq >= 0) {
+        for (int i = 0; i < e->n_reqs && !rc; i++)
+            if (e->reqs[i]->seq == p->seq) rc = st_seterr(e->ctx, ST_E_INVAL, "sequence %lld belongs to request %lld",
+                                                          (long long)p->seq, (long long)e->reqs[i]->id);
+        if (!rc && st_kv_seq_len(e->kv, p->seq, &q->len0))
+            rc = st_seterr(e->ctx, ST_E_INVAL, "sequence %lld is not a live sequence of the engine's KV cache",
+                           (long long)p->seq);
+    }
+    if (!rc && q->len0 + q->n_prompt >= e->n_ctx)
+        rc = st_seterr(e->ctx, ST_E_LIMIT, "the prompt is %lld tokens, the context %d: no room to generate",
+                       (long long)(q->len0 + q->n_prompt), e->n_ctx);
     if (!rc && p->quest_budget < -1) rc = st_seterr(e->ctx, ST_E_INVAL, "quest_budget %lld", (long long)p->quest_budget);
     if (!rc) rc = en_req_init(q, e->ctx, e->tok, e->n_vocab, p);
     if (!rc) {
-        const int64_t room = e->n_ctx - q->n_prompt;
+        const int64_t room = e->n_ctx - q->len0 - q->n_prompt;
         q->max_is_ctx = p->max_tokens < 0 || p->max_tokens > room;
         q->max_gen = (int32_t)(q->max_is_ctx ? room : p->max_tokens);
         /* the last sampled token is never fed back, so n_prompt + max_gen - 1 positions */
-        const int64_t need = pages_for(e, q->n_prompt + q->max_gen) + 1;
+        const int64_t need = pages_for(e, q->len0 + q->n_prompt + q->max_gen) + 1;
         if (need > e->cap_pages)
-            rc = st_seterr(e->ctx, ST_E_LIMIT, "the request may need %lld KV pages (%d prompt + %d new tokens), "
-                           "more than the pool's %lld", (long long)need, q->n_prompt, q->max_gen,
-                           (long long)e->cap_pages);
+            rc = st_seterr(e->ctx, ST_E_LIMIT, "the request may need %lld KV pages (%lld prompt + %d new tokens), "
+                           "more than the pool's %lld", (long long)need, (long long)(q->len0 + q->n_prompt),
+                           q->max_gen, (long long)e->cap_pages);
     }
     if (!rc && e->n_reqs == e->cap_reqs) {
         int c = e->cap_reqs ? 2 * e->cap_reqs : 16;
@@ -319,10 +337,18 @@ int st_engine_submit(st_engine *e, const st_engine_req_params *p, st_req_id *id)
         free(q);
         return rc;
     }
+    /* the penalties' history: what the given sequence holds (where its tokens are known),
+     * then the prompt */
+    for (int64_t i = 0; i < q->len0; i++) {
+        int32_t t = -1;
+        if (st_kv_seq_tokens(e->kv, p->seq, i, 1, &t) == 0 && t >= 0) st_sampler_accept(q->smp, t);
+    }
     for (int32_t i = 0; i < q->n_prompt; i++) st_sampler_accept(q->smp, q->prompt[i]);
     q->id = e->next_id++;
     q->user = p->user;
-    q->seq = -1;
+    q->seq = p->seq >= 0 ? p->seq : -1;
+    q->keep_seq = p->keep_seq;
+    q->st.n_cached = (int32_t)q->len0;
     q->budget = p->quest_budget;
     q->state = ST_REQ_WAITING;
     q->st.n_prompt = q->n_prompt;
@@ -387,6 +413,7 @@ static int push_event(st_engine *e, const en_req *q, int32_t token, size_t t0, s
     ev->text_len = e->n_text - t0;
     ev->finish = fin;
     ev->error = err;
+    ev->seq = -1;
     /* the message goes into the text buffer too, after the text, NUL-terminated */
     size_t m0 = e->n_text;
     const char nul = 0;
@@ -400,7 +427,7 @@ static int push_event(st_engine *e, const en_req *q, int32_t token, size_t t0, s
 /* Drops a request from the table (its pages go back to the pool; keyed full pages stay in
  * the prefix cache for later requests). */
 static void retire(st_engine *e, en_req *q, st_finish fin) {
-    if (q->seq >= 0) st_kv_seq_free(e->kv, q->seq);
+    if (q->seq >= 0 && !q->keep_seq) st_kv_seq_free(e->kv, q->seq);
     e->st.finished++;
     e->st.finished_by[fin]++;
     for (int i = 0; i < e->n_reqs; i++)
@@ -415,6 +442,7 @@ static void retire(st_engine *e, en_req *q, st_finish fin) {
 
 static int finish(st_engine *e, en_req *q, int32_t token, size_t t0, st_finish fin, int err, const char *msg) {
     int rc = push_event(e, q, token, t0, fin, err, msg);
+    if (!rc && q->keep_seq) e->ev[e->n_ev - 1].seq = q->seq;
     retire(e, q, fin);
     return rc;
 }
@@ -435,13 +463,13 @@ static int64_t seq_len(const st_engine *e, const en_req *q) {
 
 /* Pages an admitted request may still allocate: its whole claim less what it holds. */
 static int64_t claim_left(const st_engine *e, const en_req *q) {
-    const int64_t left = pages_for(e, q->n_prompt + q->max_gen) + 1 - pages_for(e, seq_len(e, q));
+    const int64_t left = pages_for(e, q->len0 + q->n_prompt + q->max_gen) + 1 - pages_for(e, seq_len(e, q));
     return left > 0 ? left : 0;
 }
 
 /* RAM the running requests need for the next step: their pages plus one page of growth. */
 static int64_t ram_need(const st_engine *e, const en_req *q) {
-    const int64_t len = q->seq >= 0 ? seq_len(e, q) : q->n_prompt;
+    const int64_t len = q->seq >= 0 && q->state != ST_REQ_WAITING ? seq_len(e, q) : q->len0 + q->n_prompt;
     return pages_for(e, len) + 1;
 }
 
@@ -456,8 +484,8 @@ static int admissible(st_engine *e, const en_req *q) {
     st_kv_get_stats(e->kv, &ks);
     int64_t claims = 0;
     for (int i = 0; i < e->n_reqs; i++)
-        if (e->reqs[i]->seq >= 0) claims += claim_left(e, e->reqs[i]);
-    return pages_for(e, q->n_prompt + q->max_gen) + 1 + claims <= e->cap_pages - ks.pages_used;
+        if (e->reqs[i]->seq >= 0 && e->reqs[i] != q) claims += claim_left(e, e->reqs[i]);
+    return claim_left(e, q) + claims <= e->cap_pages - ks.pages_used;
 }
 
 static int admit(st_engine *e, en_req *q) {
@@ -466,18 +494,20 @@ static int admit(st_engine *e, en_req *q) {
         q->st.t_queued = st_time_now() - q->t_submit;
         return 0;
     }
-    int rc = st_kv_seq_create(e->kv, &q->seq);
-    if (rc) return rc;
     int64_t att = 0;
-    if ((rc = st_kv_prefix_attach(e->kv, q->seq, q->prompt, q->n_prompt, &att))) return rc;
-    /* the last prompt token is always computed: its logits draw the first new token */
-    if (att >= q->n_prompt && (rc = st_kv_seq_truncate(e->kv, q->seq, att = q->n_prompt - 1))) return rc;
+    if (q->seq < 0) {
+        int rc = st_kv_seq_create(e->kv, &q->seq);
+        if (rc) return rc;
+        if ((rc = st_kv_prefix_attach(e->kv, q->seq, q->prompt, q->n_prompt, &att))) return rc;
+        /* the last prompt token is always computed: its logits draw the first new token */
+        if (att >= q->n_prompt && (rc = st_kv_seq_truncate(e->kv, q->seq, att = q->n_prompt - 1))) return rc;
+        q->st.n_cached = (int32_t)att;
+    }
     q->n_done = (int32_t)att;
-    q->st.n_cached = (int32_t)att;
     q->state = ST_REQ_PREFILL;
     q->st.t_queued = st_time_now() - q->t_submit;
     e->st.tokens_prompt += q->n_prompt;
-    e->st.tokens_cached += att;
+    e->st.tokens_cached += q->st.n_cached;
     return 0;
 }
 

@@ -19,6 +19,8 @@ typedef struct en_req {
     int max_is_ctx;         /* max_gen is the context's cap, not the request's max_tokens */
     st_kv_seq_id seq;       /* -1 until admitted */
     int32_t n_done;         /* prompt tokens in the KV (cached ones included) */
+    int64_t len0;           /* tokens the given sequence held before the prompt */
+    int keep_seq;
     int32_t last;           /* the sampled token the next decode step feeds */
     int64_t budget;         /* Quest budget of its decode tokens (-1: the engine's) */
     st_sampler *smp;

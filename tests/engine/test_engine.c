@@ -361,5 +361,66 @@ TEST(test_submit_errors) {
     st_engine_destroy(e);
 }
 
-TEST_MAIN(test_batched_equals_alone, test_stream_text_is_detokenized, test_stop_string_never_leaks,
+/* A kept sequence is handed back at the finish holding the prompt and every token drawn but
+ * the last; a second request continues it (its length counted as cached), and frees it. */
+TEST(test_keep_and_continue) {
+    st_engine *e = NULL;
+    st_engine_params p = params(1, 64, 2);
+    CHECK_OK(st_engine_create(&p, &e, NULL, 0));
+    if (!e) return;
+    int32_t a[40], b[10];
+    for (int i = 0; i < 40; i++) a[i] = 3 + (i * 11) % 250;
+    for (int i = 0; i < 10; i++) b[i] = 3 + (i * 17) % 250;
+    st_engine_req_params rp = st_engine_req_default_params();
+    rp.tokens = a, rp.n_tokens = 40, rp.max_tokens = 12, rp.ignore_eos = 1, rp.keep_seq = 1;
+    st_req_id id;
+    CHECK_OK(st_engine_submit(e, &rp, &id));
+    st_kv_seq_id seq = -1;
+    int32_t drawn[64];
+    int n_drawn = 0;
+    for (int guard = 0; guard < 100 && seq < 0; guard++) {
+        const st_engine_event *ev;
+        int nev;
+        CHECK_OK(st_engine_step(e, &ev, &nev));
+        for (int k = 0; k < nev; k++) {
+            if (ev[k].token >= 0) drawn[n_drawn++] = ev[k].token;
+            if (ev[k].finish) {
+                CHECK_INT(ev[k].finish, ST_FINISH_LENGTH);
+                seq = ev[k].seq;
+            }
+        }
+    }
+    CHECK(seq >= 0);
+    CHECK_INT(n_drawn, 12);
+    int64_t len = 0;
+    CHECK_OK(st_kv_seq_len(st_engine_kv(e), seq, &len));
+    CHECK_INT(len, 40 + 11);
+    int32_t held[51];
+    CHECK_OK(st_kv_seq_tokens(st_engine_kv(e), seq, 0, 51, held));
+    CHECK(!memcmp(held, a, sizeof a) && !memcmp(held + 40, drawn, 11 * sizeof(int32_t)));
+    /* the same sequence in two requests at once is refused */
+    st_engine_req_params rc = st_engine_req_default_params();
+    rc.tokens = b, rc.n_tokens = 10, rc.max_tokens = 5, rc.seq = seq;
+    CHECK_OK(st_engine_submit(e, &rc, &id));
+    CHECK_INT(st_engine_submit(e, &rc, &id), ST_E_INVAL);
+    st_engine_event fin;
+    memset(&fin, 0, sizeof fin);
+    for (int guard = 0; guard < 100 && !fin.finish; guard++) {
+        const st_engine_event *ev;
+        int nev;
+        CHECK_OK(st_engine_step(e, &ev, &nev));
+        for (int k = 0; k < nev; k++)
+            if (ev[k].finish) fin = ev[k];
+    }
+    CHECK(fin.finish == ST_FINISH_LENGTH || fin.finish == ST_FINISH_EOS);
+    CHECK_INT(fin.stats.n_cached, 51);
+    CHECK_INT(fin.seq, -1);
+    st_kv_stats ks;
+    st_kv_get_stats(st_engine_kv(e), &ks);
+    CHECK_INT(ks.n_seqs, 0);
+    CHECK_INT(ks.pages_used, 0);
+    st_engine_destroy(e);
+}
+
+TEST_MAIN(test_batched_equals_alone, test_keep_and_continue, test_stream_text_is_detokenized, test_stop_string_never_leaks,
           test_shared_prefix, test_preemption_by_spilling, test_cancel_frees_pages, test_submit_errors)
