@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/kv_flags.h"
 #include "cli/prompt_cache.h"
+#include "strata/engine.h"
 #include "strata/sample.h"
 
 #include <errno.h>
@@ -95,6 +96,7 @@ typedef struct run_opts {
     int prompt_cache_ro, prompt_cache_all;
     st_cli_quest quest;
     st_cli_kv_flags tier;
+    int32_t n_batch_eff; /* the step's token budget the engine runs with */
 } run_opts;
 
 static int bad(const char *opt, const char *val) {
@@ -237,129 +239,126 @@ static uint64_t random_seed(void) {
     return (uint32_t)((uint64_t)(st_time_now() * 1e9) ^ ((uint64_t)getpid() << 16));
 }
 
-/* The built-in default: small enough to make and run in a few seconds on any machine. */
-static st_synth_params builtin_model(void) {
-    st_synth_params p = st_synth_default_params();
-    p.n_layer = 4, p.n_embd = 256, p.n_head = 4, p.n_head_kv = 2, p.n_ff = 768, p.n_vocab = 512;
-    p.n_ctx = 2048, p.rope_base = 10000.0f, p.type = ST_TYPE_Q8_0, p.seed = 42;
-    return p;
+/* Moves the prefill bar from the runner's per-layer reports: `base` prompt tokens were read
+ * before this step, which reads `step` more. */
+typedef struct run_progress {
+    st_cli_progress *pb;
+    long long base, step, total;
+} run_progress;
+
+static void on_layer(void *user, int64_t done, int64_t total) {
+    run_progress *rp = user;
+    if (total > 0) st_cli_progress_update(rp->pb, rp->base + (long long)((double)done / (double)total * rp->step), rp->total);
 }
 
-static int emit(st_detok *d, int32_t id) {
-    const char *out;
-    size_t n;
-    if (st_detok_feed(d, id, &out, &n) == 0 && n) {
-        fwrite(out, 1, n, stdout);
-        fflush(stdout);
-    }
-    return 0;
-}
-
-static int generate(st_cli_session *s, const run_opts *o, const int32_t *prompt, int n_prompt) {
-    const st_model_hparams *hp = st_model_get_hparams(s->model);
-    st_sampler *smp = NULL;
-    st_detok *dt = NULL;
-    float *logits = malloc((size_t)hp->n_vocab * sizeof(float));
-    st_kv_seq_id seq;
+/* The generation is one engine request; this loop only streams its events and times them. */
+static int generate(st_engine *e, st_cli_session *s, const run_opts *o, const int32_t *prompt, int n_prompt) {
+    st_kv_seq_id seq = -1;
     int n_reused = 0, n_common = 0, exit_code = 0;
-    int rc = st_sampler_create(&o->sp, hp->n_vocab, &smp);
-    if (!rc) rc = st_detok_create(s->tok, 0, &dt);
-    if (!rc && o->prompt_cache) {
-        exit_code = st_cli_prompt_cache_load(s, o->prompt_cache, prompt, n_prompt, &seq, &n_reused, &n_common);
-        if (exit_code) goto out;
-    } else if (!rc) {
-        rc = st_kv_seq_create(s->kv, &seq);
+    if (o->prompt_cache &&
+        (exit_code = st_cli_prompt_cache_load(s, o->prompt_cache, prompt, n_prompt, &seq, &n_reused, &n_common)))
+        return exit_code;
+    const int save = o->prompt_cache && !o->prompt_cache_ro && (n_common < n_prompt || o->prompt_cache_all);
+    st_engine_bias bias[RUN_MAX_BIAS];
+    for (int i = 0; i < o->n_bias; i++) bias[i] = (st_engine_bias){o->bias[i].id, o->bias[i].bias};
+    st_engine_req_params rp = st_engine_req_default_params();
+    rp.tokens = prompt + n_reused, rp.n_tokens = n_prompt - n_reused;
+    rp.seq = seq, rp.keep_seq = save;
+    rp.sampling = o->sp;
+    rp.max_tokens = o->n_predict >= N_PREDICT_UNTIL_FULL ? -1 : (int32_t)o->n_predict;
+    rp.bias = bias, rp.n_bias = o->n_bias;
+    rp.ignore_eos = o->ignore_eos;
+    st_req_id id;
+    int rc = st_engine_submit(e, &rp, &id);
+    if (rc) {
+        if (seq >= 0) st_kv_seq_free(s->kv, seq);
+        fprintf(stderr, "strata run: %s\n", st_ctx_error(s->ctx));
+        return st_cli_exit_code(rc);
     }
-    if (!rc && !logits) rc = ST_E_NOMEM;
-    for (int i = 0; i < n_prompt && !rc; i++) st_sampler_accept(smp, prompt[i]);
-    /* prefill in one call (the runner cuts it in chunks of -b): the bar moves after every layer */
     st_cli_progress pb;
     st_cli_progress_begin(&pb, "prefill");
-    double t0 = st_time_now();
-    if (!rc && n_reused < n_prompt) {
-        st_batch b = {.n_tokens = n_prompt - n_reused, .tokens = prompt + n_reused, .seq_single = seq};
-        st_cli_progress_attach(&pb, s->runner, b.n_tokens);
-        rc = st_runner_forward(s->runner, &b, logits);
-    }
-    st_cli_progress_end(&pb);
-    double t_prefill = st_time_now() - t0, t_decode = 0;
-    const int save = o->prompt_cache && !o->prompt_cache_ro && (n_common < n_prompt || o->prompt_cache_all);
-    if (!rc && save && !o->prompt_cache_all && (exit_code = st_cli_prompt_cache_save(s, o->prompt_cache, seq)))
-        goto out;
-    long long n_gen = 0, max_gen = o->n_predict;
-    const int ctx_limits = max_gen > s->n_ctx - n_prompt;
-    if (ctx_limits) max_gen = s->n_ctx - n_prompt;
-    int eot = 0;
-    /* --ignore-eos: every end-of-generation token gets a logit of -inf, as llama.cpp's logit
-     * bias does, so none is ever sampled */
-    int32_t *eog = NULL, n_eog = 0;
-    if (!rc && o->ignore_eos) {
-        if (!(eog = malloc((size_t)hp->n_vocab * sizeof *eog))) rc = ST_E_NOMEM;
-        for (int32_t id = 0; !rc && id < hp->n_vocab; id++)
-            if (st_tok_is_eog(s->tok, id)) eog[n_eog++] = id;
-    }
-    while (!rc && n_gen < max_gen) {
-        for (int i = 0; i < o->n_bias; i++) logits[o->bias[i].id] += o->bias[i].bias;
-        for (int32_t i = 0; i < n_eog; i++) logits[eog[i]] = -INFINITY;
-        int32_t t = st_sampler_sample(smp, logits);
-        st_sampler_accept(smp, t);
-        n_gen++;
-        if ((eot = st_tok_is_eog(s->tok, t))) break;
-        emit(dt, t);
-        if (n_gen == max_gen) break;
-        double t1 = st_time_now();
-        st_batch b = {.n_tokens = 1, .tokens = &t, .seq_single = seq};
+    run_progress prog = {.pb = &pb, .total = n_prompt - n_reused};
+    if (pb.active) st_runner_set_progress(s->runner, on_layer, &prog);
+    const double t0 = st_time_now();
+    double t_first = 0;
+    st_engine_event fin;
+    memset(&fin, 0, sizeof fin);
+    int err_gen = 0;
+    while (!fin.finish) {
+        st_engine_req_info info;
+        if (st_engine_req_get_info(e, id, &info) == 0) {
+            prog.base = info.n_tokens - n_reused;
+            prog.step = prog.total - prog.base < o->n_batch_eff ? prog.total - prog.base : o->n_batch_eff;
+        }
         st_kv_stats k0, k1;
         if (o->tier.verbose) st_kv_get_stats(s->kv, &k0);
-        rc = st_runner_forward(s->runner, &b, logits);
-        t_decode += st_time_now() - t1;
+        const st_engine_event *ev;
+        int nev;
+        if ((rc = st_engine_step(e, &ev, &nev))) err_gen = rc;
+        for (int k = 0; k < nev; k++) {
+            if (ev[k].token >= 0 && !t_first) {
+                t_first = st_time_now();
+                st_cli_progress_end(&pb);
+            }
+            if (ev[k].text_len) {
+                fwrite(ev[k].text, 1, ev[k].text_len, stdout);
+                fflush(stdout);
+            }
+            if (ev[k].finish) fin = ev[k];
+        }
         char line[256];
         if (o->tier.verbose && (st_kv_get_stats(s->kv, &k1), st_kv_stats_line(&k0, &k1, line, sizeof line)))
-            fprintf(stderr, "[step %lld] %s\n", n_gen, line);
+            fprintf(stderr, "[step %d] %s\n", fin.finish ? fin.stats.n_generated : nev ? ev[nev - 1].stats.n_generated : 0,
+                    line);
+        if (err_gen && !fin.finish) break;
     }
-    const char *tail;
-    size_t nt;
-    free(eog);
-    if (dt && st_detok_flush(dt, &tail, &nt) == 0 && nt) fwrite(tail, 1, nt, stdout);
-    if (!rc) printf("\n"); /* ends the text as llama.cpp does, only when the generation did */
+    st_cli_progress_end(&pb);
+    st_runner_set_progress(s->runner, NULL, NULL);
+    const double t_end = st_time_now();
+    const double t_prefill = (t_first ? t_first : t_end) - t0, t_decode = t_first ? t_end - t_first : 0;
+    const int ok = fin.finish && fin.finish != ST_FINISH_ERROR;
+    if (ok) printf("\n"); /* ends the text as llama.cpp does, only when the generation did */
     fflush(stdout);
-    if (!rc && save && o->prompt_cache_all) exit_code = st_cli_prompt_cache_save(s, o->prompt_cache, seq);
-    if (rc) {
-        fprintf(stderr, "strata run: %s\n", *st_ctx_error(s->ctx) ? st_ctx_error(s->ctx) : st_strerror(rc));
-    } else {
-        st_kv_stats ks;
-        st_kv_get_stats(s->kv, &ks);
-        if (n_reused)
-            fprintf(stderr, "prompt tokens: %d (%d from the prompt cache)   prefill of %d: %.1f tok/s (%.3f s)\n",
-                    n_prompt, n_reused, n_prompt - n_reused,
-                    t_prefill > 0 ? (n_prompt - n_reused) / t_prefill : 0.0, t_prefill);
-        else
-            fprintf(stderr, "prompt tokens: %d   prefill: %.1f tok/s (%.3f s)\n", n_prompt,
-                    t_prefill > 0 ? n_prompt / t_prefill : 0.0, t_prefill);
-        const int full = ctx_limits && !eot;
-        fprintf(stderr, "generated tokens: %lld   decode: %.1f tok/s (%.3f s)   stopped: %s", n_gen,
-                t_decode > 0 ? (n_gen - 1) / t_decode : 0.0, t_decode,
-                eot ? "end of text" : full ? "context full" : max_gen ? "-n reached" : "-n 0");
-        if (full)
-            fprintf(stderr, " (%d tokens; -c sets it, up to the model's %d)", s->n_ctx,
-                    st_model_get_hparams(s->model)->n_ctx_train);
-        fprintf(stderr, "\n");
-        fprintf(stderr, "KV pages used: %lld of %lld (page %d tokens, %s)\n", (long long)ks.pages_used,
-                (long long)ks.n_pages, st_kv_get_geometry(s->kv)->page_size,
-                st_type_name(st_kv_get_geometry(s->kv)->type));
-        st_cli_quest_print(&o->quest, s->runner, stderr);
-        if (ks.ram_pages)
-            fprintf(stderr, "KV tier: hot pool %lld pages; %lld spilled, %lld fetched, %lld blocks "
-                    "streamed, %.1f MiB read, %lld stalls, %lld dropped\n", (long long)ks.ram_pages,
-                    (long long)ks.tier_writes, (long long)ks.tier_reads, (long long)ks.tier_block_reads,
-                    (double)ks.tier_bytes_read / 1048576.0, (long long)ks.fetch_stalls,
-                    (long long)ks.tier_drops);
+    if (ok && save && fin.seq >= 0) {
+        /* without --prompt-cache-all the file keeps the prompt's KV alone */
+        if (!o->prompt_cache_all) rc = st_kv_seq_truncate(s->kv, fin.seq, n_prompt);
+        exit_code = rc ? st_cli_exit_code(rc) : st_cli_prompt_cache_save(s, o->prompt_cache, fin.seq);
     }
-out:
-    st_detok_destroy(dt);
-    st_sampler_destroy(smp);
-    free(logits);
-    return rc ? st_cli_exit_code(rc) : exit_code;
+    if (fin.seq >= 0) st_kv_seq_free(s->kv, fin.seq);
+    if (!ok) {
+        const int code = fin.finish ? fin.error : err_gen;
+        fprintf(stderr, "strata run: %s\n", fin.finish && *fin.error_msg ? fin.error_msg
+                                            : *st_ctx_error(s->ctx)     ? st_ctx_error(s->ctx)
+                                                                        : st_strerror(code));
+        return st_cli_exit_code(code ? code : ST_E_STATE);
+    }
+    const long long n_gen = fin.stats.n_generated;
+    st_kv_stats ks;
+    st_kv_get_stats(s->kv, &ks);
+    if (n_reused)
+        fprintf(stderr, "prompt tokens: %d (%d from the prompt cache)   prefill of %d: %.1f tok/s (%.3f s)\n", n_prompt,
+                n_reused, n_prompt - n_reused, t_prefill > 0 ? (n_prompt - n_reused) / t_prefill : 0.0, t_prefill);
+    else
+        fprintf(stderr, "prompt tokens: %d   prefill: %.1f tok/s (%.3f s)\n", n_prompt,
+                t_prefill > 0 ? n_prompt / t_prefill : 0.0, t_prefill);
+    const int full = fin.finish == ST_FINISH_CONTEXT;
+    fprintf(stderr, "generated tokens: %lld   decode: %.1f tok/s (%.3f s)   stopped: %s", n_gen,
+            t_decode > 0 ? (n_gen - 1) / t_decode : 0.0, t_decode,
+            fin.finish == ST_FINISH_EOS ? "end of text" : full ? "context full" : o->n_predict ? "-n reached" : "-n 0");
+    if (full)
+        fprintf(stderr, " (%d tokens; -c sets it, up to the model's %d)", s->n_ctx,
+                st_model_get_hparams(s->model)->n_ctx_train);
+    fprintf(stderr, "\n");
+    fprintf(stderr, "KV pages: %lld in use, %lld cached for reuse, of %lld (page %d tokens, %s)\n",
+            (long long)ks.pages_used, (long long)ks.pages_cached, (long long)ks.n_pages,
+            st_kv_get_geometry(s->kv)->page_size, st_type_name(st_kv_get_geometry(s->kv)->type));
+    st_cli_quest_print(&o->quest, s->runner, stderr);
+    if (ks.ram_pages)
+        fprintf(stderr, "KV tier: hot pool %lld pages; %lld spilled, %lld fetched, %lld blocks "
+                "streamed, %.1f MiB read, %lld stalls, %lld dropped\n", (long long)ks.ram_pages,
+                (long long)ks.tier_writes, (long long)ks.tier_reads, (long long)ks.tier_block_reads,
+                (double)ks.tier_bytes_read / 1048576.0, (long long)ks.fetch_stalls, (long long)ks.tier_drops);
+    return exit_code;
 }
 
 int st_cmd_run(int argc, char **argv) {
@@ -383,39 +382,56 @@ int st_cmd_run(int argc, char **argv) {
         if (!(text = strdup(o.prompt))) return st_cli_exit_code(ST_E_NOMEM);
     }
     if (text) text_len = st_cli_prompt_text(text, text_len, o.prompt_file != NULL, !o.no_escape);
-    st_synth_params synth = builtin_model();
-    st_cli_session_opts so = {.model_path = o.model, .synth = &synth, .n_threads = (int)o.n_threads,
-                              .n_ctx = (int32_t)o.n_ctx, .n_seqs = 1, .page_size = (int)o.kv_page,
-                              .kv_type = o.kv_type, .n_batch = (int32_t)o.n_batch, .need_tok = 1,
-                              .kv_flags = &o.tier, .mmap = o.mmap};
+    st_engine_params ep = st_engine_default_params();
+    st_model_load_params lp = st_cli_model_load_params(o.mmap);
+    ep.model_path = o.model;
+    ep.use_mmap = lp.use_mmap;
+    ep.weight_rows = lp.layout == ST_WEIGHT_LAYOUT_ROWS;
+    ep.n_threads = (int)o.n_threads;
+    ep.n_ctx = (int32_t)o.n_ctx;
+    ep.n_batch = o.n_batch_eff = o.n_batch ? (int32_t)o.n_batch : 256;
+    ep.n_parallel = 1;
+    ep.page_size = (int)o.kv_page;
+    ep.kv_type = o.kv_type;
+    ep.mem_limit = st_cli_mem_available();
+    if ((rc = st_cli_kv_flags_engine(&o.tier, &ep, "run"))) {
+        free(text);
+        return st_cli_exit_code(rc);
+    }
     if (!o.model)
         fprintf(stderr, "strata run: no -m given: running the built-in synthetic model (random weights, "
                         "byte-level tokenizer; the text it writes is noise)\n");
-    st_cli_session s;
-    if ((rc = st_cli_session_open("run", &so, &s))) {
+    st_engine *e = NULL;
+    char why[768];
+    if ((rc = st_engine_create(&ep, &e, why, sizeof why))) {
+        fprintf(stderr, "strata run: %s\n", why);
         free(text);
-        return rc;
+        return st_cli_exit_code(rc);
     }
+    /* the parts, borrowed, for the prompt cache, the chat and the statistics */
+    st_cli_session s = {.ctx = st_engine_ctx(e), .model = (st_model *)st_engine_model(e),
+                        .tok = (st_tok *)st_engine_tok(e), .kv = st_engine_kv(e), .runner = st_engine_runner(e),
+                        .n_ctx = st_engine_n_ctx(e)};
     if (!o.model) fprintf(stderr, "model: %s\n", st_model_desc(s.model));
     for (int i = 0; i < o.n_bias; i++)
         if (o.bias[i].id >= st_model_get_hparams(s.model)->n_vocab) {
             fprintf(stderr, "strata run: -l: token %d is outside the vocabulary (%d tokens)\n", o.bias[i].id,
                     st_model_get_hparams(s.model)->n_vocab);
             free(text);
-            st_cli_session_close(&s);
+            st_engine_destroy(e);
             return ST_EXIT_INPUT;
         }
     if (o.quest.given && (rc = st_cli_quest_apply(&o.quest, s.runner))) {
         fprintf(stderr, "strata run: %s\n", st_ctx_error(s.ctx));
         free(text);
-        st_cli_session_close(&s);
+        st_engine_destroy(e);
         return st_cli_exit_code(rc);
     }
     if (o.chat) {
         st_cli_chat_opts co = {.template_name = o.chat_template, .system = o.system, .n_predict = o.n_predict,
                                .n_batch = (int32_t)o.n_batch, .sp = o.sp, .in = stdin, .escape = !o.no_escape};
         rc = st_cli_chat(&s, &co);
-        st_cli_session_close(&s);
+        st_engine_destroy(e);
         return rc;
     }
     const char *prompt = text ? text : "Once upon a time";
@@ -425,18 +441,18 @@ int st_cmd_run(int argc, char **argv) {
     free(text);
     if (rc) {
         fprintf(stderr, "strata run: tokenizing the prompt: %s\n", st_strerror(rc));
-        st_cli_session_close(&s);
+        st_engine_destroy(e);
         return st_cli_exit_code(rc);
     }
     if (n_ids == 0 || n_ids >= s.n_ctx) {
         fprintf(stderr, "strata run: the prompt is %d tokens, %s the context of %d tokens\n", n_ids,
                 n_ids ? "longer than (or as long as)" : "empty: no room in", s.n_ctx);
         free(ids);
-        st_cli_session_close(&s);
+        st_engine_destroy(e);
         return ST_EXIT_INPUT;
     }
-    rc = generate(&s, &o, ids, n_ids);
+    rc = generate(e, &s, &o, ids, n_ids);
     free(ids);
-    st_cli_session_close(&s);
+    st_engine_destroy(e);
     return rc;
 }

@@ -66,8 +66,7 @@ int st_cli_kv_flags_arg(st_cli_kv_flags *f, const char *a, const char *v) {
     return 1;
 }
 
-int st_cli_kv_flags_apply(const st_cli_kv_flags *f, st_kv_params *p, const char *cmd) {
-    if (!f || !f->given) return 0;
+static int flags_check(const st_cli_kv_flags *f, const char *cmd) {
     if (!f->spill_dir) {
         fprintf(stderr, "strata %s: --kv-ram, --kv-pool-pages, --kv-disk, --kv-cold-type and "
                 "--instance-id need --kv-spill DIR\n", cmd);
@@ -77,6 +76,26 @@ int st_cli_kv_flags_apply(const st_cli_kv_flags *f, st_kv_params *p, const char 
         fprintf(stderr, "strata %s: give --kv-ram or --kv-pool-pages, not both\n", cmd);
         return ST_E_USAGE;
     }
+    return 0;
+}
+
+int st_cli_kv_flags_engine(const st_cli_kv_flags *f, st_engine_params *p, const char *cmd) {
+    if (!f || !f->given) return 0;
+    int rc = flags_check(f, cmd);
+    if (rc) return rc;
+    p->spill_dir = f->spill_dir;
+    p->instance_id = f->instance_id;
+    p->ram_pages = f->pool_pages;
+    p->ram_bytes = f->ram_bytes;
+    p->disk_budget = (uint64_t)f->disk_mib << 20;
+    p->cold = f->cold;
+    return 0;
+}
+
+int st_cli_kv_flags_apply(const st_cli_kv_flags *f, st_kv_params *p, const char *cmd) {
+    if (!f || !f->given) return 0;
+    int rc = flags_check(f, cmd);
+    if (rc) return rc;
     p->spill_dir = f->spill_dir;
     p->instance_id = f->instance_id;
     p->disk_budget = (uint64_t)f->disk_mib << 20;

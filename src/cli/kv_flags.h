@@ -5,6 +5,7 @@
 #ifndef STRATA_CLI_KV_FLAGS_H
 #define STRATA_CLI_KV_FLAGS_H
 
+#include "strata/engine.h"
 #include "strata/kv.h"
 
 #include <stdio.h>
@@ -34,5 +35,8 @@ int st_cli_parse_size(const char *s, unsigned long long *out);
 /* Fills the tier fields of p (geometry fields already set). Returns 0, or ST_E_USAGE with a
  * message on stderr (a RAM budget below two pages, --kv-ram without --kv-spill, ...). */
 int st_cli_kv_flags_apply(const st_cli_kv_flags *f, st_kv_params *p, const char *cmd);
+/* The same checks, filling an engine's tier fields (the engine converts --kv-ram to pages
+ * and refuses fewer than two). Returns 0 or ST_E_USAGE with a message on stderr. */
+int st_cli_kv_flags_engine(const st_cli_kv_flags *f, st_engine_params *p, const char *cmd);
 
 #endif

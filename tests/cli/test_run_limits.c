@@ -53,9 +53,10 @@ static char *run_out(const char *extra, int *rc, char **err) {
     return out;
 }
 
-/* The newline that ends the text is written only after a generation that succeeded: a KV
- * write failing mid-run (a 1 MiB spill budget under a 2-page hot pool) leaves the text as it
- * stood, without it. */
+/* The newline that ends the text is written after a generation that succeeded. A run whose
+ * pages may not fit the pool (-n -1 fills the context; a 2-page hot pool and 1 MiB of spill
+ * hold far less) is refused before it starts, naming the pages, with no text at all: the
+ * engine admits only what it can finish. */
 TEST(test_newline_only_on_success) {
     int rc;
     char *err = NULL, *out = run_out("-n 40", &rc, &err);
@@ -66,11 +67,16 @@ TEST(test_newline_only_on_success) {
     char extra[512];
     snprintf(extra, sizeof extra, "-n -1 --kv-spill %s/spill --kv-pool-pages 2 --kv-disk 1", chat_dir());
     out = run_out(extra, &rc, &err);
-    CHECK_INT(rc, 1); /* ST_E_NOSPACE: a resource ran out, not bad input */
-    CHECK(err && strstr(err, "storage budget exhausted"));
-    REQUIRE(out && strlen(out) > 40); /* it failed mid-run, after writing text */
-    /* greedy on the fixed built-in model: its text at the failure is known not to end in '\n' */
-    CHECK(out[strlen(out) - 1] != '\n');
+    CHECK_INT(rc, 2);
+    CHECK(err && strstr(err, "may need 129 KV pages") && strstr(err, "more than the pool's 34"));
+    CHECK(out && strlen(out) == 0);
+    free(out), free(err);
+    /* within the pool it runs, spilling, to its end */
+    snprintf(extra, sizeof extra, "-n 400 --kv-spill %s/spill --kv-pool-pages 2 --kv-disk 1", chat_dir());
+    out = run_out(extra, &rc, &err);
+    CHECK_INT(rc, 0);
+    CHECK(err && strstr(err, "generated tokens: 400 "));
+    CHECK(out && strlen(out) > 40 && out[strlen(out) - 1] == '\n');
     free(out), free(err);
 }
 
