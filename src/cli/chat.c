@@ -46,10 +46,7 @@ typedef struct chat {
     const st_cli_chat_opts *o;
     st_chat_tmpl tmpl;
     bool retok_family;
-    st_kv_seq_id seq;
-    st_sampler *smp;
-    st_detok *dt;
-    float *logits;          /* [n_vocab] logits of the last token in the KV */
+    st_kv_seq_id seq;       /* the conversation's: lent to each turn's engine request */
     st_chat_msg *msgs;      /* [n_msgs] roles are literals; contents malloc'd, owned */
     size_t n_msgs, cap_msgs;
     int32_t *ids;           /* [n_ids] the tokens the KV sequence holds, cap n_ctx */
@@ -85,33 +82,21 @@ static void acct_clear(chat *c) {
     c->acct = NULL, c->acct_len = 0;
 }
 
-/* After a failed forward the runner has rolled the sequence back to some length; the ids
- * up to it are still right, the text accounting is not. */
-static void resync(chat *c) {
+/* The ids follow what the KV sequence holds (it records every token it was given). */
+static int sync_ids(chat *c) {
     int64_t len = 0;
-    st_kv_seq_len(c->s->kv, c->seq, &len);
-    ST_ASSERT(len <= c->n_ids);
-    c->n_ids = (int)len;
-    acct_clear(c);
-}
-
-static int forward(chat *c, const int32_t *toks, int n) {
-    st_batch b = {.n_tokens = n, .tokens = toks, .seq_single = c->seq};
-    int rc = st_runner_forward(c->s->runner, &b, c->logits);
-    if (rc) return rc;
-    memcpy(c->ids + c->n_ids, toks, (size_t)n * sizeof *toks);
-    c->n_ids += n;
-    for (int i = 0; i < n; i++) st_sampler_accept(c->smp, toks[i]);
-    return 0;
-}
-
-static int prefill(chat *c, const int32_t *toks, int n) {
-    st_cli_progress pb;
-    st_cli_progress_begin(&pb, "prefill");
-    st_cli_progress_attach(&pb, c->s->runner, n);
-    int rc = n > 0 ? forward(c, toks, n) : 0;
-    st_cli_progress_end(&pb);
+    int rc = st_kv_seq_len(c->s->kv, c->seq, &len);
+    if (!rc && len > c->s->n_ctx) rc = ST_E_STATE;
+    if (!rc && len) rc = st_kv_seq_tokens(c->s->kv, c->seq, 0, len, c->ids);
+    c->n_ids = rc ? 0 : (int)len;
     return rc;
+}
+
+/* After a failed request the sequence was rolled back to some length; the ids up to it are
+ * still right, the text accounting is not. */
+static void resync(chat *c) {
+    sync_ids(c);
+    acct_clear(c);
 }
 
 /* Decides what to keep of the KV and what to prefill for rendering r[0, r_len): *keep ids
@@ -159,32 +144,88 @@ static int reply_put(chat *c, const char *p, size_t n) {
     return 0;
 }
 
-/* Samples until end of generation, -n tokens or a full context; every emitted token is
- * forwarded so the KV holds the whole reply. *why says why it stopped. */
-static int generate(chat *c, int *n_gen, const char **why) {
-    long long max = c->o->n_predict;
-    if (max > c->s->n_ctx - c->n_ids) max = c->s->n_ctx - c->n_ids;
-    c->reply_len = 0;
-    st_detok_reset(c->dt);
-    *n_gen = 0, *why = "limit -n";
-    int rc = 0;
-    const char *p;
-    size_t n;
-    while (!rc && *n_gen < max) {
-        int32_t t = st_sampler_sample(c->smp, c->logits);
-        if (st_tok_is_eog(c->s->tok, t)) {
-            *why = "end of turn";
-            break;
+/* One engine request continuing the conversation's sequence with toks[n]: at most max new
+ * tokens (< 0: until the context is full; 0: only read toks), the reply streamed to stdout.
+ * The sequence comes back to the chat at the finish, *fin says how it ended. */
+static int request(chat *c, const int32_t *toks, int n, long long max, int turn_no, st_engine_event *fin,
+                   double *t_first) {
+    st_engine *e = c->o->engine;
+    st_engine_req_params rp = st_engine_req_default_params();
+    rp.tokens = toks, rp.n_tokens = n, rp.seq = c->seq, rp.keep_seq = 1;
+    rp.max_tokens = max < 0 || max >= N_PREDICT_UNTIL_FULL ? -1 : (int32_t)max;
+    rp.sampling = c->o->sp;
+    rp.sampling.seed = c->o->sp.seed + (uint64_t)(turn_no - 1); /* each reply draws anew */
+    st_req_id id;
+    int rc = st_engine_submit(e, &rp, &id);
+    if (rc) return rc;
+    c->seq = -1; /* the engine's until the finish */
+    st_cli_progress pb;
+    st_cli_progress_begin(&pb, "prefill");
+    st_cli_progress_attach(&pb, c->s->runner, n);
+    const int32_t n_batch = st_engine_get_params(e)->n_batch;
+    memset(fin, 0, sizeof *fin);
+    *t_first = 0;
+    while (!fin->finish) {
+        st_engine_req_info info;
+        if (st_engine_req_get_info(e, id, &info) == 0 && info.seq >= 0)
+            st_cli_progress_step(&pb, info.n_tokens - (c->n_ids), n_batch);
+        const st_engine_event *ev;
+        int nev;
+        if ((rc = st_engine_step(e, &ev, &nev)) && !nev) break;
+        for (int k = 0; k < nev && !rc; k++) {
+            if (ev[k].token >= 0 && !*t_first) {
+                *t_first = st_time_now();
+                st_cli_progress_end(&pb);
+            }
+            rc = reply_put(c, ev[k].text, ev[k].text_len);
+            if (ev[k].finish) *fin = ev[k];
         }
-        if (!(rc = st_detok_feed(c->dt, t, &p, &n))) rc = reply_put(c, p, n);
-        if (!rc) rc = forward(c, &t, 1);
-        if (!rc) ++*n_gen;
+        if (rc && !fin->finish) st_engine_cancel(e, id);
     }
-    if (!rc && *n_gen == max && max < c->o->n_predict) *why = "context full";
-    if (!st_detok_flush(c->dt, &p, &n) && n && !rc) rc = reply_put(c, p, n);
+    st_cli_progress_end(&pb);
+    if (fin->seq >= 0) c->seq = fin->seq;
+    return rc;
+}
+
+/* Prefills toks and samples until end of generation, -n tokens or a full context; every
+ * emitted token ends in the KV, so the KV holds the whole reply. *why says why it stopped. */
+static int generate(chat *c, const int32_t *toks, int n, int turn_no, int *n_gen, const char **why,
+                    double *t_pre, double *t_gen) {
+    c->reply_len = 0;
+    *n_gen = 0, *why = "limit -n";
+    st_engine_event fin;
+    double t0 = st_time_now(), t_first = 0;
+    int rc = request(c, toks, n, c->o->n_predict, turn_no, &fin, &t_first);
+    const double t1 = st_time_now();
+    *t_pre = (t_first ? t_first : t1) - t0;
+    *t_gen = t_first ? t1 - t_first : 0;
+    if (!rc && fin.finish == ST_FINISH_ERROR) rc = fin.error ? fin.error : ST_E_STATE;
+    if (fin.finish) *n_gen = fin.stats.n_generated - (fin.finish == ST_FINISH_EOS);
+    if (fin.finish == ST_FINISH_EOS) *why = "end of turn";
+    if (fin.finish == ST_FINISH_CONTEXT) *why = "context full";
+    if (rc && fin.finish == ST_FINISH_ERROR)
+        fprintf(stderr, "strata chat: %s: %s\n", *n_gen ? "generation" : "prefill", fin.error_msg);
+    if (rc) {
+        fputc('\n', stdout);
+        fflush(stdout);
+        resync(c);
+        return rc;
+    }
+    /* the last token drawn was not fed back: read it into the KV, as the reply's end */
+    int32_t last = fin.token;
+    if ((fin.finish == ST_FINISH_LENGTH || fin.finish == ST_FINISH_CONTEXT) && last >= 0 && !(rc = sync_ids(c)) &&
+        c->n_ids < c->s->n_ctx) {
+        rc = request(c, &last, 1, 0, turn_no, &fin, &t_first);
+        if (!rc && fin.finish == ST_FINISH_ERROR) {
+            rc = fin.error ? fin.error : ST_E_STATE;
+            fprintf(stderr, "strata chat: generation: %s\n", fin.error_msg);
+        }
+    }
     fputc('\n', stdout);
     fflush(stdout);
-    return rc;
+    int src = sync_ids(c);
+    if (rc) acct_clear(c);
+    return rc ? rc : src;
 }
 
 /* After the reply: the KV holds acct + the reply's tokens. Suffix mode may continue only if
@@ -233,31 +274,31 @@ static int turn(chat *c, const char *line, size_t len, int turn_no) {
     if (keep < c->n_ids) {
         if ((rc = st_kv_seq_truncate(c->s->kv, c->seq, keep))) goto refuse;
         c->n_ids = keep;
-        st_sampler_reset(c->smp);
-        for (int i = 0; i < keep; i++) st_sampler_accept(c->smp, c->ids[i]);
     }
     int cov = 0;
     int64_t kv_len = -1;
     ST_ASSERT(st_kv_seq_len(c->s->kv, c->seq, &kv_len) == 0 && kv_len == c->n_ids);
     ST_ASSERT(st_kv_prefix_covers(c->s->kv, c->seq, c->ids, c->n_ids, &cov) == 0 && cov);
-    double t0 = st_time_now();
-    if ((rc = prefill(c, toks, n_toks))) {
-        report(rc, c, "prefill");
-        resync(c);
+    const char *why;
+    double t_pre = 0, t_gen = 0;
+    const int n_before = c->n_ids;
+    rc = generate(c, toks, n_toks, turn_no, &n_gen, &why, &t_pre, &t_gen);
+    if (rc == ST_E_NOMEM) {
+        free(toks);
+        free(r);
+        return rc;
+    }
+    if (rc && c->n_ids <= n_before) { /* the prompt was not read: the turn is refused */
+        rc = 0;
         goto refuse;
     }
-    double t_pre = st_time_now() - t0;
-    free(c->acct);
-    c->acct = r, c->acct_len = r_len;
-    r = NULL;
-    const char *why;
-    t0 = st_time_now();
-    rc = generate(c, &n_gen, &why);
-    double t_gen = st_time_now() - t0;
-    if (rc) {
-        report(rc, c, "generation");
-        resync(c);
+    if (!rc) {
+        free(c->acct);
+        c->acct = r, c->acct_len = r_len;
+        r = NULL;
     }
+    free(r);
+    r = NULL;
     /* the reply (possibly cut short) is part of the conversation: its tokens are in the KV */
     if ((rc = msg_push(c, "assistant", c->reply ? c->reply : "", c->reply_len)) || (rc = account_reply(c))) {
         free(toks);
@@ -283,7 +324,6 @@ static int reset(chat *c) {
     acct_clear(c);
     int rc = st_kv_seq_truncate(c->s->kv, c->seq, 0);
     c->n_ids = 0;
-    st_sampler_reset(c->smp);
     if (!rc && c->o->system) rc = msg_push(c, "system", c->o->system, strlen(c->o->system));
     return rc;
 }
@@ -294,9 +334,6 @@ static void chat_free(chat *c) {
     free(c->ids);
     free(c->acct);
     free(c->reply);
-    free(c->logits);
-    st_detok_destroy(c->dt);
-    st_sampler_destroy(c->smp);
     if (c->seq >= 0) st_kv_seq_free(c->s->kv, c->seq);
 }
 
@@ -308,12 +345,8 @@ int st_cli_chat(st_cli_session *s, const st_cli_chat_opts *o) {
         return st_cli_exit_code(rc);
     }
     c.retok_family = c.tmpl >= ST_CHAT_LLAMA2 && c.tmpl <= ST_CHAT_MISTRAL_V7;
-    int32_t n_vocab = st_model_get_hparams(s->model)->n_vocab;
-    c.logits = malloc((size_t)n_vocab * sizeof *c.logits);
     c.ids = malloc((size_t)s->n_ctx * sizeof *c.ids);
-    rc = !c.logits || !c.ids ? ST_E_NOMEM : 0;
-    if (!rc) rc = st_sampler_create(&o->sp, n_vocab, &c.smp);
-    if (!rc) rc = st_detok_create(s->tok, 0, &c.dt);
+    rc = !c.ids ? ST_E_NOMEM : !o->engine ? ST_E_INVAL : 0;
     if (!rc) rc = st_kv_seq_create(s->kv, &c.seq);
     if (!rc) rc = reset(&c);
     if (rc) {

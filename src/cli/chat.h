@@ -1,9 +1,10 @@
 /* strata run --chat: an interactive multi-turn chat that keeps the conversation's KV between
- * turns, so each turn prefills only what is new. */
+ * turns, so each turn prefills only what is new; each turn is one engine request. */
 #ifndef STRATA_CLI_CHAT_H
 #define STRATA_CLI_CHAT_H
 
 #include "cli/cli_util.h"
+#include "strata/engine.h"
 #include "strata/sample.h"
 
 #include <stdio.h>
@@ -22,9 +23,11 @@ typedef struct st_cli_chat_opts {
     st_sampler_params sp;
     FILE *in;                  /* where user lines come from (stdin); borrowed */
     int escape;                /* process each line's escapes (st_cli_prompt_text), as -e */
+    st_engine *engine;         /* runs every turn (one request continuing the conversation's
+                                  sequence); s holds its parts; borrowed */
 } st_cli_chat_opts;
 
-/* Runs the chat over the open session s (one KV sequence; s must have a tokenizer) until
+/* Runs the chat over the open session s (the engine's parts; one KV sequence) until
  * end of input or "/exit"; "/reset" starts the conversation over (keeping --system).
  * Replies go to stdout, statistics and messages to stderr. A turn that would overflow the
  * context, or whose forward fails, is refused with a message and the conversation stays

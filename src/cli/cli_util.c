@@ -150,13 +150,20 @@ void st_cli_progress_update(st_cli_progress *p, long long done, long long total)
 
 static void on_layer(void *user, int64_t done, int64_t total) {
     st_cli_progress *p = user;
-    if (total > 0) st_cli_progress_update(p, (long long)((double)done / (double)total * (double)p->n_tok), p->n_tok);
+    if (total > 0)
+        st_cli_progress_update(p, p->base + (long long)((double)done / (double)total * (double)p->step), p->n_tok);
 }
 
 void st_cli_progress_attach(st_cli_progress *p, st_runner *r, long long n_tok) {
     p->runner = r;
     p->n_tok = n_tok;
+    p->base = 0, p->step = n_tok;
     if (p->active) st_runner_set_progress(r, on_layer, p);
+}
+
+void st_cli_progress_step(st_cli_progress *p, long long base, long long step) {
+    p->base = base;
+    p->step = base + step > p->n_tok ? p->n_tok - base : step;
 }
 
 void st_cli_progress_end(st_cli_progress *p) {

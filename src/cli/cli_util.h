@@ -40,6 +40,7 @@ typedef struct st_cli_progress {
     const char *label;
     st_runner *runner;  /* attached: moved by its per-layer reports */
     long long n_tok;
+    long long base, step; /* the next forward reads tokens [base, base + step) of the n_tok */
 } st_cli_progress;
 void st_cli_progress_begin(st_cli_progress *p, const char *label);
 void st_cli_progress_update(st_cli_progress *p, long long done, long long total);
@@ -48,6 +49,9 @@ void st_cli_progress_update(st_cli_progress *p, long long done, long long total)
  * st_cli_progress_end, which detaches it. */
 void st_cli_progress_attach(st_cli_progress *p, st_runner *r, long long n_tok);
 void st_cli_progress_end(st_cli_progress *p);
+/* The prompt is read over several forwards (engine steps): the next one reads tokens
+ * [base, base + step) of the attached n_tok. */
+void st_cli_progress_step(st_cli_progress *p, long long base, long long step);
 
 /* A model ready to run one or more sequences. */
 typedef struct st_cli_session {

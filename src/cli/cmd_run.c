@@ -239,18 +239,6 @@ static uint64_t random_seed(void) {
     return (uint32_t)((uint64_t)(st_time_now() * 1e9) ^ ((uint64_t)getpid() << 16));
 }
 
-/* Moves the prefill bar from the runner's per-layer reports: `base` prompt tokens were read
- * before this step, which reads `step` more. */
-typedef struct run_progress {
-    st_cli_progress *pb;
-    long long base, step, total;
-} run_progress;
-
-static void on_layer(void *user, int64_t done, int64_t total) {
-    run_progress *rp = user;
-    if (total > 0) st_cli_progress_update(rp->pb, rp->base + (long long)((double)done / (double)total * rp->step), rp->total);
-}
-
 /* The generation is one engine request; this loop only streams its events and times them. */
 static int generate(st_engine *e, st_cli_session *s, const run_opts *o, const int32_t *prompt, int n_prompt) {
     st_kv_seq_id seq = -1;
@@ -277,8 +265,7 @@ static int generate(st_engine *e, st_cli_session *s, const run_opts *o, const in
     }
     st_cli_progress pb;
     st_cli_progress_begin(&pb, "prefill");
-    run_progress prog = {.pb = &pb, .total = n_prompt - n_reused};
-    if (pb.active) st_runner_set_progress(s->runner, on_layer, &prog);
+    st_cli_progress_attach(&pb, s->runner, n_prompt - n_reused);
     const double t0 = st_time_now();
     double t_first = 0;
     st_engine_event fin;
@@ -286,10 +273,7 @@ static int generate(st_engine *e, st_cli_session *s, const run_opts *o, const in
     int err_gen = 0;
     while (!fin.finish) {
         st_engine_req_info info;
-        if (st_engine_req_get_info(e, id, &info) == 0) {
-            prog.base = info.n_tokens - n_reused;
-            prog.step = prog.total - prog.base < o->n_batch_eff ? prog.total - prog.base : o->n_batch_eff;
-        }
+        if (st_engine_req_get_info(e, id, &info) == 0) st_cli_progress_step(&pb, info.n_tokens - n_reused, o->n_batch_eff);
         st_kv_stats k0, k1;
         if (o->tier.verbose) st_kv_get_stats(s->kv, &k0);
         const st_engine_event *ev;
@@ -313,7 +297,6 @@ static int generate(st_engine *e, st_cli_session *s, const run_opts *o, const in
         if (err_gen && !fin.finish) break;
     }
     st_cli_progress_end(&pb);
-    st_runner_set_progress(s->runner, NULL, NULL);
     const double t_end = st_time_now();
     const double t_prefill = (t_first ? t_first : t_end) - t0, t_decode = t_first ? t_end - t_first : 0;
     const int ok = fin.finish && fin.finish != ST_FINISH_ERROR;
@@ -429,7 +412,8 @@ int st_cmd_run(int argc, char **argv) {
     }
     if (o.chat) {
         st_cli_chat_opts co = {.template_name = o.chat_template, .system = o.system, .n_predict = o.n_predict,
-                               .n_batch = (int32_t)o.n_batch, .sp = o.sp, .in = stdin, .escape = !o.no_escape};
+                               .n_batch = (int32_t)o.n_batch, .sp = o.sp, .in = stdin, .escape = !o.no_escape,
+                               .engine = e};
         rc = st_cli_chat(&s, &co);
         st_engine_destroy(e);
         return rc;
