@@ -310,7 +310,8 @@ int st_engine_submit(st_engine *e, const st_engine_req_params *p, st_req_id *id)
             rc = st_seterr(e->ctx, ST_E_INVAL, "sequence %lld is not a live sequence of the engine's KV cache",
                            (long long)p->seq);
     }
-    if (!rc && q->len0 + q->n_prompt >= e->n_ctx)
+    /* a prompt leaves room for a token to generate, unless none is asked for */
+    if (!rc && q->len0 + q->n_prompt + (p->max_tokens != 0) > e->n_ctx)
         rc = st_seterr(e->ctx, ST_E_LIMIT, "the prompt is %lld tokens, the context %d: no room to generate",
                        (long long)(q->len0 + q->n_prompt), e->n_ctx);
     if (!rc && p->quest_budget < -1) rc = st_seterr(e->ctx, ST_E_INVAL, "quest_budget %lld", (long long)p->quest_budget);
@@ -630,7 +631,6 @@ int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) 
         }
     if (!rc) preempt_for_ram(e);
     if (!rc) rc = admit_waiting(e);
-    /* max_tokens 0: the request ends as soon as its prompt is read (nothing to draw) */
     int32_t n = 0;
     while (!rc) {
         if (!(n = build_batch(e))) break;
@@ -653,23 +653,24 @@ int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) 
     }
     if (n > 0) {
         e->st.steps++;
-        /* sample in table order; finishing removes entries, so walk a snapshot of the rows */
+        /* sample in table order; a finish removes the entry, so i moves on only when none did */
         for (int i = 0; i < e->n_reqs && !rc;) {
             en_req *q = e->reqs[i];
+            const int32_t step_n = q->step_n, row = q->step_row;
             const int was_prefill = q->state == ST_REQ_PREFILL;
-            if (!q->step_n) {
-                i++;
-                continue;
+            q->step_n = 0;
+            if (step_n && was_prefill) {
+                q->n_done += step_n;
+                e->st.tokens_prefilled += step_n;
             }
-            const int32_t row = q->step_row;
-            q->step_n = was_prefill ? (q->n_done += q->step_n, e->st.tokens_prefilled += q->step_n, 0) : 0;
-            if (row < 0) {
+            if (!step_n || row < 0) {
                 i++;
                 continue;
             }
             if (was_prefill) q->state = ST_REQ_DECODE;
             const int before = e->n_reqs;
             if (was_prefill && q->max_gen == 0) {
+                /* max_tokens 0: the request ends as soon as its prompt is read */
                 rc = finish(e, q, -1, e->n_text, ST_FINISH_LENGTH, 0, NULL);
             } else {
                 int32_t t = en_req_sample(q, e->tok, e->n_vocab, e->logits + (size_t)row * e->n_vocab);
