@@ -39,7 +39,8 @@ struct st_engine {
     st_kv_seq_id *b_seq;
     uint8_t *b_want, *b_prefill;
     int64_t *b_budget;
-    float *logits;          /* [n_batch + n_parallel][n_vocab] */
+    float *logits;          /* [n_parallel][n_vocab] */
+    int32_t *eog, n_eog;    /* the vocabulary's end-of-generation ids (ignore_eos bans them) */
     st_engine_event *ev;
     int n_ev, cap_ev;
     char *text;             /* the step's released bytes (events point into it) */
@@ -104,6 +105,7 @@ void st_engine_destroy(st_engine *e) {
     free(e->b_prefill);
     free(e->b_budget);
     free(e->logits);
+    free(e->eog);
     free(e->ev);
     free(e->text);
     free(e);
@@ -235,8 +237,11 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
     e->b_prefill = malloc(nb);
     e->b_budget = malloc(nb * sizeof *e->b_budget);
     e->logits = malloc((size_t)p->n_parallel * (size_t)e->n_vocab * sizeof *e->logits);
-    if (!e->b_tok || !e->b_seq || !e->b_want || !e->b_prefill || !e->b_budget || !e->logits)
+    e->eog = malloc((size_t)e->n_vocab * sizeof *e->eog);
+    if (!e->b_tok || !e->b_seq || !e->b_want || !e->b_prefill || !e->b_budget || !e->logits || !e->eog)
         return open_fail(e, ST_E_NOMEM, why, why_len, "engine");
+    for (int32_t id = 0; id < e->n_vocab; id++)
+        if (st_tok_is_eog(e->tok, id)) e->eog[e->n_eog++] = id;
     e->next_id = 1;
     *out = e;
     return 0;
@@ -673,7 +678,7 @@ int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) 
                 /* max_tokens 0: the request ends as soon as its prompt is read */
                 rc = finish(e, q, -1, e->n_text, ST_FINISH_LENGTH, 0, NULL);
             } else {
-                int32_t t = en_req_sample(q, e->tok, e->n_vocab, e->logits + (size_t)row * e->n_vocab);
+                int32_t t = en_req_sample(q, e->eog, e->n_eog, e->logits + (size_t)row * e->n_vocab);
                 rc = on_token(e, q, t);
             }
             if (e->n_reqs == before) i++;

@@ -45,8 +45,9 @@ typedef struct en_req {
 int en_req_init(en_req *q, st_ctx *ctx, const st_tok *tok, int32_t n_vocab, const st_engine_req_params *p);
 void en_req_free(en_req *q);
 
-/* Samples the next token from logits (biases applied in place). */
-int32_t en_req_sample(en_req *q, const st_tok *tok, int32_t n_vocab, float *logits);
+/* Samples the next token from logits (biases applied in place; with ignore_eos the n_eog
+ * end-of-generation ids eog[] banned). */
+int32_t en_req_sample(en_req *q, const int32_t *eog, int32_t n_eog, float *logits);
 
 /* Feeds a generated (non end-of-generation) token's text: bytes that can be released go to
  * out (appended; *stopped = 1 when a stop string matched: the text before it is released and

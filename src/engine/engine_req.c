@@ -62,11 +62,9 @@ void en_req_free(en_req *q) {
     memset(q, 0, sizeof *q);
 }
 
-int32_t en_req_sample(en_req *q, const st_tok *tok, int32_t n_vocab, float *logits) {
+int32_t en_req_sample(en_req *q, const int32_t *eog, int32_t n_eog, float *logits) {
     for (int i = 0; i < q->n_bias; i++) logits[q->bias[i].token] += q->bias[i].bias;
-    if (q->ignore_eos)
-        for (int32_t id = 0; id < n_vocab; id++)
-            if (st_tok_is_eog(tok, id)) logits[id] = -INFINITY;
+    for (int32_t i = 0; q->ignore_eos && i < n_eog; i++) logits[eog[i]] = -INFINITY;
     int32_t t = st_sampler_sample(q->smp, logits);
     st_sampler_accept(q->smp, t);
     return t;
