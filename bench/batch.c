@@ -55,31 +55,7 @@ static const char *shared_dir(void) {
     return d;
 }
 
-/* ---- models (as bench/e2e) ---------------------------------------------------------------- */
-
-static int ensure_model(st_ctx *ctx, const char *name, const char *preset, const char *type, const char *dir,
-                        char *path, size_t cap) {
-    snprintf(path, cap, "%s/%s.gguf", dir, name);
-    st_synth_params p = st_synth_default_params();
-    st_synth_preset(preset, &p);
-    st_synth_parse_type(type, &p);
-    char vocab[1024];
-    snprintf(vocab, sizeof vocab, "%s/models/vocab/ggml-vocab-llama-spm.gguf", shared_dir());
-    if (access(vocab, R_OK) == 0) p.vocab_from = vocab;
-    if (access(path, R_OK) == 0) {
-        st_gguf *g = NULL;
-        int rc = st_gguf_open(ctx, path, &g);
-        if (!rc) rc = st_synth_check(ctx, &p, g);
-        st_gguf_close(g);
-        if (!rc) return 0;
-        fprintf(stderr, "batch: %s is not the %s model (%s): making it again\n", path, name, st_ctx_error(ctx));
-    }
-    mkdir(dir, 0755);
-    fprintf(stderr, "making %s ...\n", path);
-    int rc = st_synth_write(ctx, &p, path);
-    if (rc) fprintf(stderr, "batch: cannot make %s: %s\n", path, st_ctx_error(ctx));
-    return rc;
-}
+/* ---- the engine ---------------------------------------------------------------------------- */
 
 static st_engine *open_engine(const char *path, int n_parallel, int n_batch, int n_ctx) {
     st_engine_params p = st_engine_default_params();
@@ -497,8 +473,8 @@ int main(int argc, char **argv) {
     printf("read bandwidth probe (%d threads, 256 MiB, best of 3): %.1f GB/s; /proc/loadavg: %s\n", n_threads, bw,
            la);
     int rc = 0;
-    if (do_small && ensure_model(ctx, "small-q8_0", "small", "q8_0", dir, small, sizeof small)) rc = 1;
-    if (do_1b && ensure_model(ctx, "1b-q4_k_m", "1b", "q4_k_m", dir, big, sizeof big)) rc = 1;
+    if (do_small && bench_ensure_model(ctx, "batch", "small-q8_0", "small", "q8_0", shared_dir(), dir, small, sizeof small)) rc = 1;
+    if (do_1b && bench_ensure_model(ctx, "batch", "1b-q4_k_m", "1b", "q4_k_m", shared_dir(), dir, big, sizeof big)) rc = 1;
     st_ctx_destroy(ctx);
     if (rc) return 1;
 

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- interleaved probing ----------------------------------------------------------------
  * The probe itself (st_membw_read, st_membw_probe) is the library's, as the CLI's bench command
@@ -146,6 +148,36 @@ static inline char *bench_read_file(const char *path, size_t *n) {
     }
     fclose(f);
     return b;
+}
+
+/* The synthetic model of a preset and type at DIR/NAME.gguf (llama-spm's vocabulary from
+ * ../shared when there, else byte-level), made when missing, and made again when what is there
+ * is not what the preset makes (st_synth_check: shape keys, vocabulary, every tensor's type and
+ * shape), so a file cached by an older preset or another type is never measured as this one.
+ * tag names the bench in messages. 0 or the writer's error (printed). */
+static inline int bench_ensure_model(st_ctx *ctx, const char *tag, const char *name, const char *preset,
+                                     const char *type, const char *shared, const char *dir, char *path,
+                                     size_t cap) {
+    snprintf(path, cap, "%s/%s.gguf", dir, name);
+    st_synth_params p = st_synth_default_params();
+    st_synth_preset(preset, &p);
+    st_synth_parse_type(type, &p);
+    char vocab[1024];
+    snprintf(vocab, sizeof vocab, "%s/models/vocab/ggml-vocab-llama-spm.gguf", shared);
+    if (access(vocab, R_OK) == 0) p.vocab_from = vocab;
+    if (access(path, R_OK) == 0) {
+        st_gguf *g = NULL;
+        int rc = st_gguf_open(ctx, path, &g);
+        if (!rc) rc = st_synth_check(ctx, &p, g);
+        st_gguf_close(g);
+        if (!rc) return 0;
+        fprintf(stderr, "%s: %s is not the %s model (%s): making it again\n", tag, path, name, st_ctx_error(ctx));
+    }
+    mkdir(dir, 0755);
+    fprintf(stderr, "making %s ...\n", path);
+    int rc = st_synth_write(ctx, &p, path);
+    if (rc) fprintf(stderr, "%s: cannot make %s: %s\n", tag, path, st_ctx_error(ctx));
+    return rc;
 }
 
 #endif

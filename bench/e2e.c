@@ -57,32 +57,6 @@ static const char *vs_peer(double tps, const bench_peer *p, char *buf, size_t ca
     return buf;
 }
 
-/* The model at DIR/NAME.gguf, made when missing, and made again when what is there is not
- * what the preset makes (st_synth_check: shape keys, vocabulary, every tensor's type and
- * shape), so a file cached by an older preset or another type is never measured as this one. */
-static int ensure_model(st_ctx *ctx, const struct bmodel *bm, const char *dir, char *path, size_t cap) {
-    snprintf(path, cap, "%s/%s.gguf", dir, bm->name);
-    st_synth_params p = st_synth_default_params();
-    st_synth_preset(bm->preset, &p);
-    st_synth_parse_type(bm->type, &p);
-    char vocab[1024];
-    snprintf(vocab, sizeof vocab, "%s/models/vocab/ggml-vocab-llama-spm.gguf", bench_shared_dir());
-    if (access(vocab, R_OK) == 0) p.vocab_from = vocab;
-    if (access(path, R_OK) == 0) {
-        st_gguf *g = NULL;
-        int rc = st_gguf_open(ctx, path, &g);
-        if (!rc) rc = st_synth_check(ctx, &p, g);
-        st_gguf_close(g);
-        if (!rc) return 0;
-        fprintf(stderr, "e2e: %s is not the %s model (%s): making it again\n", path, bm->name, st_ctx_error(ctx));
-    }
-    mkdir(dir, 0755);
-    fprintf(stderr, "making %s ...\n", path);
-    int rc = st_synth_write(ctx, &p, path);
-    if (rc) fprintf(stderr, "e2e: cannot make %s: %s\n", path, st_ctx_error(ctx));
-    return rc;
-}
-
 #define TG_ROUNDS 8
 
 static int bench_one(st_ctx *ctx, const struct bmodel *bm, const char *path, st_membw_probe *probe,
@@ -203,7 +177,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
             if (only && !strstr(only, models[i].name)) continue;
             char path[1024];
-            if (ensure_model(ctx, &models[i], dir, path, sizeof path)) rc = 1;
+            if (bench_ensure_model(ctx, "e2e", models[i].name, models[i].preset, models[i].type, bench_shared_dir(), dir, path, sizeof path)) rc = 1;
             else printf("%s: ready\n", path);
         }
         st_ctx_destroy(ctx);
@@ -223,7 +197,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         if (only && !strstr(only, models[i].name)) continue;
         char path[1024];
-        if (ensure_model(ctx, &models[i], dir, path, sizeof path)) {
+        if (bench_ensure_model(ctx, "e2e", models[i].name, models[i].preset, models[i].type, bench_shared_dir(), dir, path, sizeof path)) {
             rc = 1;
             continue;
         }

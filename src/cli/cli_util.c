@@ -202,6 +202,33 @@ static int fail(const char *cmd, st_cli_session *s, int rc, const char *what) {
     return st_cli_exit_code(rc);
 }
 
+int st_cli_sampler_arg(st_sampler_params *sp, const char *a, const char *v) {
+    double d;
+    long long n;
+    if (!strcmp(a, "--temp")) {
+        if (st_cli_float(v, -1e6, 1e6, &d)) return -1;
+        sp->temp = (float)d;
+    } else if (!strcmp(a, "--top-k")) {
+        if (st_cli_int(v, -(1 << 30), 1 << 30, &n)) return -1;
+        sp->top_k = (int32_t)n;
+    } else if (!strcmp(a, "--top-p") || !strcmp(a, "--min-p")) {
+        if (st_cli_float(v, 0, 1, &d)) return -1;
+        *(a[2] == 't' ? &sp->top_p : &sp->min_p) = (float)d;
+    } else if (!strcmp(a, "--repeat-penalty")) {
+        if (st_cli_float(v, 1e-6, 1e6, &d)) return -1;
+        sp->repeat_penalty = (float)d;
+    } else if (!strcmp(a, "--frequency-penalty") || !strcmp(a, "--presence-penalty")) {
+        if (st_cli_float(v, -1e6, 1e6, &d)) return -1;
+        *(a[2] == 'f' ? &sp->freq_penalty : &sp->presence_penalty) = (float)d;
+    } else if (!strcmp(a, "--repeat-last-n")) {
+        if (st_cli_int(v, 0, 1 << 20, &n)) return -1;
+        sp->repeat_last_n = (int32_t)n;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 st_model_load_params st_cli_model_load_params(int mmap) {
     st_model_load_params p = st_model_load_default_params();
     const char *e = getenv("STRATA_MMAP");

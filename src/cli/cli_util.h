@@ -5,6 +5,7 @@
 
 #include "cli/kv_flags.h"
 #include "strata/model.h"
+#include "strata/sample.h"
 #include "strata/tok.h"
 
 #include <stdio.h>
@@ -12,6 +13,11 @@
 /* Strict parsers: the whole string must be a number in [lo, hi]. Return 0 or ST_E_USAGE. */
 int st_cli_int(const char *s, long long lo, long long hi, long long *out);
 int st_cli_float(const char *s, double lo, double hi, double *out);
+/* The sampler flags of run and batch, as llama.cpp spells them: --temp, --top-k, --top-p,
+ * --min-p, --repeat-penalty, --frequency-penalty, --presence-penalty, --repeat-last-n (the
+ * seed is each command's: run takes -1 for a random one). Option a with value v: 1 consumed
+ * (v valid), 0 not a sampler flag, -1 bad or missing value. */
+int st_cli_sampler_arg(st_sampler_params *sp, const char *a, const char *v);
 /* Reads a whole file (NUL-terminated). *out malloc'd. Returns 0 or -errno. */
 int st_cli_read_file(const char *path, char **out, size_t *len);
 /* llama.cpp's string_process_escapes (common.cpp), which its tools apply to prompt text

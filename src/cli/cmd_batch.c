@@ -12,7 +12,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: strata batch -f PROMPTS.txt [-m FILE] [-np N] [-n N] [-c CTX] [-b N_BATCH] [-t THREADS]\n"
-            "                    [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--ignore-eos]\n"
+            "                    [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
+            "                    [--repeat-last-n N] [--frequency-penalty F] [--presence-penalty P] [--seed S] [--ignore-eos]\n"
             "                    [--kv-page P] [--kv-type f16|bf16|f32|q8_0] [--no-escape] [--max-queue N]\n"
             "Completes each line of PROMPTS.txt (empty lines skipped; escapes such as \\n processed unless\n"
             "--no-escape), -np requests at a time (default 4) through one forward step per token: continuous\n"
@@ -46,13 +47,14 @@ static int parse(int argc, char **argv, batch_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long n;
-        double d;
-        int takes = 1, qa = st_cli_quest_arg(&o->quest, a, v), ta = 0;
+        int takes = 1, qa = st_cli_quest_arg(&o->quest, a, v), ta = 0, sa = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return -1;
         }
         if (qa < 0) return bad(a, v);
+        if (!qa && (sa = st_cli_sampler_arg(&o->sp, a, v)) < 0) return bad(a, v);
+        if (sa) qa = 1;
         if (!qa && (ta = st_cli_kv_flags_arg(&o->tier, a, v)) < 0) return bad(a, v);
         if (qa > 0) ;
         else if (ta) takes = ta == 1;
@@ -77,18 +79,6 @@ static int parse(int argc, char **argv, batch_opts *o) {
             if (st_cli_int(v, 8, 256, &o->kv_page) || (o->kv_page & (o->kv_page - 1))) return bad(a, v);
         } else if (!strcmp(a, "--kv-type") || !strcmp(a, "-ctk") || !strcmp(a, "-ctv")) {
             if (!v || st_cli_kv_type(v, &o->kv_type)) return bad(a, v);
-        } else if (!strcmp(a, "--temp")) {
-            if (st_cli_float(v, -1e6, 1e6, &d)) return bad(a, v);
-            o->sp.temp = (float)d;
-        } else if (!strcmp(a, "--top-k")) {
-            if (st_cli_int(v, -(1 << 30), 1 << 30, &n)) return bad(a, v);
-            o->sp.top_k = (int32_t)n;
-        } else if (!strcmp(a, "--top-p")) {
-            if (st_cli_float(v, 0, 1, &d)) return bad(a, v);
-            o->sp.top_p = (float)d;
-        } else if (!strcmp(a, "--min-p")) {
-            if (st_cli_float(v, 0, 1, &d)) return bad(a, v);
-            o->sp.min_p = (float)d;
         } else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {
             if (st_cli_int(v, 0, (long long)(~0ull >> 1), &n)) return bad(a, v);
             o->sp.seed = (uint64_t)n;

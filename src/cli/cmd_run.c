@@ -112,14 +112,15 @@ static int parse(int argc, char **argv, run_opts *o) {
     st_cli_kv_flags_init(&o->tier);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        double d;
         long long n;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return -1;
         }
-        int takes = 1, qa = st_cli_quest_arg(&o->quest, a, v), ta = 0;
+        int takes = 1, qa = st_cli_quest_arg(&o->quest, a, v), ta = 0, sa = 0;
         if (qa < 0) return bad(a, v);
+        if (!qa && (sa = st_cli_sampler_arg(&o->sp, a, v)) < 0) return bad(a, v);
+        if (sa) qa = 1;
         if (!qa && (ta = st_cli_kv_flags_arg(&o->tier, a, v)) < 0) return bad(a, v);
         if (qa > 0) ;
         else if (ta) takes = ta == 1;
@@ -161,28 +162,6 @@ static int parse(int argc, char **argv, run_opts *o) {
             if (st_cli_int(v, 1, ST_THREADS_MAX, &o->n_threads)) return bad(a, v);
         } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
             if (st_cli_int(v, 1, 1 << 16, &o->n_batch)) return bad(a, v);
-        } else if (!strcmp(a, "--temp")) {
-            if (st_cli_float(v, -1e6, 1e6, &d)) return bad(a, v);
-            o->sp.temp = (float)d;
-        } else if (!strcmp(a, "--top-k")) {
-            if (st_cli_int(v, -(1 << 30), 1 << 30, &n)) return bad(a, v);
-            o->sp.top_k = (int32_t)n;
-        } else if (!strcmp(a, "--top-p")) {
-            if (st_cli_float(v, 0, 1, &d)) return bad(a, v);
-            o->sp.top_p = (float)d;
-        } else if (!strcmp(a, "--min-p")) {
-            if (st_cli_float(v, 0, 1, &d)) return bad(a, v);
-            o->sp.min_p = (float)d;
-        } else if (!strcmp(a, "--repeat-penalty")) {
-            if (st_cli_float(v, 1e-6, 1e6, &d)) return bad(a, v);
-            o->sp.repeat_penalty = (float)d;
-        } else if (!strcmp(a, "--frequency-penalty") || !strcmp(a, "--presence-penalty")) {
-            if (st_cli_float(v, -1e6, 1e6, &d)) return bad(a, v);
-            if (a[2] == 'f') o->sp.freq_penalty = (float)d;
-            else o->sp.presence_penalty = (float)d;
-        } else if (!strcmp(a, "--repeat-last-n")) {
-            if (st_cli_int(v, 0, 1 << 20, &n)) return bad(a, v);
-            o->sp.repeat_last_n = (int32_t)n;
         } else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {
             if (st_cli_int(v, -1, (long long)(~0ull >> 1), &n)) return bad(a, v);
             o->seed_random = n < 0;
