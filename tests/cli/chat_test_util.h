@@ -70,6 +70,17 @@ static inline int chat_run(const char *args, const char *input, char **out, char
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* ../shared/models/stories260K.gguf into path[cap]: 1 when readable, else the test is marked
+ * skipped (test_skip) and 0. */
+static inline int chat_stories_model(char *path, size_t cap) {
+    snprintf(path, cap, "%s/models/stories260K.gguf", test_shared_dir());
+    if (access(path, R_OK) == 0) return 1;
+    char why[1200];
+    snprintf(why, sizeof why, "%s not found (needs ../shared)", path);
+    test_skip(why);
+    return 0;
+}
+
 /* The tiny model (mkmodel --preset tiny --seed 7: a byte-level vocabulary, a few KiB, made in
  * milliseconds), made once in chat_dir(), which is removed at exit; its path, or NULL when
  * mkmodel failed (said on stderr). */

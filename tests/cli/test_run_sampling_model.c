@@ -12,14 +12,7 @@
 
 static char model[1024];
 
-static int have_model(void) {
-    snprintf(model, sizeof model, "%s/models/stories260K.gguf", test_shared_dir());
-    if (access(model, R_OK) == 0) return 1;
-    char why[1200];
-    snprintf(why, sizeof why, "%s not found (needs ../shared)", model);
-    test_skip(why);
-    return 0;
-}
+static int have_model(void) { return chat_stories_model(model, sizeof model); }
 
 /* stdout of `run -m stories260K SAMPLING --seed SEED`; stderr into *err when err. */
 static char *gen(const char *seed, char **err) {
