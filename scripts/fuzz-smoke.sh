@@ -5,7 +5,8 @@
 #   scripts/fuzz-smoke.sh [BUILD (build-fuzz)] [SECONDS (20)]
 # Seeds: the GGUF corpus of the unit tests (test_gguf_corpus --write), a valid KV snapshot
 # and a patch of one ('S' and 'P', see fuzz/kv_snapshot_fuzz.c), a few texts for tok_fuzz,
-# a few edit lists for model_fuzz (its first byte picks the base model, then edits follow).
+# a few edit lists for model_fuzz (its first byte picks the base model, then edits follow),
+# a few request bodies for server_request_fuzz (first byte: completions or chat).
 set -euo pipefail
 build=${1:-build-fuzz}
 secs=${2:-20}
@@ -19,7 +20,7 @@ if [ ${#targets[@]} -eq 0 ]; then
   exit 1
 fi
 
-mkdir -p "$work/seeds/gguf" "$work/seeds/kv_snapshot" "$work/seeds/tok" "$work/seeds/model"
+mkdir -p "$work/seeds/gguf" "$work/seeds/kv_snapshot" "$work/seeds/tok" "$work/seeds/model" "$work/seeds/server_request"
 "$build/tests/test_gguf_corpus" --write "$work/seeds/gguf" >/dev/null
 printf 'S' >"$work/seeds/kv_snapshot/valid"
 printf 'P\x00\x10\x01' >"$work/seeds/kv_snapshot/patch"
@@ -28,6 +29,11 @@ printf '\x03caf\xc3\xa9 \xe2\x82\xac <s> \xff\xfe' >"$work/seeds/tok/utf8"
 printf '\x00' >"$work/seeds/model/llama"                   # the unedited tiny llama model
 printf '\x04\x00\x08\x10' >"$work/seeds/model/rope"         # qwen2 (q8_0), rope.dimension_count = 16
 printf '\x02\x05\x2a\x07\x4b\x0c\x01' >"$work/seeds/model/tensors" # qwen3: ffn_down dropped, attn_k_norm retyped
+printf '\x00{"prompt":"Once upon a time","max_tokens":8,"stop":["\\n",". "],"logit_bias":{"3":-100},"stream":true}' \
+  >"$work/seeds/server_request/completion"
+printf '\x01{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi \\u00e9"}],"temperature":0.5,"stream_options":{"include_usage":true}}' \
+  >"$work/seeds/server_request/chat"
+printf '\x00{"prompt":[1,5,9],"n":1,"seed":7,"top_k":3,"min_p":0.1}' >"$work/seeds/server_request/ids"
 
 fail=0
 for t in "${targets[@]}"; do

@@ -17,6 +17,7 @@ int st_cli_exit_code(int err);
     X(run, "generate text from a GGUF model (default: a built-in synthetic model)")     \
     X(demo, "short vs long context decode with a small RAM pool, SSD spill and Quest")  \
     X(batch, "complete a file of prompts, many at once (continuous batching)")          \
+    X(serve, "an OpenAI-compatible HTTP server (completions, chat, streaming)")       \
     X(perplexity, "perplexity of a text file, chunked as llama.cpp does")                \
     X(inspect, "print a GGUF file's header, metadata and tensor table")                 \
     X(mkmodel, "write a llama-family GGUF with random weights for a given shape")        \

@@ -1,0 +1,56 @@
+/*
+ * strata server: an OpenAI-compatible HTTP API over an engine (engine.h).
+ *
+ * HTTP is libmicrohttpd's (a thread per connection), JSON is jansson's. One scheduler thread
+ * owns the engine and runs its steps; connection threads parse and tokenize a request, submit
+ * it under the server's lock and then wait for its events, which the scheduler hands to them
+ * (as Server-Sent Events when the client asked to stream). A client that goes away is
+ * cancelled at the next step, so its pages go back to the pool (full ones to the prefix
+ * cache, where only a request whose tokens are verified equal can attach them).
+ *
+ * Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,
+ * POST /tokenize, POST /detokenize. Errors come in OpenAI's shape
+ * {"error": {"message", "type", "code"}}: 400 for malformed JSON or a field of the wrong type
+ * (named), and for a prompt longer than the context (with n_prompt_tokens and n_ctx); 401 for
+ * a missing or wrong API key (/health stays open); 404 for an unknown route; 413 for a body
+ * over max_body; 503 with Retry-After when the engine's queue is full.
+ *
+ * Threads: st_server_start and st_server_stop from one thread; the engine must not be used by
+ * anyone else between them.
+ */
+#ifndef STRATA_SERVER_H
+#define STRATA_SERVER_H
+
+#include "strata/engine.h"
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct st_server st_server;
+
+typedef struct st_server_params {
+    const char *host;          /* IPv4 address to bind; NULL: 127.0.0.1 (loopback only) */
+    int port;                  /* 0: any free port (st_server_port says which) */
+    const char *api_key;       /* NULL: no key; else "Authorization: Bearer KEY" is required */
+    const char *model_id;      /* the id /v1/models lists and responses carry; NULL: "strata" */
+    const char *chat_template; /* a template name (tok.h), or NULL: the model's own */
+    size_t max_body;           /* request bytes at most; 0: 1 MiB */
+} st_server_params;
+
+/* Starts serving e (borrowed: it must outlive the server, and nobody else may use it until
+ * st_server_stop). Returns 0; ST_E_INVAL (a bad host or parameter: named), ST_E_NOT_FOUND /
+ * ST_E_UNSUPPORTED (no usable chat template: chat requests are then refused, not the start),
+ * -errno (the address cannot be bound), ST_E_NOMEM; the reason in why[why_len]. */
+int st_server_start(st_engine *e, const st_server_params *p, st_server **out, char *why, size_t why_len);
+/* The port it listens on. */
+int st_server_port(const st_server *s);
+/* Stops accepting, cancels what runs, joins every thread and frees s. NULL is a no-op. */
+void st_server_stop(st_server *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

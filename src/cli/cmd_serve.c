@@ -1,0 +1,166 @@
+/* strata serve: the OpenAI-compatible HTTP server (server.h) over one engine, with
+ * llama-server's spellings for its flags. Runs until SIGINT or SIGTERM. */
+#include "cli/cli_quest.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "cli/kv_flags.h"
+#include "strata/server.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: strata serve [-m FILE] [--host ADDR] [--port N] [-c CTX] [-np N] [-b N_BATCH] [-t THREADS]\n"
+            "                    [--api-key KEY | --api-key-file FILE] [--alias NAME] [--chat-template NAME]\n"
+            "                    [--max-queue N] [--max-body BYTES] [--kv-page P] [-ctk/-ctv TYPE] [--mmap|--no-mmap]\n"
+            "OpenAI-compatible HTTP API: GET /health, GET /v1/models, POST /v1/completions,\n"
+            "POST /v1/chat/completions (stream with \"stream\": true), POST /tokenize, POST /detokenize.\n"
+            "Defaults: --host 127.0.0.1 (loopback only), --port 8080 (0: any free port, printed), -np 4 requests\n"
+            "at once sharing one KV pool (-c tokens each at most), --max-queue 4 x -np waiting (beyond: 503),\n"
+            "--max-body 1 MiB (beyond: 413). --api-key: every route but /health needs \"Authorization: Bearer KEY\".\n"
+            "Without -m, the built-in synthetic model (noise text). Prints \"listening on http://HOST:PORT\" on\n"
+            "stderr when ready; SIGINT / SIGTERM stop it.\n" ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
+}
+
+static volatile sig_atomic_t stop_flag;
+static void on_signal(int sig) {
+    (void)sig;
+    stop_flag = 1;
+}
+
+static int bad(const char *opt, const char *val) {
+    fprintf(stderr, "strata serve: bad value '%s' for %s\n", val ? val : "(missing)", opt);
+    return ST_EXIT_INPUT;
+}
+
+/* The first line of a key file, without its newline. */
+static char *read_key(const char *path) {
+    char *buf = NULL;
+    size_t len = 0;
+    if (st_cli_read_file(path, &buf, &len)) return NULL;
+    buf[strcspn(buf, "\r\n")] = 0;
+    return buf;
+}
+
+int st_cmd_serve(int argc, char **argv) {
+    st_engine_params ep = st_engine_default_params();
+    st_server_params sp = {.host = "127.0.0.1", .port = 8080};
+    st_cli_quest quest;
+    st_cli_kv_flags tier;
+    st_cli_quest_init(&quest);
+    st_cli_kv_flags_init(&tier);
+    char *key = NULL;
+    const char *model = NULL;
+    int mmap = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long long n;
+        int takes = 1, qa = st_cli_quest_arg(&quest, a, v), ta = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            free(key);
+            return 0;
+        }
+        if (qa < 0) return bad(a, v);
+        if (!qa && (ta = st_cli_kv_flags_arg(&tier, a, v)) < 0) return bad(a, v);
+        if (qa > 0) ;
+        else if (ta) takes = ta == 1;
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--host")) sp.host = v;
+        else if (!strcmp(a, "--alias") || !strcmp(a, "-a")) sp.model_id = v;
+        else if (!strcmp(a, "--chat-template")) sp.chat_template = v;
+        else if (!strcmp(a, "--api-key")) {
+            free(key);
+            if (!v || !*v || !(key = strdup(v))) return bad(a, v);
+        } else if (!strcmp(a, "--api-key-file")) {
+            free(key);
+            if (!v || !(key = read_key(v)) || !*key) {
+                fprintf(stderr, "strata serve: --api-key-file %s: cannot read a key from it\n", v ? v : "(missing)");
+                free(key);
+                return ST_EXIT_INPUT;
+            }
+        } else if (!strcmp(a, "--mmap")) mmap = 1, takes = 0;
+        else if (!strcmp(a, "--no-mmap")) mmap = -1, takes = 0;
+        else if (!strcmp(a, "--port")) {
+            if (st_cli_int(v, 0, 65535, &n)) return bad(a, v);
+            sp.port = (int)n;
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
+            if (st_cli_int(v, 1, 1 << 30, &n)) return bad(a, v);
+            ep.n_ctx = (int32_t)n;
+        } else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) {
+            if (st_cli_int(v, 1, 4096, &n)) return bad(a, v);
+            ep.n_parallel = (int32_t)n;
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
+            if (st_cli_int(v, 1, 1 << 16, &n)) return bad(a, v);
+            ep.n_batch = (int32_t)n;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (st_cli_int(v, 1, ST_THREADS_MAX, &n)) return bad(a, v);
+            ep.n_threads = (int)n;
+        } else if (!strcmp(a, "--max-queue")) {
+            if (st_cli_int(v, 1, 1 << 20, &n)) return bad(a, v);
+            ep.max_queue = (int32_t)n;
+        } else if (!strcmp(a, "--max-body")) {
+            unsigned long long b;
+            if (!v || st_cli_parse_size(v, &b) || !b) return bad(a, v);
+            sp.max_body = (size_t)b;
+        } else if (!strcmp(a, "--kv-page")) {
+            if (st_cli_int(v, 8, 256, &n) || (n & (n - 1))) return bad(a, v);
+            ep.page_size = (int)n;
+        } else if (!strcmp(a, "--kv-type") || !strcmp(a, "-ctk") || !strcmp(a, "-ctv") ||
+                   !strcmp(a, "--cache-type-k") || !strcmp(a, "--cache-type-v")) {
+            if (!v || st_cli_kv_type(v, &ep.kv_type)) return bad(a, v);
+        } else {
+            fprintf(stderr, "strata serve: unknown option '%s' (strata serve --help lists them)\n", a);
+            free(key);
+            return ST_EXIT_INPUT;
+        }
+        if (takes && !v) return bad(a, v);
+        i += takes;
+    }
+    if (ep.n_batch < ep.n_parallel) ep.n_batch = ep.n_parallel;
+    st_model_load_params lp = st_cli_model_load_params(mmap);
+    ep.model_path = model;
+    ep.use_mmap = lp.use_mmap;
+    ep.weight_rows = lp.layout == ST_WEIGHT_LAYOUT_ROWS;
+    ep.quest = quest.p;
+    ep.mem_limit = st_cli_mem_available();
+    int rc = st_cli_kv_flags_engine(&tier, &ep, "serve");
+    if (rc) {
+        free(key);
+        return st_cli_exit_code(rc);
+    }
+    /* the model's id: --alias, else the file's name */
+    if (!sp.model_id) sp.model_id = model ? (strrchr(model, '/') ? strrchr(model, '/') + 1 : model) : "strata-builtin";
+    sp.api_key = key;
+    char why[768];
+    st_engine *e = NULL;
+    if ((rc = st_engine_create(&ep, &e, why, sizeof why))) {
+        fprintf(stderr, "strata serve: %s\n", why);
+        free(key);
+        return st_cli_exit_code(rc);
+    }
+    st_server *s = NULL;
+    if ((rc = st_server_start(e, &sp, &s, why, sizeof why))) {
+        fprintf(stderr, "strata serve: %s\n", why);
+        st_engine_destroy(e);
+        free(key);
+        return st_cli_exit_code(rc);
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    fprintf(stderr, "strata serve: %s, %d requests at once, context %d; listening on http://%s:%d\n",
+            st_model_desc(st_engine_model(e)), ep.n_parallel, st_engine_n_ctx(e), sp.host, st_server_port(s));
+    while (!stop_flag) usleep(50 * 1000); /* a signal between the check and a pause() would be lost */
+    fprintf(stderr, "strata serve: stopping\n");
+    st_server_stop(s);
+    st_engine_destroy(e);
+    free(key);
+    return 0;
+}

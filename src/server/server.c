@@ -1,0 +1,468 @@
+/* The HTTP side: libmicrohttpd with a thread per connection, routing, authentication, body
+ * limits, and the scheduler thread that owns the engine.
+ *
+ * Locking: one mutex guards the engine and every channel. The scheduler holds it for a step
+ * (so submissions wait at most one step) and wakes each channel whose request produced
+ * the connections (one condition variable: each rechecks its own channel). A channel is
+ * freed by whichever of its two holders (the connection, the engine's request) lets go last,
+ * so a client that disconnects mid-stream leaves nothing dangling: its request is cancelled
+ * and the engine's finish event drops the last reference. */
+#include "server/server_int.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct st_server {
+    st_engine *e;
+    struct MHD_Daemon *d;
+    pthread_t sched;
+    int sched_started;
+    pthread_mutex_t mu;
+    pthread_cond_t work;     /* a request was submitted, or stop */
+    pthread_cond_t progress; /* a step delivered events (every waiting connection rechecks) */
+    srv_chan *chans;         /* live channels */
+    int stop;
+    int port;
+    char *api_key, *model_id;
+    size_t max_body;
+    st_chat_tmpl tmpl;
+    int tmpl_ok;
+    const st_tok *tok;
+    int32_t n_vocab, n_ctx;
+};
+
+/* ---- channels ----------------------------------------------------------------------------- */
+
+static srv_chan *chan_new(st_server *s, int chat, int stream, int include_usage) {
+    srv_chan *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->refs = 1;
+    c->chat = chat, c->stream = stream, c->include_usage = include_usage;
+    c->created = (long long)time(NULL);
+    c->model_id = s->model_id;
+    return c;
+}
+
+/* Under the lock. */
+static void chan_link(st_server *s, srv_chan *c) {
+    c->next = s->chans;
+    if (s->chans) s->chans->prev = c;
+    s->chans = c;
+}
+
+static void chan_unref(st_server *s, srv_chan *c) {
+    if (--c->refs > 0) return;
+    if (c->prev) c->prev->next = c->next;
+    else if (s->chans == c) s->chans = c->next;
+    if (c->next) c->next->prev = c->prev;
+    free(c->text);
+    free(c->out);
+    free(c);
+}
+
+static int buf_add(char **b, size_t *n, size_t *cap, const char *s, size_t k) {
+    if (*n + k + 1 > *cap) {
+        size_t nc = *cap ? *cap * 2 : 1024;
+        while (nc < *n + k + 1) nc *= 2;
+        char *nb = realloc(*b, nc);
+        if (!nb) return -1;
+        *b = nb, *cap = nc;
+    }
+    memcpy(*b + *n, s, k);
+    *n += k;
+    (*b)[*n] = 0;
+    return 0;
+}
+
+/* One SSE event "data: JSON\n\n" (o consumed). */
+static void sse(srv_chan *c, json_t *o) {
+    char *j = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!j) return;
+    buf_add(&c->out, &c->n_out, &c->cap_out, "data: ", 6);
+    buf_add(&c->out, &c->n_out, &c->cap_out, j, strlen(j));
+    buf_add(&c->out, &c->n_out, &c->cap_out, "\n\n", 2);
+    free(j);
+}
+
+/* The scheduler hands an event to its channel (under the lock). */
+static void deliver(srv_chan *c, const st_engine_event *ev) {
+    if (ev->token >= 0 && ev->finish != ST_FINISH_EOS) c->n_gen++;
+    if (c->stream) {
+        if (ev->text_len) {
+            sse(c, srv_chunk(c, ev->text, ev->text_len, NULL));
+            c->sent_role = 1;
+        }
+    } else {
+        buf_add(&c->text, &c->n_text, &c->cap_text, ev->text, ev->text_len);
+    }
+    if (!ev->finish) return;
+    c->fin = *ev;
+    c->fin.text = NULL, c->fin.error_msg = NULL;
+    snprintf(c->err, sizeof c->err, "%s", ev->error_msg);
+    if (c->stream) {
+        if (ev->finish == ST_FINISH_ERROR) {
+            sse(c, srv_error(500, c->err));
+        } else if (ev->finish != ST_FINISH_CANCELLED) {
+            sse(c, srv_chunk(c, "", 0, srv_finish_reason(ev->finish)));
+            if (c->include_usage) sse(c, srv_usage_chunk(c));
+        }
+        buf_add(&c->out, &c->n_out, &c->cap_out, "data: [DONE]\n\n", 14);
+    }
+    c->done = 1;
+}
+
+/* Runs one step and hands out its events (under the lock). */
+static void step(st_server *s) {
+    const st_engine_event *ev;
+    int n = 0;
+    st_engine_step(s->e, &ev, &n); /* an error of the step finishes its requests: events */
+    for (int i = 0; i < n; i++) {
+        srv_chan *c = ev[i].user;
+        deliver(c, &ev[i]);
+        if (ev[i].finish) c->engine_ref = 0, chan_unref(s, c);
+    }
+    if (n) pthread_cond_broadcast(&s->progress);
+}
+
+static void *scheduler(void *arg) {
+    st_server *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        if (!st_engine_n_active(s->e)) pthread_cond_wait(&s->work, &s->mu);
+        else step(s);
+    }
+    /* stopping: every request is cancelled, and its finish releases the engine's references */
+    for (srv_chan *c = s->chans; c; c = c->next)
+        if (c->engine_ref) st_engine_cancel(s->e, c->id);
+    while (st_engine_n_active(s->e)) step(s);
+    pthread_cond_broadcast(&s->progress);
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- responses ------------------------------------------------------------------------------ */
+
+static enum MHD_Result send_json(struct MHD_Connection *con, int status, json_t *o) {
+    char *j = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!j) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(j), j, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
+    enum MHD_Result ok = MHD_queue_response(con, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *con, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static enum MHD_Result send_error(struct MHD_Connection *con, int status, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return send_json(con, status, srv_error(status, msg));
+}
+
+/* The stream's body: blocks until its request has something to say (a thread per
+ * connection may block here). */
+typedef struct stream_ctx {
+    st_server *s;
+    srv_chan *c;
+} stream_ctx;
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    stream_ctx *x = cls;
+    srv_chan *c = x->c;
+    pthread_mutex_lock(&x->s->mu);
+    while (c->off_out == c->n_out && !c->done && !x->s->stop) pthread_cond_wait(&x->s->progress, &x->s->mu);
+    ssize_t n;
+    if (c->off_out < c->n_out) {
+        n = (ssize_t)(c->n_out - c->off_out < max ? c->n_out - c->off_out : max);
+        memcpy(buf, c->out + c->off_out, (size_t)n);
+        c->off_out += (size_t)n;
+    } else {
+        n = c->done ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    pthread_mutex_unlock(&x->s->mu);
+    return n;
+}
+
+/* The connection let go of the stream (finished, or the client went away: then its request
+ * is cancelled and stops at the next step). */
+static void stream_free(void *cls) {
+    stream_ctx *x = cls;
+    pthread_mutex_lock(&x->s->mu);
+    if (x->c->engine_ref) st_engine_cancel(x->s->e, x->c->id);
+    chan_unref(x->s, x->c);
+    pthread_mutex_unlock(&x->s->mu);
+    free(x);
+}
+
+/* ---- endpoints ------------------------------------------------------------------------------ */
+
+static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, const char *body, size_t len, int chat) {
+    srv_req q;
+    char msg[1024];
+    int st = srv_parse_request(body, len, chat, s->tok, s->n_vocab, s->tmpl, s->tmpl_ok, &q, msg, sizeof msg);
+    if (st) return send_error(con, st, "%s", msg);
+    if (q.n_tokens >= s->n_ctx) {
+        json_t *e = srv_error(400, "the prompt is longer than the context");
+        json_object_set_new(json_object_get(e, "error"), "n_prompt_tokens", json_integer(q.n_tokens));
+        json_object_set_new(json_object_get(e, "error"), "n_ctx", json_integer(s->n_ctx));
+        srv_req_free(&q);
+        return send_json(con, 400, e);
+    }
+    srv_chan *c = chan_new(s, chat, q.stream, q.include_usage);
+    if (!c) {
+        srv_req_free(&q);
+        return send_error(con, 500, "out of memory");
+    }
+    q.rp.user = c;
+    pthread_mutex_lock(&s->mu);
+    int rc = st_engine_submit(s->e, &q.rp, &c->id);
+    if (rc) snprintf(msg, sizeof msg, "%s", st_ctx_error(st_engine_ctx(s->e)));
+    else c->refs++, c->engine_ref = 1, chan_link(s, c), pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->mu);
+    srv_req_free(&q);
+    if (rc) {
+        pthread_mutex_lock(&s->mu);
+        chan_unref(s, c);
+        pthread_mutex_unlock(&s->mu);
+        return send_error(con, rc == ST_E_QUEUE_FULL ? 503 : rc == ST_E_NOMEM ? 500 : 400, "%s", msg);
+    }
+    if (c->stream) {
+        stream_ctx *x = malloc(sizeof *x);
+        struct MHD_Response *r = x ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, x,
+                                                                       stream_free)
+                                   : NULL;
+        if (!r) {
+            free(x);
+            pthread_mutex_lock(&s->mu);
+            st_engine_cancel(s->e, c->id);
+            chan_unref(s, c);
+            pthread_mutex_unlock(&s->mu);
+            return MHD_NO;
+        }
+        x->s = s, x->c = c;
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        enum MHD_Result ok = MHD_queue_response(con, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        return ok;
+    }
+    pthread_mutex_lock(&s->mu);
+    while (!c->done && !s->stop) pthread_cond_wait(&s->progress, &s->mu);
+    json_t *o = !c->done ? srv_error(503, "the server is stopping")
+                : c->fin.finish == ST_FINISH_ERROR ? srv_error(500, c->err)
+                                                    : srv_response(c);
+    const int status = !c->done ? 503 : c->fin.finish == ST_FINISH_ERROR ? 500 : 200;
+    if (c->engine_ref) st_engine_cancel(s->e, c->id);
+    chan_unref(s, c);
+    pthread_mutex_unlock(&s->mu);
+    return send_json(con, status, o);
+}
+
+static enum MHD_Result tokenize_ep(st_server *s, struct MHD_Connection *con, const char *body, size_t len) {
+    json_error_t je;
+    json_t *o = json_loadb(body, len, 0, &je), *content = o ? json_object_get(o, "content") : NULL;
+    if (!o) return send_error(con, 400, "malformed JSON at line %d, column %d: %s", je.line, je.column, je.text);
+    if (!json_is_string(content)) {
+        json_decref(o);
+        return send_error(con, 400, "'content' must be a string");
+    }
+    json_t *as = json_object_get(o, "add_special");
+    int32_t *ids = NULL;
+    int n = 0;
+    int rc = st_tok_encode_alloc(s->tok, json_string_value(content), json_string_length(content),
+                                 as && json_is_true(as), true, &ids, &n);
+    json_decref(o);
+    if (rc) return send_error(con, 400, "the content cannot be tokenized: %s", st_strerror(rc));
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
+    free(ids);
+    return send_json(con, 200, json_pack("{s:o}", "tokens", arr));
+}
+
+static enum MHD_Result detokenize_ep(st_server *s, struct MHD_Connection *con, const char *body, size_t len) {
+    json_error_t je;
+    json_t *o = json_loadb(body, len, 0, &je), *toks = o ? json_object_get(o, "tokens") : NULL;
+    if (!o) return send_error(con, 400, "malformed JSON at line %d, column %d: %s", je.line, je.column, je.text);
+    const size_t n = json_is_array(toks) ? json_array_size(toks) : 0;
+    int32_t *ids = n ? malloc(n * sizeof *ids) : NULL;
+    int bad = !json_is_array(toks) || (n && !ids);
+    for (size_t i = 0; !bad && i < n; i++) {
+        json_t *t = json_array_get(toks, i);
+        bad = !json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= s->n_vocab;
+        if (!bad) ids[i] = (int32_t)json_integer_value(t);
+    }
+    json_decref(o);
+    if (bad) {
+        free(ids);
+        return send_error(con, 400, "'tokens' must be an array of token ids in [0, %d)", s->n_vocab);
+    }
+    size_t need = 0;
+    char *text = NULL;
+    int rc = st_tok_decode(s->tok, ids, (int)n, 0, NULL, 0, &need);
+    if (rc == ST_E_LIMIT || (!rc && need)) {
+        text = malloc(need + 1);
+        rc = text ? st_tok_decode(s->tok, ids, (int)n, 0, text, need, &need) : ST_E_NOMEM;
+    }
+    free(ids);
+    json_t *r = rc ? NULL : json_pack("{s:o}", "content", srv_text(text ? text : "", text ? need : 0));
+    free(text);
+    return rc ? send_error(con, 500, "%s", st_strerror(rc)) : send_json(con, 200, r);
+}
+
+/* ---- the access handler ------------------------------------------------------------------------ */
+
+typedef struct conn_ctx {
+    char *body;
+    size_t n, cap;
+    int too_big;
+} conn_ctx;
+
+static void request_done(void *cls, struct MHD_Connection *con, void **con_cls, enum MHD_RequestTerminationCode t) {
+    (void)cls, (void)con, (void)t;
+    conn_ctx *x = *con_cls;
+    if (x) free(x->body);
+    free(x);
+    *con_cls = NULL;
+}
+
+static int authorized(const st_server *s, struct MHD_Connection *con) {
+    if (!s->api_key) return 1;
+    const char *h = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7)) return 0;
+    /* compared in full whatever the first difference, so timing does not reveal the key */
+    const char *k = h + 7;
+    const size_t nk = strlen(k), ns = strlen(s->api_key);
+    unsigned diff = nk != ns;
+    for (size_t i = 0; i < nk && i < ns; i++) diff |= (unsigned char)(k[i] ^ s->api_key[i]);
+    return !diff;
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char *url, const char *method,
+                              const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    st_server *s = cls;
+    conn_ctx *x = *con_cls;
+    if (!x) {
+        if (!(x = calloc(1, sizeof *x))) return MHD_NO;
+        *con_cls = x;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (x->n + *upload_size > s->max_body) x->too_big = 1;
+        else if (buf_add(&x->body, &x->n, &x->cap, upload, *upload_size)) return MHD_NO;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    const int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    if (get && !strcmp(url, "/health")) return send_json(con, 200, json_pack("{s:s}", "status", "ok"));
+    if (!authorized(s, con)) return send_error(con, 401, "invalid or missing API key (Authorization: Bearer KEY)");
+    if (x->too_big) return send_error(con, 413, "the request body is over %zu bytes", s->max_body);
+    const char *b = x->body ? x->body : "";
+    if (get && !strcmp(url, "/v1/models")) {
+        uint8_t fp[16];
+        char hex[33];
+        st_model_fingerprint(st_engine_model(s->e), fp);
+        for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", fp[i]);
+        return send_json(con, 200, json_pack("{s:s, s:[{s:s, s:s, s:s, s:i, s:{s:s, s:i}}]}", "object", "list", "data",
+                                             "id", s->model_id, "object", "model", "owned_by", "strata", "created", 0,
+                                             "meta", "fingerprint", hex, "n_ctx", s->n_ctx));
+    }
+    if (post && !strcmp(url, "/v1/completions")) return completion(s, con, b, x->n, 0);
+    if (post && !strcmp(url, "/v1/chat/completions")) return completion(s, con, b, x->n, 1);
+    if (post && !strcmp(url, "/tokenize")) return tokenize_ep(s, con, b, x->n);
+    if (post && !strcmp(url, "/detokenize")) return detokenize_ep(s, con, b, x->n);
+    return send_error(con, 404, "no route for %s %s", method, url);
+}
+
+/* ---- start and stop ------------------------------------------------------------------------------ */
+
+int st_server_port(const st_server *s) { return s->port; }
+
+void st_server_stop(st_server *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->work);
+    pthread_cond_broadcast(&s->progress);
+    pthread_mutex_unlock(&s->mu);
+    if (s->sched_started) pthread_join(s->sched, NULL);
+    /* the waiting connections saw stop: they answer or end their streams, and MHD joins them */
+    if (s->d) MHD_stop_daemon(s->d);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->work);
+    pthread_cond_destroy(&s->progress);
+    free(s->api_key);
+    free(s->model_id);
+    free(s);
+}
+
+int st_server_start(st_engine *e, const st_server_params *p, st_server **out, char *why, size_t why_len) {
+    if (why && why_len) *why = 0;
+    if (!e || !p || !out) return ST_E_INVAL;
+    *out = NULL;
+    st_server *s = calloc(1, sizeof *s);
+    if (!s) return ST_E_NOMEM;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->work, NULL);
+    pthread_cond_init(&s->progress, NULL);
+    s->e = e;
+    s->tok = st_engine_tok(e);
+    s->n_vocab = st_tok_n_vocab(s->tok);
+    s->n_ctx = st_engine_n_ctx(e);
+    s->max_body = p->max_body ? p->max_body : (size_t)1 << 20;
+    s->api_key = p->api_key ? strdup(p->api_key) : NULL;
+    s->model_id = strdup(p->model_id ? p->model_id : "strata");
+    s->tmpl_ok = st_chat_for_tok(st_engine_ctx(e), s->tok, p->chat_template, &s->tmpl) == 0;
+    if (!s->model_id || (p->api_key && !s->api_key)) {
+        st_server_stop(s);
+        return ST_E_NOMEM;
+    }
+    if (p->chat_template && !s->tmpl_ok) {
+        if (why && why_len) snprintf(why, why_len, "chat template: %s", st_ctx_error(st_engine_ctx(e)));
+        st_server_stop(s);
+        return ST_E_NOT_FOUND;
+    }
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)p->port);
+    if (p->port < 0 || p->port > 65535 || inet_pton(AF_INET, p->host ? p->host : "127.0.0.1", &addr.sin_addr) != 1) {
+        if (why && why_len) snprintf(why, why_len, "cannot listen on %s:%d: not an IPv4 address and port",
+                                     p->host ? p->host : "127.0.0.1", p->port);
+        st_server_stop(s);
+        return ST_E_INVAL;
+    }
+    s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0,
+                            NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, request_done, s, MHD_OPTION_END);
+    if (!s->d) {
+        const int err = errno ? errno : EADDRINUSE;
+        if (why && why_len) snprintf(why, why_len, "cannot listen on %s:%d: %s", p->host ? p->host : "127.0.0.1",
+                                     p->port, strerror(err));
+        st_server_stop(s);
+        return -err;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : p->port;
+    if (pthread_create(&s->sched, NULL, scheduler, s)) {
+        st_server_stop(s);
+        return ST_E_NOMEM;
+    }
+    s->sched_started = 1;
+    *out = s;
+    return 0;
+}

@@ -1,0 +1,61 @@
+/* Server internals: the channel between a connection thread and the scheduler (server.c), and
+ * the OpenAI request and response shapes (server_api.c). */
+#ifndef STRATA_SERVER_INT_H
+#define STRATA_SERVER_INT_H
+
+#include "strata/server.h"
+
+#include <jansson.h>
+#include <pthread.h>
+
+/* A parsed request: what st_engine_submit needs plus what the response says. */
+typedef struct srv_req {
+    int chat;             /* /v1/chat/completions (else /v1/completions) */
+    int stream, include_usage;
+    int32_t *tokens;      /* the prompt, owned */
+    int32_t n_tokens;
+    st_engine_req_params rp;
+    char *stop[16];       /* owned copies */
+    int n_stop;
+    st_engine_bias bias[256];
+    int n_bias;
+} srv_req;
+
+/* Fills q from a request body. Returns 0, or an HTTP status (400) with the message naming the
+ * field in msg[cap]. tok and tmpl (chat only; tmpl_ok 0: refuse chat) come from the server. */
+int srv_parse_request(const char *body, size_t len, int chat, const st_tok *tok, int32_t n_vocab,
+                      st_chat_tmpl tmpl, int tmpl_ok, srv_req *q, char *msg, size_t cap);
+void srv_req_free(srv_req *q);
+
+/* One request between its connection and the scheduler; fields under the server's lock. */
+typedef struct srv_chan {
+    struct srv_chan *prev, *next; /* the server's live channels */
+    int refs;             /* the connection's and the engine's: freed at 0 */
+    int engine_ref;       /* the engine still runs its request */
+    st_req_id id;
+    int chat, stream, include_usage, sent_role;
+    char *text;           /* non-streaming: the text so far */
+    size_t n_text, cap_text;
+    char *out;            /* streaming: SSE bytes not yet handed to the socket */
+    size_t n_out, cap_out, off_out;
+    int32_t n_gen;        /* tokens generated (an end-of-generation token not counted) */
+    int done;
+    st_engine_event fin;  /* the finish event (pointers cleared) */
+    char err[512];
+    long long created;
+    const char *model_id;
+} srv_chan;
+
+/* The OpenAI JSON of one streamed piece, the final chunk, the usage chunk; the whole
+ * non-streamed response. Owned by the caller (json_decref). */
+json_t *srv_chunk(const srv_chan *c, const char *text, size_t n, const char *finish);
+json_t *srv_usage_chunk(const srv_chan *c);
+json_t *srv_response(const srv_chan *c);
+/* A JSON string of any bytes: invalid UTF-8 replaced by U+FFFD. */
+json_t *srv_text(const char *s, size_t n);
+/* {"error": {"message", "type", "code"}} */
+json_t *srv_error(int status, const char *msg);
+/* "stop" / "length" as OpenAI says it */
+const char *srv_finish_reason(st_finish f);
+
+#endif
