@@ -47,6 +47,8 @@ typedef struct st_server_params {
 int st_server_start(st_engine *e, const st_server_params *p, st_server **out, char *why, size_t why_len);
 /* The port it listens on. */
 int st_server_port(const st_server *s);
+/* The engine's and its KV pool's counters, read under the server's lock (from any thread). */
+void st_server_get_stats(st_server *s, st_engine_stats *engine, st_kv_stats *kv);
 /* Stops accepting, cancels what runs, joins every thread and frees s. NULL is a no-op. */
 void st_server_stop(st_server *s);
 

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,9 @@ struct st_server {
     pthread_cond_t work;     /* a request was submitted, or stop */
     pthread_cond_t progress; /* a step delivered events (every waiting connection rechecks) */
     srv_chan *chans;         /* live channels */
+    int pending;             /* channels with a submission or a cancellation for the scheduler */
+    st_engine_stats est;     /* the engine's counters after the last step (for other threads) */
+    st_kv_stats kst;
     int stop;
     int port;
     char *api_key, *model_id;
@@ -118,16 +122,37 @@ static void deliver(srv_chan *c, const st_engine_event *ev) {
     c->done = 1;
 }
 
-/* Runs one step and hands out its events (under the lock). */
+/* The connections' submissions and cancellations, into the engine (under the lock). */
+static void collect(st_server *s) {
+    for (srv_chan *c = s->chans; c; c = c->next) {
+        if (c->submit) {
+            c->submit_rc = st_engine_submit(s->e, &c->submit->rp, &c->id);
+            if (c->submit_rc) snprintf(c->err, sizeof c->err, "%s", st_ctx_error(st_engine_ctx(s->e)));
+            else c->refs++, c->engine_ref = 1;
+            c->submit = NULL, c->submitted = 1;
+        }
+        if (c->cancel && c->engine_ref) st_engine_cancel(s->e, c->id);
+        c->cancel = 0;
+    }
+    s->pending = 0;
+    st_engine_get_stats(s->e, &s->est);
+    pthread_cond_broadcast(&s->progress);
+}
+
+/* One step, outside the lock, then its events to their channels (under it). */
 static void step(st_server *s) {
     const st_engine_event *ev;
     int n = 0;
+    pthread_mutex_unlock(&s->mu);
     st_engine_step(s->e, &ev, &n); /* an error of the step finishes its requests: events */
+    pthread_mutex_lock(&s->mu);
     for (int i = 0; i < n; i++) {
         srv_chan *c = ev[i].user;
         deliver(c, &ev[i]);
         if (ev[i].finish) c->engine_ref = 0, chan_unref(s, c);
     }
+    st_engine_get_stats(s->e, &s->est);
+    st_kv_get_stats(st_engine_kv(s->e), &s->kst);
     if (n) pthread_cond_broadcast(&s->progress);
 }
 
@@ -135,16 +160,26 @@ static void *scheduler(void *arg) {
     st_server *s = arg;
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
-        if (!st_engine_n_active(s->e)) pthread_cond_wait(&s->work, &s->mu);
-        else step(s);
+        if (s->pending) collect(s);
+        else if (st_engine_n_active(s->e)) step(s);
+        else pthread_cond_wait(&s->work, &s->mu);
     }
     /* stopping: every request is cancelled, and its finish releases the engine's references */
+    collect(s);
     for (srv_chan *c = s->chans; c; c = c->next)
         if (c->engine_ref) st_engine_cancel(s->e, c->id);
     while (st_engine_n_active(s->e)) step(s);
     pthread_cond_broadcast(&s->progress);
     pthread_mutex_unlock(&s->mu);
     return NULL;
+}
+
+/* A connection asks for its request to be cancelled (under the lock). */
+static void ask_cancel(st_server *s, srv_chan *c) {
+    if (!c->engine_ref) return;
+    c->cancel = 1;
+    s->pending = 1;
+    pthread_cond_signal(&s->work);
 }
 
 /* ---- responses ------------------------------------------------------------------------------ */
@@ -177,14 +212,30 @@ static enum MHD_Result send_error(struct MHD_Connection *con, int status, const 
 typedef struct stream_ctx {
     st_server *s;
     srv_chan *c;
+    int fd; /* the connection's socket, to see the client hang up */
 } stream_ctx;
+
+/* The client closed its side (a read would see the end, or the socket failed). libmicrohttpd
+ * notices only when a send fails and frees the response later still, so the stream looks for
+ * itself each time it wakes, and a request whose client left stops at the next step. */
+static int client_gone(int fd) {
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     stream_ctx *x = cls;
     srv_chan *c = x->c;
     pthread_mutex_lock(&x->s->mu);
-    while (c->off_out == c->n_out && !c->done && !x->s->stop) pthread_cond_wait(&x->s->progress, &x->s->mu);
+    int gone = 0;
+    while (c->off_out == c->n_out && !c->done && !x->s->stop && !(gone = client_gone(x->fd)))
+        pthread_cond_wait(&x->s->progress, &x->s->mu);
+    if (gone || client_gone(x->fd)) {
+        ask_cancel(x->s, c);
+        pthread_mutex_unlock(&x->s->mu);
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
     ssize_t n;
     if (c->off_out < c->n_out) {
         n = (ssize_t)(c->n_out - c->off_out < max ? c->n_out - c->off_out : max);
@@ -202,7 +253,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 static void stream_free(void *cls) {
     stream_ctx *x = cls;
     pthread_mutex_lock(&x->s->mu);
-    if (x->c->engine_ref) st_engine_cancel(x->s->e, x->c->id);
+    ask_cancel(x->s, x->c);
     chan_unref(x->s, x->c);
     pthread_mutex_unlock(&x->s->mu);
     free(x);
@@ -229,15 +280,18 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
     }
     q.rp.user = c;
     pthread_mutex_lock(&s->mu);
-    int rc = st_engine_submit(s->e, &q.rp, &c->id);
-    if (rc) snprintf(msg, sizeof msg, "%s", st_ctx_error(st_engine_ctx(s->e)));
-    else c->refs++, c->engine_ref = 1, chan_link(s, c), pthread_cond_signal(&s->work);
+    c->submit = &q;
+    chan_link(s, c);
+    s->pending = 1;
+    pthread_cond_signal(&s->work);
+    while (!c->submitted && !s->stop) pthread_cond_wait(&s->progress, &s->mu);
+    const int rc = c->submitted ? c->submit_rc : ST_E_STATE;
+    if (rc) snprintf(msg, sizeof msg, "%s", c->submitted ? c->err : "the server is stopping");
+    c->submit = NULL;
+    if (rc) chan_unref(s, c);
     pthread_mutex_unlock(&s->mu);
     srv_req_free(&q);
     if (rc) {
-        pthread_mutex_lock(&s->mu);
-        chan_unref(s, c);
-        pthread_mutex_unlock(&s->mu);
         return send_error(con, rc == ST_E_QUEUE_FULL ? 503 : rc == ST_E_NOMEM ? 500 : 400, "%s", msg);
     }
     if (c->stream) {
@@ -248,12 +302,14 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
         if (!r) {
             free(x);
             pthread_mutex_lock(&s->mu);
-            st_engine_cancel(s->e, c->id);
+            ask_cancel(s, c);
             chan_unref(s, c);
             pthread_mutex_unlock(&s->mu);
             return MHD_NO;
         }
         x->s = s, x->c = c;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
+        x->fd = ci ? ci->connect_fd : -1;
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         enum MHD_Result ok = MHD_queue_response(con, MHD_HTTP_OK, r);
@@ -266,7 +322,7 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
                 : c->fin.finish == ST_FINISH_ERROR ? srv_error(500, c->err)
                                                     : srv_response(c);
     const int status = !c->done ? 503 : c->fin.finish == ST_FINISH_ERROR ? 500 : 200;
-    if (c->engine_ref) st_engine_cancel(s->e, c->id);
+    ask_cancel(s, c);
     chan_unref(s, c);
     pthread_mutex_unlock(&s->mu);
     return send_json(con, status, o);
@@ -392,6 +448,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
 
 int st_server_port(const st_server *s) { return s->port; }
 
+void st_server_get_stats(st_server *s, st_engine_stats *engine, st_kv_stats *kv) {
+    pthread_mutex_lock(&s->mu);
+    if (engine) *engine = s->est;
+    if (kv) *kv = s->kst;
+    pthread_mutex_unlock(&s->mu);
+}
+
 void st_server_stop(st_server *s) {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
@@ -458,6 +521,8 @@ int st_server_start(st_engine *e, const st_server_params *p, st_server **out, ch
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : p->port;
+    st_engine_get_stats(e, &s->est);
+    st_kv_get_stats(st_engine_kv(e), &s->kst);
     if (pthread_create(&s->sched, NULL, scheduler, s)) {
         st_server_stop(s);
         return ST_E_NOMEM;

@@ -32,6 +32,9 @@ typedef struct srv_chan {
     struct srv_chan *prev, *next; /* the server's live channels */
     int refs;             /* the connection's and the engine's: freed at 0 */
     int engine_ref;       /* the engine still runs its request */
+    srv_req *submit;      /* handed to the scheduler to submit (NULL once it did) */
+    int submitted, submit_rc; /* the scheduler's answer: 0, or the engine's error */
+    int cancel;           /* the connection asks the scheduler to cancel the request */
     st_req_id id;
     int chat, stream, include_usage, sent_role;
     char *text;           /* non-streaming: the text so far */

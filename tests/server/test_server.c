@@ -5,7 +5,10 @@
 #include "strata/server.h"
 #include "../test.h"
 
+#include <arpa/inet.h>
 #include <jansson.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,12 +49,13 @@ typedef struct srv {
     int port;
 } srv;
 
-static int srv_open(srv *v, const char *model, const char *tmpl, const char *key, size_t max_body, int np) {
+static int srv_open_ctx(srv *v, const char *model, const char *tmpl, const char *key, size_t max_body, int np,
+                        int32_t n_ctx) {
     memset(v, 0, sizeof *v);
     st_engine_params ep = st_engine_default_params();
     ep.model_path = model;
     ep.n_threads = 2;
-    ep.n_ctx = 512;
+    ep.n_ctx = n_ctx;
     ep.n_parallel = np;
     ep.n_batch = 64;
     char why[512];
@@ -68,6 +72,10 @@ static int srv_open(srv *v, const char *model, const char *tmpl, const char *key
     }
     v->port = st_server_port(v->s);
     return 0;
+}
+
+static int srv_open(srv *v, const char *model, const char *tmpl, const char *key, size_t max_body, int np) {
+    return srv_open_ctx(v, model, tmpl, key, max_body, np, 512);
 }
 
 static void srv_close(srv *v) {
@@ -301,6 +309,39 @@ TEST(test_chat_cached_second_turn) {
     srv_close(&v);
 }
 
+/* A client that reads the first bytes of a stream and hangs up: its request is cancelled (not
+ * run to its end) and every page goes back (pages in use 0; full ones stay cached). */
+TEST(test_disconnect_cancels) {
+    srv v;
+    CHECK_OK(srv_open_ctx(&v, NULL, NULL, NULL, 0, 2, 2048)); /* a stream of ~2000 tokens if run out */
+    if (!v.s) return;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)v.port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    const char *body = "{\"prompt\":\"a long story\",\"max_tokens\":-1,\"stream\":true,\"temperature\":0}";
+    char req[512];
+    int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
+    CHECK(write(fd, req, (size_t)n) == n);
+    char buf[256];
+    CHECK(read(fd, buf, sizeof buf) > 0); /* the headers and maybe a first event */
+    close(fd);
+    st_engine_stats es;
+    st_kv_stats ks;
+    for (int i = 0; i < 500; i++) {
+        st_server_get_stats(v.s, &es, &ks);
+        if (es.finished) break;
+        usleep(10 * 1000);
+    }
+    CHECK_INT(es.finished, 1);
+    CHECK_INT(es.finished_by[ST_FINISH_CANCELLED], 1);
+    CHECK(es.tokens_generated < 1500); /* cancelled well before the context's end */
+    CHECK_INT(ks.pages_used, 0);
+    fprintf(stderr, "  cancelled after %lld tokens\n", (long long)es.tokens_generated);
+    srv_close(&v);
+}
+
 /* stories260K: greedy completion text equals llama.cpp's. */
 TEST(test_stories_greedy) {
     char model[1024], peer[1024];
@@ -325,4 +366,4 @@ TEST(test_stories_greedy) {
     srv_close(&v);
 }
 
-TEST_MAIN(test_routes_and_errors, test_streams_equal_solo, test_chat_cached_second_turn, test_stories_greedy)
+TEST_MAIN(test_routes_and_errors, test_streams_equal_solo, test_disconnect_cancels, test_chat_cached_second_turn, test_stories_greedy)
