@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages strata needs; as non-root, names what is missing.
-#   scripts/deps.sh        building and testing (make build, run, test, test-asan)
+#   scripts/deps.sh        building and testing (make build, run, test, test-asan), and the npm
+#                          client the server tests use (tests/server/node, from its lock file)
 #   scripts/deps.sh fuzz   the libFuzzer build too (make fuzz, fuzz-smoke): clang and the
 #                          runtime package of that clang's version (libFuzzer lives there)
 set -euo pipefail
 mode=${1:-build}
-BUILD_PKGS=(build-essential cmake pkg-config libxxhash-dev libpcre2-dev liburing-dev libmicrohttpd-dev libjansson-dev curl)
+BUILD_PKGS=(build-essential cmake pkg-config libxxhash-dev libpcre2-dev liburing-dev libmicrohttpd-dev libjansson-dev curl nodejs)
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
@@ -43,6 +44,14 @@ clang_rt_pkg() {
 case "$mode" in
 build)
   ensure "${BUILD_PKGS[@]}"
+  # npm: Debian's own package, unless the nodejs installed carries it (NodeSource's does,
+  # and conflicts with Debian's npm)
+  command -v npm >/dev/null || ensure npm
+  # the openai client of the server tests, exactly as the lock file pins it
+  node_dir="$(dirname "$0")/../tests/server/node"
+  if [ ! -d "$node_dir/node_modules/openai" ]; then
+    (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
   ;;
 fuzz)
   pkgs=("${BUILD_PKGS[@]}" clang)
