@@ -9,7 +9,7 @@
  * cache, where only a request whose tokens are verified equal can attach them).
  *
  * Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,
- * POST /tokenize, POST /detokenize. Errors come in OpenAI's shape
+ * POST /tokenize, POST /detokenize, POST /apply-template. Errors come in OpenAI's shape
  * {"error": {"message", "type", "code"}}: 400 for malformed JSON or a field of the wrong type
  * (named), and for a prompt longer than the context (with n_prompt_tokens and n_ctx); 401 for
  * a missing or wrong API key (/health stays open); 404 for an unknown route; 413 for a body
@@ -38,6 +38,7 @@ typedef struct st_server_params {
     const char *model_id;      /* the id /v1/models lists and responses carry; NULL: "strata" */
     const char *chat_template; /* a template name (tok.h), or NULL: the model's own */
     size_t max_body;           /* request bytes at most; 0: 1 MiB */
+    int timeout_s;             /* a connection idle this long is closed; 0: 600 (llama-server's) */
 } st_server_params;
 
 /* Starts serving e (borrowed: it must outlive the server, and nobody else may use it until

@@ -15,9 +15,11 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: strata serve [-m FILE] [--host ADDR] [--port N] [-c CTX] [-np N] [-b N_BATCH] [-t THREADS]\n"
             "                    [--api-key KEY | --api-key-file FILE] [--alias NAME] [--chat-template NAME]\n"
-            "                    [--max-queue N] [--max-body BYTES] [--kv-page P] [-ctk/-ctv TYPE] [--mmap|--no-mmap]\n"
+            "                    [--max-queue N] [--max-body BYTES] [--timeout S] [--kv-page P] [-ctk/-ctv TYPE]\n"
+            "                    [--mmap|--no-mmap]\n"
             "OpenAI-compatible HTTP API: GET /health, GET /v1/models, POST /v1/completions,\n"
-            "POST /v1/chat/completions (stream with \"stream\": true), POST /tokenize, POST /detokenize.\n"
+            "POST /v1/chat/completions (stream with \"stream\": true), POST /tokenize, POST /detokenize,\n"
+            "POST /apply-template. --timeout: seconds a connection may idle (600).\n"
             "Defaults: --host 127.0.0.1 (loopback only), --port 8080 (0: any free port, printed), -np 4 requests\n"
             "at once sharing one KV pool (-c tokens each at most), --max-queue 4 x -np waiting (beyond: 503),\n"
             "--max-body 1 MiB (beyond: 413). --api-key: every route but /health needs \"Authorization: Bearer KEY\".\n"
@@ -99,6 +101,9 @@ int st_cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (st_cli_int(v, 1, ST_THREADS_MAX, &n)) return bad(a, v);
             ep.n_threads = (int)n;
+        } else if (!strcmp(a, "--timeout") || !strcmp(a, "-to")) {
+            if (st_cli_int(v, 1, 1 << 20, &n)) return bad(a, v);
+            sp.timeout_s = (int)n;
         } else if (!strcmp(a, "--max-queue")) {
             if (st_cli_int(v, 1, 1 << 20, &n)) return bad(a, v);
             ep.max_queue = (int32_t)n;

@@ -379,6 +379,23 @@ static enum MHD_Result detokenize_ep(st_server *s, struct MHD_Connection *con, c
     return rc ? send_error(con, 500, "%s", st_strerror(rc)) : send_json(con, 200, r);
 }
 
+/* llama-server's /apply-template: the prompt a chat request would be given. */
+static enum MHD_Result apply_template_ep(st_server *s, struct MHD_Connection *con, const char *body, size_t len) {
+    if (!s->tmpl_ok) return send_error(con, 400, "this model has no chat template strata knows");
+    json_error_t je;
+    json_t *o = json_loadb(body, len, 0, &je);
+    if (!o) return send_error(con, 400, "malformed JSON at line %d, column %d: %s", je.line, je.column, je.text);
+    char msg[1024], *text = NULL;
+    size_t n = 0;
+    int st = json_is_object(o) ? srv_render_messages(o, s->tmpl, &text, &n, msg, sizeof msg)
+                               : (snprintf(msg, sizeof msg, "the body must be a JSON object"), 400);
+    json_decref(o);
+    if (st) return send_error(con, st, "%s", msg);
+    json_t *r = json_pack("{s:o}", "prompt", srv_text(text, n));
+    free(text);
+    return send_json(con, 200, r);
+}
+
 /* ---- the access handler ------------------------------------------------------------------------ */
 
 typedef struct conn_ctx {
@@ -441,6 +458,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
     if (post && !strcmp(url, "/v1/chat/completions")) return completion(s, con, b, x->n, 1);
     if (post && !strcmp(url, "/tokenize")) return tokenize_ep(s, con, b, x->n);
     if (post && !strcmp(url, "/detokenize")) return detokenize_ep(s, con, b, x->n);
+    if (post && !strcmp(url, "/apply-template")) return apply_template_ep(s, con, b, x->n);
     return send_error(con, 404, "no route for %s %s", method, url);
 }
 
@@ -511,6 +529,7 @@ int st_server_start(st_engine *e, const st_server_params *p, st_server **out, ch
     }
     s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0,
                             NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(p->timeout_s ? p->timeout_s : 600),
                             MHD_OPTION_NOTIFY_COMPLETED, request_done, s, MHD_OPTION_END);
     if (!s->d) {
         const int err = errno ? errno : EADDRINUSE;

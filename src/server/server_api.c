@@ -73,7 +73,8 @@ static int prompt_field(json_t *o, const st_tok *tok, int32_t n_vocab, srv_req *
     return 0;
 }
 
-static int messages_field(json_t *o, const st_tok *tok, st_chat_tmpl tmpl, srv_req *q, char *msg, size_t cap) {
+int srv_render_messages(json_t *o, st_chat_tmpl tmpl, char **text, size_t *len, char *msg, size_t cap) {
+    *text = NULL, *len = 0;
     json_t *v = json_object_get(o, "messages");
     if (!v) return BAD("'messages' is required");
     if (!json_is_array(v) || !json_array_size(v)) return BAD("'messages' must be a non-empty array");
@@ -93,10 +94,15 @@ static int messages_field(json_t *o, const st_tok *tok, st_chat_tmpl tmpl, srv_r
             st = BAD("'messages[%zu].content' holds a NUL character", i);
         else m[i] = (st_chat_msg){.role = json_string_value(role), .content = json_string_value(content)};
     }
+    if (!st && st_chat_render(tmpl, m, n, true, text, len)) st = BAD("'messages' cannot be rendered");
+    free(m);
+    return st;
+}
+
+static int messages_field(json_t *o, const st_tok *tok, st_chat_tmpl tmpl, srv_req *q, char *msg, size_t cap) {
     char *text = NULL;
     size_t len = 0;
-    if (!st && st_chat_render(tmpl, m, n, true, &text, &len)) st = BAD("'messages' cannot be rendered");
-    free(m);
+    int st = srv_render_messages(o, tmpl, &text, &len, msg, cap);
     /* the rendered text holds no BOS: tokenized with it and with special tokens (tok.h) */
     if (!st) st = tokenize(tok, text, len, 1, q, msg, cap);
     free(text);

@@ -26,6 +26,9 @@ typedef struct srv_req {
 int srv_parse_request(const char *body, size_t len, int chat, const st_tok *tok, int32_t n_vocab,
                       st_chat_tmpl tmpl, int tmpl_ok, srv_req *q, char *msg, size_t cap);
 void srv_req_free(srv_req *q);
+/* The "messages" of a request rendered by the chat template with the generation prompt
+ * (*text malloc'd). 0, or 400 with the message naming the field. */
+int srv_render_messages(json_t *o, st_chat_tmpl tmpl, char **text, size_t *len, char *msg, size_t cap);
 
 /* One request between its connection and the scheduler; fields under the server's lock. */
 typedef struct srv_chan {

@@ -49,6 +49,8 @@ typedef struct srv {
     int port;
 } srv;
 
+static int max_queue; /* 0: the engine's default */
+
 static int srv_open_ctx(srv *v, const char *model, const char *tmpl, const char *key, size_t max_body, int np,
                         int32_t n_ctx) {
     memset(v, 0, sizeof *v);
@@ -58,6 +60,7 @@ static int srv_open_ctx(srv *v, const char *model, const char *tmpl, const char 
     ep.n_ctx = n_ctx;
     ep.n_parallel = np;
     ep.n_batch = 64;
+    ep.max_queue = max_queue;
     char why[512];
     int rc = st_engine_create(&ep, &v->e, why, sizeof why);
     if (rc) {
@@ -306,6 +309,13 @@ TEST(test_chat_cached_second_turn) {
     CHECK(cached >= (p1 / 16 - 1) * 16 && cached <= p1);
     fprintf(stderr, "  turn 1: %lld prompt tokens; turn 2: %lld cached\n", p1, cached);
     free(out);
+    /* the prompt a chat would be given, as chatml writes it */
+    CHECK_INT(http(&v, "at", "/apply-template", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", NULL,
+                   &out),
+              200);
+    json_t *pt = parse(out);
+    CHECK_STR(json_string_value(json_object_get(pt, "prompt")), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    json_decref(pt), free(out);
     srv_close(&v);
 }
 
@@ -342,6 +352,45 @@ TEST(test_disconnect_cancels) {
     srv_close(&v);
 }
 
+/* One running, one waiting (max_queue 1): a third request is refused at once with 503 and
+ * Retry-After, the others finish. */
+TEST(test_queue_full_503) {
+    srv v;
+    max_queue = 1;
+    int rc = srv_open_ctx(&v, NULL, NULL, NULL, 0, 1, 2048);
+    max_queue = 0;
+    CHECK_OK(rc);
+    if (!v.s) return;
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "for i in 1 2; do curl -s -o %s/q$i.out -H 'Content-Type: application/json' -d "
+             "'{\"prompt\":\"long\",\"max_tokens\":1900,\"temperature\":0}' http://127.0.0.1:%d/v1/completions & "
+             "sleep 0.1; done; curl -s -D %s/q3.hdr -o %s/q3.out -w '%%{http_code}' -H 'Content-Type: application/json' "
+             "-d '{\"prompt\":\"x\",\"max_tokens\":2}' http://127.0.0.1:%d/v1/completions > %s/q3.code; wait",
+             tmpdir(), v.port, tmpdir(), tmpdir(), v.port, tmpdir());
+    CHECK_INT(system(cmd), 0);
+    char path[256];
+    snprintf(path, sizeof path, "%s/q3.code", tmpdir());
+    char *code = slurp(path);
+    CHECK(code && !strcmp(code, "503"));
+    snprintf(path, sizeof path, "%s/q3.hdr", tmpdir());
+    char *hdr = slurp(path);
+    CHECK(hdr && strstr(hdr, "Retry-After: 1"));
+    snprintf(path, sizeof path, "%s/q3.out", tmpdir());
+    char *out = slurp(path);
+    CHECK(out && strstr(out, "\"unavailable_error\"") && strstr(out, "waiting"));
+    for (int i = 1; i <= 2; i++) {
+        char *b;
+        snprintf(path, sizeof path, "%s/q%d.out", tmpdir(), i);
+        b = slurp(path);
+        json_t *o = parse(b);
+        CHECK_INT(json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens")), 1900);
+        json_decref(o), free(b);
+    }
+    free(code), free(hdr), free(out);
+    srv_close(&v);
+}
+
 /* stories260K: greedy completion text equals llama.cpp's. */
 TEST(test_stories_greedy) {
     char model[1024], peer[1024];
@@ -366,4 +415,4 @@ TEST(test_stories_greedy) {
     srv_close(&v);
 }
 
-TEST_MAIN(test_routes_and_errors, test_streams_equal_solo, test_disconnect_cancels, test_chat_cached_second_turn, test_stories_greedy)
+TEST_MAIN(test_routes_and_errors, test_streams_equal_solo, test_disconnect_cancels, test_queue_full_503, test_chat_cached_second_turn, test_stories_greedy)
