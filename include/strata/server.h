@@ -32,7 +32,9 @@ extern "C" {
 typedef struct st_server st_server;
 
 typedef struct st_server_params {
-    const char *host;          /* IPv4 address to bind; NULL: 127.0.0.1 (loopback only) */
+    const char *host;          /* IPv4 address to bind, or a unix socket's path (holding a '/':
+                                  made, and removed at the stop; an existing file that is not a
+                                  socket is refused); NULL: 127.0.0.1 (loopback only) */
     int port;                  /* 0: any free port (st_server_port says which) */
     const char *api_key;       /* NULL: no key; else "Authorization: Bearer KEY" is required */
     const char *model_id;      /* the id /v1/models lists and responses carry; NULL: "strata" */
@@ -46,7 +48,7 @@ typedef struct st_server_params {
  * ST_E_UNSUPPORTED (no usable chat template: chat requests are then refused, not the start),
  * -errno (the address cannot be bound), ST_E_NOMEM; the reason in why[why_len]. */
 int st_server_start(st_engine *e, const st_server_params *p, st_server **out, char *why, size_t why_len);
-/* The port it listens on. */
+/* The port it listens on (0 on a unix socket). */
 int st_server_port(const st_server *s);
 /* The engine's and its KV pool's counters, read under the server's lock (from any thread). */
 void st_server_get_stats(st_server *s, st_engine_stats *engine, st_kv_stats *kv);

@@ -20,6 +20,7 @@ static void usage(FILE *f) {
             "OpenAI-compatible HTTP API: GET /health, GET /v1/models, POST /v1/completions,\n"
             "POST /v1/chat/completions (stream with \"stream\": true), POST /tokenize, POST /detokenize,\n"
             "POST /apply-template. --timeout: seconds a connection may idle (600).\n"
+            "--host PATH (holding a '/', e.g. ./strata.sock): a unix socket instead of TCP.\n"
             "Defaults: --host 127.0.0.1 (loopback only), --port 8080 (0: any free port, printed), -np 4 requests\n"
             "at once sharing one KV pool (-c tokens each at most), --max-queue 4 x -np waiting (beyond: 503),\n"
             "--max-body 1 MiB (beyond: 413). --api-key: every route but /health needs \"Authorization: Bearer KEY\".\n"
@@ -160,8 +161,12 @@ int st_cmd_serve(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    fprintf(stderr, "strata serve: %s, %d requests at once, context %d; listening on http://%s:%d\n",
-            st_model_desc(st_engine_model(e)), ep.n_parallel, st_engine_n_ctx(e), sp.host, st_server_port(s));
+    if (strchr(sp.host, '/'))
+        fprintf(stderr, "strata serve: %s, %d requests at once, context %d; listening on unix:%s\n",
+                st_model_desc(st_engine_model(e)), ep.n_parallel, st_engine_n_ctx(e), sp.host);
+    else
+        fprintf(stderr, "strata serve: %s, %d requests at once, context %d; listening on http://%s:%d\n",
+                st_model_desc(st_engine_model(e)), ep.n_parallel, st_engine_n_ctx(e), sp.host, st_server_port(s));
     while (!stop_flag) usleep(50 * 1000); /* a signal between the check and a pause() would be lost */
     fprintf(stderr, "strata serve: stopping\n");
     st_server_stop(s);

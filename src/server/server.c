@@ -14,6 +14,10 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +38,7 @@ struct st_server {
     int stop;
     int port;
     char *api_key, *model_id;
+    char *sock_path;         /* a unix socket's path, removed at the stop */
     size_t max_body;
     st_chat_tmpl tmpl;
     int tmpl_ok;
@@ -486,9 +491,24 @@ void st_server_stop(st_server *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->work);
     pthread_cond_destroy(&s->progress);
+    if (s->sock_path) unlink(s->sock_path);
+    free(s->sock_path);
     free(s->api_key);
     free(s->model_id);
     free(s);
+}
+
+/* The daemon listens: the scheduler starts. */
+static int launch(st_server *s, st_server **out) {
+    st_engine_get_stats(s->e, &s->est);
+    st_kv_get_stats(st_engine_kv(s->e), &s->kst);
+    if (pthread_create(&s->sched, NULL, scheduler, s)) {
+        st_server_stop(s);
+        return ST_E_NOMEM;
+    }
+    s->sched_started = 1;
+    *out = s;
+    return 0;
 }
 
 int st_server_start(st_engine *e, const st_server_params *p, st_server **out, char *why, size_t why_len) {
@@ -517,36 +537,56 @@ int st_server_start(st_engine *e, const st_server_params *p, st_server **out, ch
         st_server_stop(s);
         return ST_E_NOT_FOUND;
     }
+    const char *host = p->host ? p->host : "127.0.0.1";
+    const unsigned timeout = (unsigned)(p->timeout_s ? p->timeout_s : 600);
+    const unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    if (strchr(host, '/')) {
+        /* a unix socket: only processes that may open the path reach it */
+        struct sockaddr_un un = {.sun_family = AF_UNIX};
+        struct stat st;
+        int fd = -1, err = 0;
+        if (strlen(host) >= sizeof un.sun_path) err = ENAMETOOLONG;
+        else if (lstat(host, &st) == 0 && !S_ISSOCK(st.st_mode)) err = EEXIST; /* never remove a file */
+        if (!err) {
+            memcpy(un.sun_path, host, strlen(host) + 1);
+            unlink(host); /* a stale socket of an earlier run */
+            fd = socket(AF_UNIX, SOCK_STREAM, 0);
+            if (fd < 0 || bind(fd, (struct sockaddr *)&un, sizeof un) || listen(fd, 64)) err = errno;
+        }
+        if (!err && !(s->sock_path = strdup(host))) err = ENOMEM;
+        if (!err)
+            s->d = MHD_start_daemon(flags, 0, NULL, NULL, handle, s, MHD_OPTION_LISTEN_SOCKET, fd,
+                                    MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, request_done, s,
+                                    MHD_OPTION_END);
+        if (!err && !s->d) err = errno ? errno : EINVAL;
+        if (err) {
+            if (fd >= 0) close(fd);
+            if (why && why_len) snprintf(why, why_len, "cannot listen on %s: %s", host, strerror(err));
+            st_server_stop(s);
+            return -err;
+        }
+        s->port = 0;
+        return launch(s, out);
+    }
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
     addr.sin_family = AF_INET;
     addr.sin_port = htons((uint16_t)p->port);
-    if (p->port < 0 || p->port > 65535 || inet_pton(AF_INET, p->host ? p->host : "127.0.0.1", &addr.sin_addr) != 1) {
-        if (why && why_len) snprintf(why, why_len, "cannot listen on %s:%d: not an IPv4 address and port",
-                                     p->host ? p->host : "127.0.0.1", p->port);
+    if (p->port < 0 || p->port > 65535 || inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
+        if (why && why_len) snprintf(why, why_len, "cannot listen on %s:%d: not an IPv4 address and port", host, p->port);
         st_server_stop(s);
         return ST_E_INVAL;
     }
-    s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0,
-                            NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(p->timeout_s ? p->timeout_s : 600),
-                            MHD_OPTION_NOTIFY_COMPLETED, request_done, s, MHD_OPTION_END);
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                            MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, request_done, s,
+                            MHD_OPTION_END);
     if (!s->d) {
         const int err = errno ? errno : EADDRINUSE;
-        if (why && why_len) snprintf(why, why_len, "cannot listen on %s:%d: %s", p->host ? p->host : "127.0.0.1",
-                                     p->port, strerror(err));
+        if (why && why_len) snprintf(why, why_len, "cannot listen on %s:%d: %s", host, p->port, strerror(err));
         st_server_stop(s);
         return -err;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : p->port;
-    st_engine_get_stats(e, &s->est);
-    st_kv_get_stats(st_engine_kv(e), &s->kst);
-    if (pthread_create(&s->sched, NULL, scheduler, s)) {
-        st_server_stop(s);
-        return ST_E_NOMEM;
-    }
-    s->sched_started = 1;
-    *out = s;
-    return 0;
+    return launch(s, out);
 }

@@ -6,6 +6,7 @@
 #include "../test.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -391,6 +392,32 @@ TEST(test_queue_full_503) {
     srv_close(&v);
 }
 
+/* --host PATH: a unix socket, made and removed; a regular file there is never replaced. */
+TEST(test_unix_socket) {
+    st_engine_params ep = st_engine_default_params();
+    ep.n_threads = 1, ep.n_ctx = 256, ep.n_parallel = 1;
+    st_engine *e = NULL;
+    char why[512], path[256], cmd[512];
+    CHECK_OK(st_engine_create(&ep, &e, why, sizeof why));
+    if (!e) return;
+    snprintf(path, sizeof path, "%s/s.sock", tmpdir());
+    st_server_params sp = {.host = path};
+    st_server *s = NULL;
+    CHECK_OK(st_server_start(e, &sp, &s, why, sizeof why));
+    if (s) {
+        snprintf(cmd, sizeof cmd, "curl -s --unix-socket %s http://localhost/health | grep -q '\"ok\"'", path);
+        CHECK_INT(system(cmd), 0);
+        st_server_stop(s);
+    }
+    CHECK(access(path, F_OK) != 0); /* removed */
+    FILE *f = fopen(path, "w");
+    if (f) fclose(f);
+    CHECK_INT(st_server_start(e, &sp, &s, why, sizeof why), -EEXIST);
+    CHECK(strstr(why, "s.sock") != NULL);
+    CHECK(access(path, F_OK) == 0); /* the file is still there */
+    st_engine_destroy(e);
+}
+
 /* stories260K: greedy completion text equals llama.cpp's. */
 TEST(test_stories_greedy) {
     char model[1024], peer[1024];
@@ -415,4 +442,4 @@ TEST(test_stories_greedy) {
     srv_close(&v);
 }
 
-TEST_MAIN(test_routes_and_errors, test_streams_equal_solo, test_disconnect_cancels, test_queue_full_503, test_chat_cached_second_turn, test_stories_greedy)
+TEST_MAIN(test_routes_and_errors, test_streams_equal_solo, test_disconnect_cancels, test_queue_full_503, test_unix_socket, test_chat_cached_second_turn, test_stories_greedy)
