@@ -218,4 +218,57 @@ static inline void bench_peer_print(const char *what, const bench_peer *p) {
     else printf("llama.cpp %s: no figure available (%s)\n", what, p->source);
 }
 
+/* From the table after the "llama-server -np 16" line of llama-bench.md: the row whose model
+ * cell is `model`, the columns headed "1 client", "4", "16" into v[3] (0: empty or absent).
+ * Returns 0 when the row was found. */
+static inline int bench_peer_server_row(const char *md, const char *model, double v[3]) {
+    v[0] = v[1] = v[2] = 0;
+    const char *s = strstr(md, "llama-server -np 16");
+    if (!s) return -1;
+    const char *hdr = strstr(s, "\n|");
+    if (!hdr) return -1;
+    hdr++;
+    /* column indices from the header */
+    int col[3] = {-1, -1, -1}, c = 0;
+    const char *p = hdr + 1;
+    while (*p && *p != '\n') {
+        const char *q = p;
+        while (*q && *q != '|' && *q != '\n') q++;
+        char cell[64];
+        const char *b = p, *en = q;
+        while (b < en && *b == ' ') b++;
+        while (en > b && en[-1] == ' ') en--;
+        snprintf(cell, sizeof cell, "%.*s", (int)(en - b), b);
+        if (!strcmp(cell, "1 client")) col[0] = c;
+        else if (!strcmp(cell, "4")) col[1] = c;
+        else if (!strcmp(cell, "16")) col[2] = c;
+        c++;
+        if (*q != '|') break;
+        p = q + 1;
+    }
+    /* rows until the table ends */
+    const char *row = strchr(hdr, '\n');
+    while (row && row[1] == '|') {
+        row++;
+        const char *q = row + 1;
+        while (*q == ' ') q++;
+        if (!strncmp(q, model, strlen(model)) && (q[strlen(model)] == ' ' || q[strlen(model)] == '|')) {
+            c = 0;
+            p = row + 1;
+            while (*p && *p != '\n') {
+                const char *e = p;
+                while (*e && *e != '|' && *e != '\n') e++;
+                for (int k = 0; k < 3; k++)
+                    if (col[k] == c) v[k] = strtod(p, NULL);
+                c++;
+                if (*e != '|') break;
+                p = e + 1;
+            }
+            return 0;
+        }
+        row = strchr(row, '\n');
+    }
+    return -1;
+}
+
 #endif

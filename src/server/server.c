@@ -104,7 +104,9 @@ static void sse(srv_chan *c, json_t *o) {
 static void deliver(srv_chan *c, const st_engine_event *ev) {
     if (ev->token >= 0 && ev->finish != ST_FINISH_EOS) c->n_gen++;
     if (c->stream) {
-        if (ev->text_len) {
+        /* a chunk per generated token, as llama-server streams (its text may be empty: held
+         * back for a stop string or an unfinished character, or a token that writes none) */
+        if (ev->text_len || (ev->token >= 0 && ev->finish != ST_FINISH_EOS)) {
             sse(c, srv_chunk(c, ev->text, ev->text_len, NULL));
             c->sent_role = 1;
         }
