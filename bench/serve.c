@@ -5,7 +5,7 @@
  * ../shared/peers/llama-bench.md (its clients made 64 new tokens, as these do); llama-server
  * itself is not run here.
  *
- * usage: serve [--n 1,4,16] [--tokens 64] [--models DIR] [-t THREADS]
+ * usage: serve [--n 1,4,16] [--tokens 64] [--models DIR] [-t THREADS] [-b N_BATCH (the engine's, 256)]
  */
 #include "bench_common.h"
 #include "bench_peer.h"
@@ -82,7 +82,7 @@ static double pct(double *v, int n, double p) {
 }
 
 int main(int argc, char **argv) {
-    int ns[8] = {1, 4, 16}, n_ns = 3, tokens = 64, threads = 0;
+    int ns[8] = {1, 4, 16}, n_ns = 3, tokens = 64, threads = 0, n_batch = 0;
     const char *dir = "/tmp/strata-bench";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--n") && i + 1 < argc) {
@@ -91,8 +91,9 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--models") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-b") && i + 1 < argc) n_batch = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: serve [--n 1,4,16] [--tokens 64] [--models DIR] [-t THREADS]\n");
+            fprintf(stderr, "usage: serve [--n 1,4,16] [--tokens 64] [--models DIR] [-t THREADS] [-b N_BATCH]\n");
             return 2;
         }
     }
@@ -120,6 +121,7 @@ int main(int argc, char **argv) {
         ep.n_parallel = N;
         ep.n_ctx = 512;
         ep.max_queue = N;
+        if (n_batch) ep.n_batch = n_batch < N ? N : n_batch;
         char why[512];
         st_engine *e = NULL;
         st_server *s = NULL;

@@ -66,6 +66,9 @@ typedef struct st_engine_params {
     int n_threads;                /* 0: STRATA_THREADS or the CPUs this process may use */
     int32_t n_ctx;                /* tokens per request at most; 0: min(model's, 4096) */
     int32_t n_batch;              /* tokens per step (prefill budget + decode tokens); 0: 256 */
+    int32_t n_batch_busy;         /* prompt tokens per step while some request decodes, so a long
+                                     prompt stretches the running streams' inter-token gaps by
+                                     less; 0: n_batch / 4 (at least 1) */
     int32_t n_parallel;           /* requests running at once; 0: 4; <= n_batch */
     int32_t max_queue;            /* waiting requests at most; 0: 4 * n_parallel */
     int page_size;                /* KV page tokens; 0: 16 */

@@ -139,12 +139,14 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
     p->instance_id = e->instance_id = dup_opt(p->instance_id, &oom);
     if (oom) return open_fail(e, ST_E_NOMEM, why, why_len, "engine");
     if (!p->n_batch) p->n_batch = 256;
+    if (!p->n_batch_busy) p->n_batch_busy = p->n_batch / 4 > 0 ? p->n_batch / 4 : 1;
     if (!p->n_parallel) p->n_parallel = 4;
     if (!p->max_queue) p->max_queue = 4 * p->n_parallel;
     if (!p->page_size) p->page_size = ST_KV_PAGE_SIZE_DEFAULT;
     p->synth = NULL; /* borrowed: only for the open below */
     const char *bad = p->n_batch < 1 || p->n_batch > (1 << 16)           ? "n_batch (1..65536)"
                       : p->n_parallel < 1 || p->n_parallel > p->n_batch ? "n_parallel (1..n_batch)"
+                      : p->n_batch_busy < 1 || p->n_batch_busy > p->n_batch ? "n_batch_busy (1..n_batch)"
                       : p->max_queue < 1                                 ? "max_queue (>= 1)"
                       : p->n_ctx < 0                                     ? "n_ctx (>= 0)"
                       : p->kv_pages < 0 || p->ram_pages < 0              ? "kv_pages / ram_pages (>= 0)"
@@ -571,11 +573,14 @@ static int32_t build_batch(st_engine *e) {
         q->step_n = 1;
         n++;
     }
-    for (int i = 0; i < e->n_reqs && n < e->p.n_batch; i++) {
+    /* while streams decode, prompts get a smaller share of the step (its time is their gap) */
+    const int32_t budget = n ? n + e->p.n_batch_busy : e->p.n_batch;
+    for (int i = 0; i < e->n_reqs && n < budget && n < e->p.n_batch; i++) {
         en_req *q = e->reqs[i];
         if (q->state != ST_REQ_PREFILL) continue;
         int32_t k = q->n_prompt - q->n_done;
-        if (k > e->p.n_batch - n) k = e->p.n_batch - n;
+        const int32_t room = (budget < e->p.n_batch ? budget : e->p.n_batch) - n;
+        if (k > room) k = room;
         for (int32_t t = 0; t < k; t++) {
             e->b_tok[n + t] = q->prompt[q->n_done + t], e->b_seq[n + t] = q->seq;
             e->b_want[n + t] = q->n_done + k == q->n_prompt && t == k - 1;

@@ -235,21 +235,18 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     stream_ctx *x = cls;
     srv_chan *c = x->c;
     pthread_mutex_lock(&x->s->mu);
-    int gone = 0;
-    while (c->off_out == c->n_out && !c->done && !x->s->stop && !(gone = client_gone(x->fd)))
+    while (c->off_out == c->n_out && !c->done && !x->s->stop && !client_gone(x->fd))
         pthread_cond_wait(&x->s->progress, &x->s->mu);
-    if (gone || client_gone(x->fd)) {
-        ask_cancel(x->s, c);
-        pthread_mutex_unlock(&x->s->mu);
-        return MHD_CONTENT_READER_END_WITH_ERROR;
-    }
     ssize_t n;
     if (c->off_out < c->n_out) {
         n = (ssize_t)(c->n_out - c->off_out < max ? c->n_out - c->off_out : max);
         memcpy(buf, c->out + c->off_out, (size_t)n);
         c->off_out += (size_t)n;
-    } else {
-        n = c->done ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+    } else if (c->done) {
+        n = MHD_CONTENT_READER_END_OF_STREAM;
+    } else { /* the client left, or the server stops */
+        ask_cancel(x->s, c);
+        n = MHD_CONTENT_READER_END_WITH_ERROR;
     }
     pthread_mutex_unlock(&x->s->mu);
     return n;
