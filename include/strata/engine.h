@@ -140,9 +140,13 @@ typedef struct st_engine_req_params {
                                      submit succeeds */
     int keep_seq;                 /* nonzero: at the finish the sequence is handed back (the
                                      finish event's seq) instead of freed */
+    int32_t n_logprobs;           /* < 0: none (the default); 0..ST_ENGINE_MAX_LOGPROBS: each
+                                     token event carries its log-probability and this many most
+                                     likely alternatives */
 } st_engine_req_params;
 
-/* sampling = st_sampler_default_params(), max_tokens 128, quest_budget -1, seq -1, the rest 0. */
+/* sampling = st_sampler_default_params(), max_tokens 128, quest_budget -1, seq -1, n_logprobs
+ * -1, the rest 0. */
 st_engine_req_params st_engine_req_default_params(void);
 
 /* Queues a request; *id receives its id. The prompt is tokenized and checked now. Returns 0;
@@ -181,6 +185,17 @@ typedef struct st_engine_req_stats {
     double t_total;        /* seconds from submit to now / to the finish */
 } st_engine_req_stats;
 
+#define ST_ENGINE_MAX_LOGPROBS 20
+
+/* A token's log-probability under the model's distribution at that step: the softmax of the
+ * logits with the request's logit biases applied (and end-of-generation tokens banned with
+ * ignore_eos), before the penalties, the temperature and the sampler's truncations, as
+ * OpenAI's logprobs describe the model rather than the draw. */
+typedef struct st_engine_logprob {
+    int32_t token;
+    float logprob;
+} st_engine_logprob;
+
 typedef struct st_engine_event {
     st_req_id req;
     void *user;
@@ -193,6 +208,10 @@ typedef struct st_engine_event {
     int error;             /* ST_FINISH_ERROR: the error code; else 0 */
     const char *error_msg; /* ST_FINISH_ERROR: what failed; else "" (borrowed as text) */
     st_engine_req_stats stats; /* as of this event */
+    int has_logprob;       /* a token event of a request with n_logprobs >= 0 */
+    float logprob;         /* the token's */
+    int32_t n_top;         /* alternatives in top[], most likely first (ties: lower id first) */
+    st_engine_logprob top[ST_ENGINE_MAX_LOGPROBS];
     st_kv_seq_id seq;      /* the finish of a keep_seq request: its sequence, now the caller's
                               (st_kv_seq_free, or the seq of a next request); else -1. It
                               holds the prompt and every generated token but the last one

@@ -78,6 +78,7 @@ st_engine_req_params st_engine_req_default_params(void) {
     p.max_tokens = 128;
     p.quest_budget = -1;
     p.seq = -1;
+    p.n_logprobs = -1;
     return p;
 }
 
@@ -428,6 +429,12 @@ static int push_event(st_engine *e, const en_req *q, int32_t token, size_t t0, s
     if (msg && *msg && en_buf_append(&e->text, &e->n_text, &e->cap_text, msg, strlen(msg))) return ST_E_NOMEM;
     if (en_buf_append(&e->text, &e->n_text, &e->cap_text, &nul, 1)) return ST_E_NOMEM;
     ev->error_msg = (const char *)(uintptr_t)m0;
+    if (token >= 0 && q->n_logprobs >= 0) {
+        ev->has_logprob = 1;
+        ev->logprob = q->logprob;
+        ev->n_top = q->n_top;
+        memcpy(ev->top, q->top, (size_t)q->n_top * sizeof *q->top);
+    }
     stats_now(q, &ev->stats);
     return 0;
 }
@@ -683,7 +690,7 @@ int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) 
                 /* max_tokens 0: the request ends as soon as its prompt is read */
                 rc = finish(e, q, -1, e->n_text, ST_FINISH_LENGTH, 0, NULL);
             } else {
-                int32_t t = en_req_sample(q, e->eog, e->n_eog, e->logits + (size_t)row * e->n_vocab);
+                int32_t t = en_req_sample(q, e->eog, e->n_eog, e->logits + (size_t)row * e->n_vocab, e->n_vocab);
                 rc = on_token(e, q, t);
             }
             if (e->n_reqs == before) i++;

@@ -31,6 +31,10 @@ typedef struct en_req {
     st_engine_bias *bias;
     int n_bias;
     int ignore_eos;
+    int32_t n_logprobs;     /* < 0: none */
+    float logprob;          /* the last drawn token's, and its alternatives (when n_logprobs >= 0) */
+    int32_t n_top;
+    st_engine_logprob top[ST_ENGINE_MAX_LOGPROBS];
     char *held;             /* decoded text not yet released (could begin a stop string) */
     size_t n_held, cap_held;
     st_engine_req_stats st;
@@ -47,7 +51,7 @@ void en_req_free(en_req *q);
 
 /* Samples the next token from logits (biases applied in place; with ignore_eos the n_eog
  * end-of-generation ids eog[] banned). */
-int32_t en_req_sample(en_req *q, const int32_t *eog, int32_t n_eog, float *logits);
+int32_t en_req_sample(en_req *q, const int32_t *eog, int32_t n_eog, float *logits, int32_t n_vocab);
 
 /* Feeds a generated (non end-of-generation) token's text: bytes that can be released go to
  * out (appended; *stopped = 1 when a stop string matched: the text before it is released and

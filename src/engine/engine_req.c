@@ -46,6 +46,9 @@ int en_req_init(en_req *q, st_ctx *ctx, const st_tok *tok, int32_t n_vocab, cons
         q->n_bias = p->n_bias;
     }
     q->ignore_eos = p->ignore_eos;
+    if (p->n_logprobs > ST_ENGINE_MAX_LOGPROBS)
+        return st_seterr(ctx, ST_E_INVAL, "n_logprobs %d (at most %d)", p->n_logprobs, ST_ENGINE_MAX_LOGPROBS);
+    q->n_logprobs = p->n_logprobs;
     int rc = st_sampler_create(&p->sampling, n_vocab, &q->smp);
     if (rc) return st_seterr(ctx, rc, "sampling parameters: %s", st_strerror(rc));
     if ((rc = st_detok_create(tok, 0, &q->dt))) return rc;
@@ -62,11 +65,33 @@ void en_req_free(en_req *q) {
     memset(q, 0, sizeof *q);
 }
 
-int32_t en_req_sample(en_req *q, const int32_t *eog, int32_t n_eog, float *logits) {
+/* Log-softmax of the token t and of the n most likely tokens (descending, ties to the lower
+ * id), in double so a row of 10^5 logits sums without losing the small ones. */
+static void logprobs(en_req *q, const float *l, int32_t n_vocab, int32_t t) {
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (l[i] > mx) mx = l[i];
+    double sum = 0;
+    for (int32_t i = 0; i < n_vocab; i++) sum += exp((double)l[i] - mx);
+    const double lse = mx + log(sum);
+    q->logprob = (float)(l[t] - lse);
+    int32_t n = 0;
+    for (int32_t i = 0; i < n_vocab && q->n_logprobs > 0; i++) {
+        if (n == q->n_logprobs && !(l[i] > l[q->top[n - 1].token])) continue;
+        int32_t k = n < q->n_logprobs ? n++ : n - 1;
+        while (k > 0 && l[q->top[k - 1].token] < l[i]) q->top[k] = q->top[k - 1], k--;
+        q->top[k].token = i;
+    }
+    for (int32_t k = 0; k < n; k++) q->top[k].logprob = (float)(l[q->top[k].token] - lse);
+    q->n_top = n;
+}
+
+int32_t en_req_sample(en_req *q, const int32_t *eog, int32_t n_eog, float *logits, int32_t n_vocab) {
     for (int i = 0; i < q->n_bias; i++) logits[q->bias[i].token] += q->bias[i].bias;
     for (int32_t i = 0; q->ignore_eos && i < n_eog; i++) logits[eog[i]] = -INFINITY;
     int32_t t = st_sampler_sample(q->smp, logits);
     st_sampler_accept(q->smp, t);
+    if (q->n_logprobs >= 0) logprobs(q, logits, n_vocab, t);
     return t;
 }
 

@@ -48,10 +48,12 @@ struct st_server {
 
 /* ---- channels ----------------------------------------------------------------------------- */
 
-static srv_chan *chan_new(st_server *s, int chat, int stream, int include_usage) {
+static srv_chan *chan_new(st_server *s, int chat, int stream, int include_usage, int logprobs) {
     srv_chan *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->refs = 1;
+    c->logprobs = logprobs;
+    c->tok = s->tok;
     c->chat = chat, c->stream = stream, c->include_usage = include_usage;
     c->created = (long long)time(NULL);
     c->model_id = s->model_id;
@@ -70,6 +72,7 @@ static void chan_unref(st_server *s, srv_chan *c) {
     if (c->prev) c->prev->next = c->next;
     else if (s->chans == c) s->chans = c->next;
     if (c->next) c->next->prev = c->prev;
+    json_decref(c->lp);
     free(c->text);
     free(c->out);
     free(c);
@@ -107,11 +110,18 @@ static void deliver(srv_chan *c, const st_engine_event *ev) {
         /* a chunk per generated token, as llama-server streams (its text may be empty: held
          * back for a stop string or an unfinished character, or a token that writes none) */
         if (ev->text_len || (ev->token >= 0 && ev->finish != ST_FINISH_EOS)) {
-            sse(c, srv_chunk(c, ev->text, ev->text_len, NULL));
+            json_t *ch = srv_chunk(c, ev->text, ev->text_len, NULL);
+            if (ev->has_logprob && ch) {
+                json_t *lp = NULL;
+                srv_logprobs_add(c, &lp, ev);
+                json_object_set_new(json_array_get(json_object_get(ch, "choices"), 0), "logprobs", lp);
+            }
+            sse(c, ch);
             c->sent_role = 1;
         }
     } else {
         buf_add(&c->text, &c->n_text, &c->cap_text, ev->text, ev->text_len);
+        if (ev->has_logprob && ev->finish != ST_FINISH_EOS) srv_logprobs_add(c, &c->lp, ev);
     }
     if (!ev->finish) return;
     c->fin = *ev;
@@ -277,7 +287,7 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
         srv_req_free(&q);
         return send_json(con, 400, e);
     }
-    srv_chan *c = chan_new(s, chat, q.stream, q.include_usage);
+    srv_chan *c = chan_new(s, chat, q.stream, q.include_usage, q.logprobs);
     if (!c) {
         srv_req_free(&q);
         return send_error(con, 500, "out of memory");

@@ -190,9 +190,23 @@ int srv_parse_request(const char *body, size_t len, int chat, const st_tok *tok,
     n = 1;
     if (!st && !(st = int_field(o, "n", 1, 1 << 20, &n, msg, cap)) && n != 1)
         st = BAD("'n' is %lld: only one choice per request is served", n);
+    q->logprobs = -1;
     json_t *lp = json_object_get(o, "logprobs");
-    if (!st && lp && !json_is_null(lp) && !json_is_false(lp) && !(json_is_integer(lp) && !json_integer_value(lp)))
-        st = BAD("'logprobs' is not served yet");
+    if (!st && lp && !json_is_null(lp)) {
+        if (chat) {
+            int on = 0;
+            n = 0;
+            if (!(st = bool_field(o, "logprobs", &on, msg, cap)) &&
+                !(st = int_field(o, "top_logprobs", 0, ST_ENGINE_MAX_LOGPROBS, &n, msg, cap)))
+                q->logprobs = on ? (int)n : -1;
+        } else {
+            n = 0;
+            if (!(st = int_field(o, "logprobs", 0, ST_ENGINE_MAX_LOGPROBS, &n, msg, cap))) q->logprobs = (int)n;
+        }
+    } else if (!st && chat && json_object_get(o, "top_logprobs") && !json_is_null(json_object_get(o, "top_logprobs"))) {
+        st = BAD("'top_logprobs' needs 'logprobs': true");
+    }
+    q->rp.n_logprobs = q->logprobs;
     if (!st) st = stop_field(o, q, msg, cap);
     if (!st) st = bias_field(o, n_vocab, q, msg, cap);
     json_decref(o);
@@ -243,6 +257,52 @@ static json_t *utf8_string(const char *s, size_t n) {
     json_t *j = json_stringn(o, k);
     free(o);
     return j;
+}
+
+static json_t *piece(const srv_chan *c, int32_t id, json_t **bytes) {
+    const char *p = "";
+    size_t n = 0;
+    st_tok_piece(c->tok, id, &p, &n);
+    if (bytes) {
+        *bytes = json_array();
+        for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)p[i]));
+    }
+    return utf8_string(p, n);
+}
+
+void srv_logprobs_add(srv_chan *c, json_t **acc, const st_engine_event *ev) {
+    if (c->chat) {
+        if (!*acc) *acc = json_pack("{s:[]}", "content");
+        json_t *bytes, *top = json_array();
+        for (int i = 0; i < ev->n_top; i++) {
+            json_t *b;
+            json_t *t = piece(c, ev->top[i].token, &b);
+            json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", t, "logprob", (double)ev->top[i].logprob,
+                                                 "bytes", b));
+        }
+        json_t *t = piece(c, ev->token, &bytes);
+        json_array_append_new(json_object_get(*acc, "content"),
+                              json_pack("{s:o, s:f, s:o, s:o}", "token", t, "logprob", (double)ev->logprob, "bytes",
+                                        bytes, "top_logprobs", top));
+        return;
+    }
+    if (!*acc) *acc = json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
+    json_t *top = json_object();
+    for (int i = 0; i < ev->n_top; i++) {
+        /* keyed by text: two tokens with one text keep the likelier (listed first) */
+        json_t *t = piece(c, ev->top[i].token, NULL);
+        if (!json_object_get(top, json_string_value(t)))
+            json_object_set_new(top, json_string_value(t), json_real(ev->top[i].logprob));
+        json_decref(t);
+    }
+    json_array_append_new(json_object_get(*acc, "tokens"), piece(c, ev->token, NULL));
+    json_array_append_new(json_object_get(*acc, "token_logprobs"), json_real(ev->logprob));
+    json_array_append_new(json_object_get(*acc, "top_logprobs"), top);
+    json_array_append_new(json_object_get(*acc, "text_offset"), json_integer((json_int_t)c->lp_offset));
+    const char *p = "";
+    size_t n = 0;
+    st_tok_piece(c->tok, ev->token, &p, &n);
+    c->lp_offset += n;
 }
 
 static json_t *envelope(const srv_chan *c, const char *object) {
@@ -296,6 +356,7 @@ json_t *srv_response(const srv_chan *c) {
                                      utf8_string(t, c->n_text), "finish_reason", fr)
                          : json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "text", utf8_string(t, c->n_text),
                                      "logprobs", "finish_reason", fr);
+    if (c->lp) json_object_set(ch, "logprobs", c->lp);
     json_object_set_new(o, "choices", json_pack("[o]", ch));
     json_object_set_new(o, "usage", usage(c));
     json_object_set_new(o, "timings", timings(c));

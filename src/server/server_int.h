@@ -12,6 +12,8 @@
 typedef struct srv_req {
     int chat;             /* /v1/chat/completions (else /v1/completions) */
     int stream, include_usage;
+    int logprobs;         /* < 0: none; else alternatives per token (completions' logprobs N,
+                             chat's logprobs true + top_logprobs N) */
     int32_t *tokens;      /* the prompt, owned */
     int32_t n_tokens;
     st_engine_req_params rp;
@@ -40,6 +42,10 @@ typedef struct srv_chan {
     int cancel;           /* the connection asks the scheduler to cancel the request */
     st_req_id id;
     int chat, stream, include_usage, sent_role;
+    int logprobs;         /* as srv_req's */
+    const st_tok *tok;    /* for the tokens' text in logprobs */
+    json_t *lp;           /* non-streaming: the logprobs object so far (NULL: none asked) */
+    size_t lp_offset;     /* completions' text_offset of the next token */
     char *text;           /* non-streaming: the text so far */
     size_t n_text, cap_text;
     char *out;            /* streaming: SSE bytes not yet handed to the socket */
@@ -55,6 +61,10 @@ typedef struct srv_chan {
 /* The OpenAI JSON of one streamed piece, the final chunk, the usage chunk; the whole
  * non-streamed response. Owned by the caller (json_decref). */
 json_t *srv_chunk(const srv_chan *c, const char *text, size_t n, const char *finish);
+/* A token event's logprobs in the request's shape: chat's {"content":[{token, logprob, bytes,
+ * top_logprobs}]}, completions' {tokens, token_logprobs, top_logprobs, text_offset}; appended
+ * to *acc (made when NULL). */
+void srv_logprobs_add(srv_chan *c, json_t **acc, const st_engine_event *ev);
 json_t *srv_usage_chunk(const srv_chan *c);
 json_t *srv_response(const srv_chan *c);
 /* A JSON string of any bytes: invalid UTF-8 replaced by U+FFFD. */

@@ -422,5 +422,45 @@ TEST(test_keep_and_continue) {
     st_engine_destroy(e);
 }
 
-TEST_MAIN(test_batched_equals_alone, test_keep_and_continue, test_stream_text_is_detokenized, test_stop_string_never_leaks,
+/* Logprobs: greedy draws the most likely token, so each event's token is its top[0] with the
+ * same log-probability; alternatives descend, none above 0, their mass at most 1. */
+TEST(test_logprobs) {
+    st_engine *e = NULL;
+    st_engine_params p = params(1, 64, 1);
+    CHECK_OK(st_engine_create(&p, &e, NULL, 0));
+    if (!e) return;
+    int32_t a[20];
+    for (int i = 0; i < 20; i++) a[i] = 3 + (i * 13) % 250;
+    st_engine_req_params rp = st_engine_req_default_params();
+    rp.tokens = a, rp.n_tokens = 20, rp.max_tokens = 10, rp.n_logprobs = 3, rp.ignore_eos = 1;
+    rp.sampling.temp = 0;
+    st_req_id id;
+    CHECK_OK(st_engine_submit(e, &rp, &id));
+    int seen = 0, done = 0;
+    for (int guard = 0; guard < 100 && !done; guard++) {
+        const st_engine_event *ev;
+        int nev;
+        CHECK_OK(st_engine_step(e, &ev, &nev));
+        for (int k = 0; k < nev; k++) {
+            done |= ev[k].finish != 0;
+            if (ev[k].token < 0) continue;
+            seen++;
+            CHECK(ev[k].has_logprob);
+            CHECK_INT(ev[k].n_top, 3);
+            CHECK_INT(ev[k].top[0].token, ev[k].token);
+            CHECK(ev[k].logprob == ev[k].top[0].logprob);
+            CHECK(ev[k].logprob <= 0);
+            CHECK(ev[k].top[0].logprob >= ev[k].top[1].logprob && ev[k].top[1].logprob >= ev[k].top[2].logprob);
+            double mass = 0;
+            for (int j = 0; j < 3; j++) mass += exp(ev[k].top[j].logprob);
+            CHECK(mass <= 1.0 + 1e-6 && mass > 0);
+        }
+    }
+    CHECK_INT(seen, 10);
+    rp.n_logprobs = 21;
+    CHECK_INT(st_engine_submit(e, &rp, &id), ST_E_INVAL);
+    st_engine_destroy(e);
+}
+
+TEST_MAIN(test_batched_equals_alone, test_logprobs, test_keep_and_continue, test_stream_text_is_detokenized, test_stop_string_never_leaks,
           test_shared_prefix, test_preemption_by_spilling, test_cancel_frees_pages, test_submit_errors)

@@ -320,6 +320,64 @@ TEST(test_chat_cached_second_turn) {
     srv_close(&v);
 }
 
+/* logprobs: completions' arrays and chat's content list, one entry per token, the drawn token
+ * (greedy) the most likely of its alternatives; the same in a stream's chunks. */
+TEST(test_logprobs) {
+    srv v;
+    CHECK_OK(srv_open(&v, NULL, "chatml", NULL, 0, 2));
+    if (!v.s) return;
+    char *out = NULL;
+    CHECK_INT(http(&v, "l1", "/v1/completions", "{\"prompt\":\"hello\",\"max_tokens\":6,\"temperature\":0,\"logprobs\":2}",
+                   NULL, &out),
+              200);
+    json_t *o = parse(out);
+    json_t *lp = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs");
+    json_t *tl = json_object_get(lp, "token_logprobs"), *top = json_object_get(lp, "top_logprobs");
+    CHECK_INT(json_array_size(json_object_get(lp, "tokens")), 6);
+    CHECK_INT(json_array_size(tl), 6);
+    CHECK_INT(json_array_size(json_object_get(lp, "text_offset")), 6);
+    for (size_t i = 0; i < json_array_size(tl); i++) {
+        const double x = json_number_value(json_array_get(tl, i));
+        double best = -1e30;
+        const char *k;
+        json_t *val;
+        json_object_foreach(json_array_get(top, i), k, val) if (json_number_value(val) > best) best = json_number_value(val);
+        CHECK(x <= 0 && fabs(x - best) < 1e-6);
+        CHECK(json_object_size(json_array_get(top, i)) >= 1 && json_object_size(json_array_get(top, i)) <= 2);
+    }
+    json_decref(o), free(out);
+    CHECK_INT(http(&v, "l2", "/v1/chat/completions",
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":5,\"temperature\":0,"
+                   "\"logprobs\":true,\"top_logprobs\":3}", NULL, &out),
+              200);
+    o = parse(out);
+    json_t *content = json_object_get(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs"), "content");
+    CHECK_INT(json_array_size(content), 5);
+    for (size_t i = 0; i < json_array_size(content); i++) {
+        json_t *e = json_array_get(content, i), *t3 = json_object_get(e, "top_logprobs");
+        CHECK_INT(json_array_size(t3), 3);
+        CHECK(json_is_string(json_object_get(e, "token")) && json_is_array(json_object_get(e, "bytes")));
+        CHECK_STR(json_string_value(json_object_get(e, "token")),
+                  json_string_value(json_object_get(json_array_get(t3, 0), "token")));
+    }
+    json_decref(o), free(out);
+    /* streamed: each token's chunk carries its entry */
+    CHECK_INT(http(&v, "l3", "/v1/completions",
+                   "{\"prompt\":\"hello\",\"max_tokens\":4,\"temperature\":0,\"logprobs\":1,\"stream\":true}", NULL,
+                   &out),
+              200);
+    int n_lp = 0;
+    for (const char *p = out; p && (p = strstr(p, "\"token_logprobs\":[")); p++) n_lp++;
+    CHECK_INT(n_lp, 4);
+    free(out);
+    CHECK_INT(http(&v, "l4", "/v1/chat/completions",
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"top_logprobs\":2}", NULL, &out),
+              400);
+    CHECK(out && strstr(out, "needs 'logprobs'"));
+    free(out);
+    srv_close(&v);
+}
+
 /* A client that reads the first bytes of a stream and hangs up: its request is cancelled (not
  * run to its end) and every page goes back (pages in use 0; full ones stay cached). */
 TEST(test_disconnect_cancels) {
@@ -442,4 +500,4 @@ TEST(test_stories_greedy) {
     srv_close(&v);
 }
 
-TEST_MAIN(test_routes_and_errors, test_streams_equal_solo, test_disconnect_cancels, test_queue_full_503, test_unix_socket, test_chat_cached_second_turn, test_stories_greedy)
+TEST_MAIN(test_routes_and_errors, test_streams_equal_solo, test_disconnect_cancels, test_queue_full_503, test_unix_socket, test_logprobs, test_chat_cached_second_turn, test_stories_greedy)

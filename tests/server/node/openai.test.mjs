@@ -91,6 +91,19 @@ test('chat: a reply, streamed the same, and the second turn cached', async () =>
   assert.ok(r2.usage.prompt_tokens_details.cached_tokens < r2.usage.prompt_tokens);
 });
 
+test('logprobs: one entry per token, the greedy token the likeliest of its alternatives', async () => {
+  const r = await client(chatUrl).chat.completions.create({
+    model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 5, temperature: 0, logprobs: true, top_logprobs: 2,
+  });
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, r.usage.completion_tokens);
+  for (const e of content) {
+    assert.ok(e.logprob <= 0);
+    assert.equal(e.top_logprobs.length, 2);
+    assert.equal(e.top_logprobs[0].token, e.token);
+  }
+});
+
 test('errors: a wrong key is the client\'s AuthenticationError, a bad field its BadRequestError', async () => {
   await assert.rejects(client(storiesUrl, 'wrong').completions.create({ model: 'm', prompt: 'x', max_tokens: 1 }),
     (e) => e instanceof OpenAI.AuthenticationError && e.status === 401);
