@@ -91,6 +91,22 @@ static int test_untested_; /* ... or test_untested */
         }                                                                           \
     } while (0)
 
+/* The whole file at path, NUL-terminated (malloc'd; the caller frees), its length in *n (may
+ * be NULL); NULL when it cannot be read. */
+static inline char *test_slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *b = NULL;
+    long sz = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (sz >= 0 && fseek(f, 0, SEEK_SET) == 0 && (b = malloc((size_t)sz + 1)) &&
+        fread(b, 1, (size_t)sz, f) != (size_t)sz)
+        sz = 0;
+    if (b) b[sz] = 0;
+    if (b && n) *n = (size_t)sz;
+    fclose(f);
+    return b;
+}
+
 /* Where ../shared lives: $STRATA_SHARED, else ../shared relative to the source tree. */
 static inline const char *test_shared_dir(void) {
     const char *e = getenv("STRATA_SHARED");

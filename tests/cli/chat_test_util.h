@@ -39,19 +39,6 @@ static inline void chat_cleanup(void) {
     if (system(cmd)) fprintf(stderr, "  (could not remove %s)\n", chat_dir());
 }
 
-static inline char *chat_slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (p) p[n] = 0;
-    fclose(f);
-    return p;
-}
-
 /* Runs `strata <args>` with stdin from `input`; *out / *err malloc'd (caller frees). Returns
  * the exit status, or -1 when the process did not exit normally. */
 static inline int chat_run(const char *args, const char *input, char **out, char **err) {
@@ -65,8 +52,8 @@ static inline int chat_run(const char *args, const char *input, char **out, char
     fclose(f);
     snprintf(cmd, sizeof cmd, "%s %s <%s >%s 2>%s", chat_bin(), args, in, o, e);
     int st = system(cmd);
-    *out = chat_slurp(o);
-    *err = chat_slurp(e);
+    *out = test_slurp(o, NULL);
+    *err = test_slurp(e, NULL);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 

@@ -48,7 +48,7 @@ TEST(test_batch_equals_alone_and_llama) {
     /* llama.cpp's greedy text for "Once upon a time" (the file echoes " Once upon a time") */
     char path[1200];
     snprintf(path, sizeof path, "%s/peers/stories260K-greedy.txt", test_shared_dir());
-    char *want = chat_slurp(path), *got = completion(out3, 0);
+    char *want = test_slurp(path, NULL), *got = completion(out3, 0);
     REQUIRE(want && got);
     CHECK(strlen(want) > 17 + strlen(got) && !strncmp(want + 17, got, strlen(got)));
     free(want), free(got), free(out3), free(out1), free(err);

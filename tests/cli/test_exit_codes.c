@@ -42,7 +42,7 @@ static int sh_run(const char *pre, const char *args, const char *out, char **err
     snprintf(e, sizeof e, "%s/err", chat_dir());
     snprintf(cmd, sizeof cmd, "%s; %s %s </dev/null >%s 2>%s", pre, chat_bin(), args, out, e);
     int st = system(cmd);
-    *err = chat_slurp(e);
+    *err = test_slurp(e, NULL);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 

@@ -52,7 +52,7 @@ static void backup(const char *path, char *copy, size_t cap) {
 }
 
 static int same_file(const char *a, const char *b) {
-    char *x = chat_slurp(a), *y = chat_slurp(b);
+    char *x = test_slurp(a, NULL), *y = test_slurp(b, NULL);
     struct stat sa, sb;
     int same = x && y && !stat(a, &sa) && !stat(b, &sb) && sa.st_size == sb.st_size &&
                !memcmp(x, y, (size_t)sa.st_size);

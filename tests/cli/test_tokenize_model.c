@@ -44,7 +44,7 @@ static int check_vocab(const char *name) {
     snprintf(inp, sizeof inp, "%s.inp", gg);
     snprintf(outp, sizeof outp, "%s.out", gg);
     if (access(gg, R_OK) || access(inp, R_OK) || access(outp, R_OK)) return -1;
-    char *in = chat_slurp(inp), *out = chat_slurp(outp);
+    char *in = test_slurp(inp, NULL), *out = test_slurp(outp, NULL);
     if (!in || !out) {
         free(in), free(out);
         return -1;

@@ -698,16 +698,6 @@ static int run_inspect(const char *bin, const char *file, const char *out, const
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *s = calloc(1, 1 << 20);
-    size_t n = s ? fread(s, 1, (1 << 20) - 1, f) : 0;
-    (void)n;
-    fclose(f);
-    return s;
-}
-
 TEST(test_cli_inspect) {
     const char *bin = getenv("STRATA_BIN");
     if (!bin || access(bin, X_OK) != 0) {
@@ -725,7 +715,7 @@ TEST(test_cli_inspect) {
     st_gguf_writer *w = full_writer(ctx, 32);
     CHECK_OK(st_gguf_writer_write(w, path));
     CHECK_INT(run_inspect(bin, path, out, err), 0);
-    char *o = slurp(out);
+    char *o = test_slurp(out, NULL);
     REQUIRE(o);
     CHECK(strstr(o, "GGUF v3") != NULL);
     CHECK(strstr(o, "arr.long") && strstr(o, "array[uint32; 100] = [0, 1, 2, 3, 4, 5, 6, 7, ... (100 total)]"));
@@ -742,7 +732,7 @@ TEST(test_cli_inspect) {
     fwrite("GGUF\1\0\0\0", 1, 8, f);
     fclose(f);
     CHECK_INT(run_inspect(bin, badp, out, err), 2);
-    char *e = slurp(err);
+    char *e = test_slurp(err, NULL);
     REQUIRE(e);
     CHECK(strstr(e, "bad.gguf") && strstr(e, "version"));
     CHECK(strchr(e, '\n') == e + strlen(e) - 1); /* one line */

@@ -21,16 +21,6 @@ static int have_model(void) {
     return 0;
 }
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *b = malloc(1 << 20);
-    *n = b ? fread(b, 1, (1 << 20) - 1, f) : 0;
-    fclose(f);
-    if (b) b[*n] = 0;
-    return b;
-}
-
 static void rstrip_newlines(char *s) {
     size_t n = strlen(s);
     while (n && s[n - 1] == '\n') s[--n] = 0;
@@ -41,7 +31,7 @@ TEST(test_greedy_matches_llama_cpp) {
     char ref_path[1024];
     snprintf(ref_path, sizeof ref_path, "%s/peers/stories260K-greedy.txt", test_shared_dir());
     size_t ref_n = 0;
-    char *ref = slurp(ref_path, &ref_n);
+    char *ref = test_slurp(ref_path, &ref_n);
     REQUIRE(ref);
     st_ctx *ctx = NULL;
     st_model *m = NULL;
@@ -173,7 +163,7 @@ TEST(test_cli_bad_input) {
     /* an architecture strata does not run: the same file with general.architecture = gpt2 */
     {
         size_t n = 0;
-        char *img = slurp(base, &n);
+        char *img = test_slurp(base, &n);
         REQUIRE(img);
         char *k = memmem(img, n, "qwen2", 5); /* general.architecture's value comes first */
         REQUIRE(k);

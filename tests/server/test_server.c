@@ -31,19 +31,6 @@ static void cleanup(void) {
     if (system(cmd)) fprintf(stderr, "  could not remove %s\n", dir);
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (b) b[n] = 0;
-    fclose(f);
-    return b;
-}
-
 typedef struct srv {
     st_engine *e;
     st_server *s;
@@ -107,7 +94,7 @@ static int http(const srv *v, const char *tag, const char *path, const char *bod
     int status = 0;
     if (fscanf(p, "%d", &status) != 1) status = 0;
     pclose(p);
-    if (out) *out = slurp(of);
+    if (out) *out = test_slurp(of, NULL);
     return status;
 }
 
@@ -259,7 +246,7 @@ TEST(test_streams_equal_solo) {
         char path[256], text[2048], fin[16];
         long long used;
         snprintf(path, sizeof path, "%s/c%d.out", tmpdir(), i);
-        char *b = slurp(path);
+        char *b = test_slurp(path, NULL);
         int nev = parse_sse(b, 0, text, sizeof text, fin, &used);
         CHECK(nev > 3);
         CHECK_STR(text, solo[i]);
@@ -430,18 +417,18 @@ TEST(test_queue_full_503) {
     CHECK_INT(system(cmd), 0);
     char path[256];
     snprintf(path, sizeof path, "%s/q3.code", tmpdir());
-    char *code = slurp(path);
+    char *code = test_slurp(path, NULL);
     CHECK(code && !strcmp(code, "503"));
     snprintf(path, sizeof path, "%s/q3.hdr", tmpdir());
-    char *hdr = slurp(path);
+    char *hdr = test_slurp(path, NULL);
     CHECK(hdr && strstr(hdr, "Retry-After: 1"));
     snprintf(path, sizeof path, "%s/q3.out", tmpdir());
-    char *out = slurp(path);
+    char *out = test_slurp(path, NULL);
     CHECK(out && strstr(out, "\"unavailable_error\"") && strstr(out, "waiting"));
     for (int i = 1; i <= 2; i++) {
         char *b;
         snprintf(path, sizeof path, "%s/q%d.out", tmpdir(), i);
-        b = slurp(path);
+        b = test_slurp(path, NULL);
         json_t *o = parse(b);
         CHECK_INT(json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens")), 1900);
         json_decref(o), free(b);
@@ -488,7 +475,7 @@ TEST(test_stories_greedy) {
     srv v;
     CHECK_OK(srv_open(&v, model, NULL, NULL, 0, 2));
     if (!v.s) return;
-    char *out = NULL, *want = slurp(peer);
+    char *out = NULL, *want = test_slurp(peer, NULL);
     CHECK_INT(http(&v, "g", "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":48,\"temperature\":0}",
                    NULL, &out),
               200);

@@ -9,23 +9,6 @@
 #include <stdbool.h>
 #include <sys/stat.h>
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)sz + 1);
-    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[sz] = 0;
-    if (n) *n = (size_t)sz;
-    return b;
-}
-
 static bool exists(const char *p) {
     struct stat st;
     return stat(p, &st) == 0;
@@ -62,7 +45,7 @@ static int run_vocab(st_ctx *ctx, const char *name, int *n_cases, int *n_fail, i
     st_tok *tok = load_tok(ctx, gg);
     if (!tok) return 1;
     size_t ni, no;
-    char *in = slurp(inp, &ni), *out = slurp(outp, &no);
+    char *in = test_slurp(inp, &ni), *out = test_slurp(outp, &no);
     const char *sep = "\n__ggml_vocab_test__\n";
     char *p = in, *q = out;
     *n_cases = *n_fail = *n_rt_fail = 0;
