@@ -229,6 +229,12 @@ int st_cli_sampler_arg(st_sampler_params *sp, const char *a, const char *v) {
     return 1;
 }
 
+int st_cli_engine_arg(st_cli_quest *q, st_sampler_params *sp, st_cli_kv_flags *f, const char *a, const char *v) {
+    int r = st_cli_quest_arg(q, a, v);
+    if (!r && sp) r = st_cli_sampler_arg(sp, a, v);
+    return r ? r : st_cli_kv_flags_arg(f, a, v);
+}
+
 st_model_load_params st_cli_model_load_params(int mmap) {
     st_model_load_params p = st_model_load_default_params();
     const char *e = getenv("STRATA_MMAP");

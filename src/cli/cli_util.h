@@ -3,6 +3,7 @@
 #ifndef STRATA_CLI_UTIL_H
 #define STRATA_CLI_UTIL_H
 
+#include "cli/cli_quest.h"
 #include "cli/kv_flags.h"
 #include "strata/model.h"
 #include "strata/sample.h"
@@ -18,6 +19,10 @@ int st_cli_float(const char *s, double lo, double hi, double *out);
  * seed is each command's: run takes -1 for a random one). Option a with value v: 1 consumed
  * (v valid), 0 not a sampler flag, -1 bad or missing value. */
 int st_cli_sampler_arg(st_sampler_params *sp, const char *a, const char *v);
+/* The flags the engine's commands share: Quest (cli_quest.h), the sampler's (sp NULL: none, as
+ * serve takes them per request) and the SSD tier's (kv_flags.h). Option a with value v: 1
+ * consumed a and v, 2 consumed a alone (--verbose), 0 none of these, -1 bad or missing value. */
+int st_cli_engine_arg(st_cli_quest *q, st_sampler_params *sp, st_cli_kv_flags *f, const char *a, const char *v);
 /* Reads a whole file (NUL-terminated). *out malloc'd. Returns 0 or -errno. */
 int st_cli_read_file(const char *path, char **out, size_t *len);
 /* llama.cpp's string_process_escapes (common.cpp), which its tools apply to prompt text

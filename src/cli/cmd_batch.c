@@ -47,17 +47,13 @@ static int parse(int argc, char **argv, batch_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long n;
-        int takes = 1, qa = st_cli_quest_arg(&o->quest, a, v), ta = 0, sa = 0;
+        int takes = 1, ea = st_cli_engine_arg(&o->quest, &o->sp, &o->tier, a, v);
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return -1;
         }
-        if (qa < 0) return bad(a, v);
-        if (!qa && (sa = st_cli_sampler_arg(&o->sp, a, v)) < 0) return bad(a, v);
-        if (sa) qa = 1;
-        if (!qa && (ta = st_cli_kv_flags_arg(&o->tier, a, v)) < 0) return bad(a, v);
-        if (qa > 0) ;
-        else if (ta) takes = ta == 1;
+        if (ea < 0) return bad(a, v);
+        if (ea) takes = ea == 1;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->file = v;
         else if (!strcmp(a, "--no-escape")) o->no_escape = 1, takes = 0;

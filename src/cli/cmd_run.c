@@ -96,7 +96,6 @@ typedef struct run_opts {
     int prompt_cache_ro, prompt_cache_all;
     st_cli_quest quest;
     st_cli_kv_flags tier;
-    int32_t n_batch_eff; /* the step's token budget the engine runs with */
 } run_opts;
 
 static int bad(const char *opt, const char *val) {
@@ -117,13 +116,9 @@ static int parse(int argc, char **argv, run_opts *o) {
             usage(stdout);
             return -1;
         }
-        int takes = 1, qa = st_cli_quest_arg(&o->quest, a, v), ta = 0, sa = 0;
-        if (qa < 0) return bad(a, v);
-        if (!qa && (sa = st_cli_sampler_arg(&o->sp, a, v)) < 0) return bad(a, v);
-        if (sa) qa = 1;
-        if (!qa && (ta = st_cli_kv_flags_arg(&o->tier, a, v)) < 0) return bad(a, v);
-        if (qa > 0) ;
-        else if (ta) takes = ta == 1;
+        int takes = 1, ea = st_cli_engine_arg(&o->quest, &o->sp, &o->tier, a, v);
+        if (ea < 0) return bad(a, v);
+        if (ea) takes = ea == 1;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->prompt_file = v;
@@ -252,7 +247,7 @@ static int generate(st_engine *e, st_cli_session *s, const run_opts *o, const in
     int err_gen = 0;
     while (!fin.finish) {
         st_engine_req_info info;
-        if (st_engine_req_get_info(e, id, &info) == 0) st_cli_progress_step(&pb, info.n_tokens - n_reused, o->n_batch_eff);
+        if (st_engine_req_get_info(e, id, &info) == 0) st_cli_progress_step(&pb, info.n_tokens - n_reused, st_engine_get_params(e)->n_batch);
         st_kv_stats k0, k1;
         if (o->tier.verbose) st_kv_get_stats(s->kv, &k0);
         const st_engine_event *ev;
@@ -351,7 +346,7 @@ int st_cmd_run(int argc, char **argv) {
     ep.weight_rows = lp.layout == ST_WEIGHT_LAYOUT_ROWS;
     ep.n_threads = (int)o.n_threads;
     ep.n_ctx = (int32_t)o.n_ctx;
-    ep.n_batch = o.n_batch_eff = o.n_batch ? (int32_t)o.n_batch : 256;
+    ep.n_batch = o.n_batch ? (int32_t)o.n_batch : 256;
     ep.n_parallel = 1;
     ep.page_size = (int)o.kv_page;
     ep.kv_type = o.kv_type;

@@ -61,16 +61,14 @@ int st_cmd_serve(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long n;
-        int takes = 1, qa = st_cli_quest_arg(&quest, a, v), ta = 0;
+        int takes = 1, ea = st_cli_engine_arg(&quest, NULL, &tier, a, v);
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             free(key);
             return 0;
         }
-        if (qa < 0) return bad(a, v);
-        if (!qa && (ta = st_cli_kv_flags_arg(&tier, a, v)) < 0) return bad(a, v);
-        if (qa > 0) ;
-        else if (ta) takes = ta == 1;
+        if (ea < 0) return bad(a, v);
+        if (ea) takes = ea == 1;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--host")) sp.host = v;
         else if (!strcmp(a, "--alias") || !strcmp(a, "-a")) sp.model_id = v;

@@ -6,6 +6,7 @@
 #include "chat_test_util.h"
 #include "cli/cli_util.c"
 #include "cli/exit_code.c"
+#include "cli/cli_quest.c"
 #include "cli/kv_flags.c"
 
 /* One case: in[0, n_in) escaped must give want[0, n_want). */
