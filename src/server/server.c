@@ -23,29 +23,6 @@
 #include <string.h>
 #include <time.h>
 
-struct st_server {
-    st_engine *e;
-    struct MHD_Daemon *d;
-    pthread_t sched;
-    int sched_started;
-    pthread_mutex_t mu;
-    pthread_cond_t work;     /* a request was submitted, or stop */
-    pthread_cond_t progress; /* a step delivered events (every waiting connection rechecks) */
-    srv_chan *chans;         /* live channels */
-    int pending;             /* channels with a submission or a cancellation for the scheduler */
-    st_engine_stats est;     /* the engine's counters after the last step (for other threads) */
-    st_kv_stats kst;
-    int stop;
-    int port;
-    char *api_key, *model_id;
-    char *sock_path;         /* a unix socket's path, removed at the stop */
-    size_t max_body;
-    st_chat_tmpl tmpl;
-    int tmpl_ok;
-    const st_tok *tok;
-    int32_t n_vocab, n_ctx;
-};
-
 /* ---- channels ----------------------------------------------------------------------------- */
 
 static srv_chan *chan_new(st_server *s, int chat, int stream, int include_usage, int logprobs) {
@@ -201,7 +178,7 @@ static void ask_cancel(st_server *s, srv_chan *c) {
 
 /* ---- responses ------------------------------------------------------------------------------ */
 
-static enum MHD_Result send_json(struct MHD_Connection *con, int status, json_t *o) {
+enum MHD_Result srv_send_json(struct MHD_Connection *con, int status, json_t *o) {
     char *j = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (!j) return MHD_NO;
@@ -213,15 +190,13 @@ static enum MHD_Result send_json(struct MHD_Connection *con, int status, json_t 
     return ok;
 }
 
-static enum MHD_Result send_error(struct MHD_Connection *con, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static enum MHD_Result send_error(struct MHD_Connection *con, int status, const char *fmt, ...) {
+enum MHD_Result srv_send_error(struct MHD_Connection *con, int status, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return send_json(con, status, srv_error(status, msg));
+    return srv_send_json(con, status, srv_error(status, msg));
 }
 
 /* The stream's body: blocks until its request has something to say (a thread per
@@ -279,18 +254,18 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
     srv_req q;
     char msg[1024];
     int st = srv_parse_request(body, len, chat, s->tok, s->n_vocab, s->tmpl, s->tmpl_ok, &q, msg, sizeof msg);
-    if (st) return send_error(con, st, "%s", msg);
+    if (st) return srv_send_error(con, st, "%s", msg);
     if (q.n_tokens >= s->n_ctx) {
         json_t *e = srv_error(400, "the prompt is longer than the context");
         json_object_set_new(json_object_get(e, "error"), "n_prompt_tokens", json_integer(q.n_tokens));
         json_object_set_new(json_object_get(e, "error"), "n_ctx", json_integer(s->n_ctx));
         srv_req_free(&q);
-        return send_json(con, 400, e);
+        return srv_send_json(con, 400, e);
     }
     srv_chan *c = chan_new(s, chat, q.stream, q.include_usage, q.logprobs);
     if (!c) {
         srv_req_free(&q);
-        return send_error(con, 500, "out of memory");
+        return srv_send_error(con, 500, "out of memory");
     }
     q.rp.user = c;
     pthread_mutex_lock(&s->mu);
@@ -306,7 +281,7 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
     pthread_mutex_unlock(&s->mu);
     srv_req_free(&q);
     if (rc) {
-        return send_error(con, rc == ST_E_QUEUE_FULL ? 503 : rc == ST_E_NOMEM ? 500 : 400, "%s", msg);
+        return srv_send_error(con, rc == ST_E_QUEUE_FULL ? 503 : rc == ST_E_NOMEM ? 500 : 400, "%s", msg);
     }
     if (c->stream) {
         stream_ctx *x = malloc(sizeof *x);
@@ -339,16 +314,16 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
     ask_cancel(s, c);
     chan_unref(s, c);
     pthread_mutex_unlock(&s->mu);
-    return send_json(con, status, o);
+    return srv_send_json(con, status, o);
 }
 
 static enum MHD_Result tokenize_ep(st_server *s, struct MHD_Connection *con, const char *body, size_t len) {
     json_error_t je;
     json_t *o = json_loadb(body, len, 0, &je), *content = o ? json_object_get(o, "content") : NULL;
-    if (!o) return send_error(con, 400, "malformed JSON at line %d, column %d: %s", je.line, je.column, je.text);
+    if (!o) return srv_send_error(con, 400, "malformed JSON at line %d, column %d: %s", je.line, je.column, je.text);
     if (!json_is_string(content)) {
         json_decref(o);
-        return send_error(con, 400, "'content' must be a string");
+        return srv_send_error(con, 400, "'content' must be a string");
     }
     json_t *as = json_object_get(o, "add_special");
     int32_t *ids = NULL;
@@ -356,17 +331,17 @@ static enum MHD_Result tokenize_ep(st_server *s, struct MHD_Connection *con, con
     int rc = st_tok_encode_alloc(s->tok, json_string_value(content), json_string_length(content),
                                  as && json_is_true(as), true, &ids, &n);
     json_decref(o);
-    if (rc) return send_error(con, 400, "the content cannot be tokenized: %s", st_strerror(rc));
+    if (rc) return srv_send_error(con, 400, "the content cannot be tokenized: %s", st_strerror(rc));
     json_t *arr = json_array();
     for (int i = 0; i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
     free(ids);
-    return send_json(con, 200, json_pack("{s:o}", "tokens", arr));
+    return srv_send_json(con, 200, json_pack("{s:o}", "tokens", arr));
 }
 
 static enum MHD_Result detokenize_ep(st_server *s, struct MHD_Connection *con, const char *body, size_t len) {
     json_error_t je;
     json_t *o = json_loadb(body, len, 0, &je), *toks = o ? json_object_get(o, "tokens") : NULL;
-    if (!o) return send_error(con, 400, "malformed JSON at line %d, column %d: %s", je.line, je.column, je.text);
+    if (!o) return srv_send_error(con, 400, "malformed JSON at line %d, column %d: %s", je.line, je.column, je.text);
     const size_t n = json_is_array(toks) ? json_array_size(toks) : 0;
     int32_t *ids = n ? malloc(n * sizeof *ids) : NULL;
     int bad = !json_is_array(toks) || (n && !ids);
@@ -378,7 +353,7 @@ static enum MHD_Result detokenize_ep(st_server *s, struct MHD_Connection *con, c
     json_decref(o);
     if (bad) {
         free(ids);
-        return send_error(con, 400, "'tokens' must be an array of token ids in [0, %d)", s->n_vocab);
+        return srv_send_error(con, 400, "'tokens' must be an array of token ids in [0, %d)", s->n_vocab);
     }
     size_t need = 0;
     char *text = NULL;
@@ -390,24 +365,24 @@ static enum MHD_Result detokenize_ep(st_server *s, struct MHD_Connection *con, c
     free(ids);
     json_t *r = rc ? NULL : json_pack("{s:o}", "content", srv_text(text ? text : "", text ? need : 0));
     free(text);
-    return rc ? send_error(con, 500, "%s", st_strerror(rc)) : send_json(con, 200, r);
+    return rc ? srv_send_error(con, 500, "%s", st_strerror(rc)) : srv_send_json(con, 200, r);
 }
 
 /* llama-server's /apply-template: the prompt a chat request would be given. */
 static enum MHD_Result apply_template_ep(st_server *s, struct MHD_Connection *con, const char *body, size_t len) {
-    if (!s->tmpl_ok) return send_error(con, 400, "this model has no chat template strata knows");
+    if (!s->tmpl_ok) return srv_send_error(con, 400, "this model has no chat template strata knows");
     json_error_t je;
     json_t *o = json_loadb(body, len, 0, &je);
-    if (!o) return send_error(con, 400, "malformed JSON at line %d, column %d: %s", je.line, je.column, je.text);
+    if (!o) return srv_send_error(con, 400, "malformed JSON at line %d, column %d: %s", je.line, je.column, je.text);
     char msg[1024], *text = NULL;
     size_t n = 0;
     int st = json_is_object(o) ? srv_render_messages(o, s->tmpl, &text, &n, msg, sizeof msg)
                                : (snprintf(msg, sizeof msg, "the body must be a JSON object"), 400);
     json_decref(o);
-    if (st) return send_error(con, st, "%s", msg);
+    if (st) return srv_send_error(con, st, "%s", msg);
     json_t *r = json_pack("{s:o}", "prompt", srv_text(text, n));
     free(text);
-    return send_json(con, 200, r);
+    return srv_send_json(con, 200, r);
 }
 
 /* ---- the access handler ------------------------------------------------------------------------ */
@@ -455,16 +430,16 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
         return MHD_YES;
     }
     const int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
-    if (get && !strcmp(url, "/health")) return send_json(con, 200, json_pack("{s:s}", "status", "ok"));
-    if (!authorized(s, con)) return send_error(con, 401, "invalid or missing API key (Authorization: Bearer KEY)");
-    if (x->too_big) return send_error(con, 413, "the request body is over %zu bytes", s->max_body);
+    if (get && !strcmp(url, "/health")) return srv_send_json(con, 200, json_pack("{s:s}", "status", "ok"));
+    if (!authorized(s, con)) return srv_send_error(con, 401, "invalid or missing API key (Authorization: Bearer KEY)");
+    if (x->too_big) return srv_send_error(con, 413, "the request body is over %zu bytes", s->max_body);
     const char *b = x->body ? x->body : "";
     if (get && !strcmp(url, "/v1/models")) {
         uint8_t fp[16];
         char hex[33];
         st_model_fingerprint(st_engine_model(s->e), fp);
         for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", fp[i]);
-        return send_json(con, 200, json_pack("{s:s, s:[{s:s, s:s, s:s, s:i, s:{s:s, s:i}}]}", "object", "list", "data",
+        return srv_send_json(con, 200, json_pack("{s:s, s:[{s:s, s:s, s:s, s:i, s:{s:s, s:i}}]}", "object", "list", "data",
                                              "id", s->model_id, "object", "model", "owned_by", "strata", "created", 0,
                                              "meta", "fingerprint", hex, "n_ctx", s->n_ctx));
     }
@@ -473,7 +448,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
     if (post && !strcmp(url, "/tokenize")) return tokenize_ep(s, con, b, x->n);
     if (post && !strcmp(url, "/detokenize")) return detokenize_ep(s, con, b, x->n);
     if (post && !strcmp(url, "/apply-template")) return apply_template_ep(s, con, b, x->n);
-    return send_error(con, 404, "no route for %s %s", method, url);
+    return srv_send_error(con, 404, "no route for %s %s", method, url);
 }
 
 /* ---- start and stop ------------------------------------------------------------------------------ */

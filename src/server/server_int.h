@@ -6,6 +6,7 @@
 #include "strata/server.h"
 
 #include <jansson.h>
+#include <microhttpd.h>
 #include <pthread.h>
 
 /* A parsed request: what st_engine_submit needs plus what the response says. */
@@ -73,5 +74,35 @@ json_t *srv_text(const char *s, size_t n);
 json_t *srv_error(int status, const char *msg);
 /* "stop" / "length" as OpenAI says it */
 const char *srv_finish_reason(st_finish f);
+
+/* The server: the engine it borrows, the daemon, the scheduler and the channels. Fields below
+ * `mu` are guarded by it, except those set once at the start. */
+struct st_server {
+    st_engine *e;
+    struct MHD_Daemon *d;
+    pthread_t sched;
+    int sched_started;
+    pthread_mutex_t mu;
+    pthread_cond_t work;     /* a request was submitted, or stop */
+    pthread_cond_t progress; /* a step delivered events (every waiting connection rechecks) */
+    srv_chan *chans;         /* live channels */
+    int pending;             /* channels with a submission or a cancellation for the scheduler */
+    st_engine_stats est;     /* the engine's counters after the last step (for other threads) */
+    st_kv_stats kst;
+    int stop;
+    int port;
+    char *api_key, *model_id;
+    char *sock_path;         /* a unix socket's path, removed at the stop */
+    size_t max_body;
+    st_chat_tmpl tmpl;
+    int tmpl_ok;
+    const st_tok *tok;
+    int32_t n_vocab, n_ctx;
+};
+
+/* A JSON response (o consumed; 503 adds Retry-After), and an OpenAI-shaped error of it. */
+enum MHD_Result srv_send_json(struct MHD_Connection *con, int status, json_t *o);
+enum MHD_Result srv_send_error(struct MHD_Connection *con, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif
