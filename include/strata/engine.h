@@ -82,8 +82,14 @@ typedef struct st_engine_params {
     uint64_t disk_budget;         /* spill bytes; 0: unlimited */
     st_cold_type cold;
     st_kv_quest_params quest;     /* sparse decode for requests that do not set a budget */
-    uint64_t mem_limit;           /* refuse a hot KV pool larger than this (0: no check; the
-                                     CLI passes the memory available) */
+    uint64_t mem_limit;           /* the memory available before the engine opens (the CLI
+                                     passes MemAvailable; 0: no check): the weights count
+                                     against it, and a hot KV pool larger than what they leave
+                                     is refused, naming both sizes */
+    int ram_auto;                 /* with spill_dir, mem_limit and neither ram_pages nor
+                                     ram_bytes: the hot pool is what mem_limit leaves after the
+                                     weights, less a quarter for everything else (at most the
+                                     whole pool, at least 2 pages) */
 } st_engine_params;
 
 /* n_ctx 0, n_batch 256, n_parallel 4, page 16, f16 KV, everything else off (dense decode). */

@@ -13,7 +13,19 @@
  * {"error": {"message", "type", "code"}}: 400 for malformed JSON or a field of the wrong type
  * (named), and for a prompt longer than the context (with n_prompt_tokens and n_ctx); 401 for
  * a missing or wrong API key (/health stays open); 404 for an unknown route; 413 for a body
- * over max_body; 503 with Retry-After when the engine's queue is full.
+ * over max_body; 431 for headers over max_header; 503 with Retry-After when the server cannot
+ * take the request now, its error's "reason" naming why (beside "code" 503, as llama-server
+ * sends it): "queue_full" (the engine's wait queue holds
+ * max_queue requests), "queue_timeout" (not admitted within queue_timeout_s: every slot busy),
+ * "kv_budget" (not admitted within queue_timeout_s: a slot was free but the KV pool could not
+ * promise its pages). A streamed request's 200 and first event wait for its admission, so a
+ * refusal is always a status, never a broken stream. A request whose pages can never fit is
+ * a 400.
+ *
+ * Hostile clients: the API key is compared in constant time; a connection that sends its
+ * request too slowly (request_timeout_s) is closed; a streaming client that stops reading
+ * has its request cancelled once max_stream_buffer bytes wait for it; at most max_connections
+ * connections are served at once.
  *
  * Threads: st_server_start and st_server_stop from one thread; the engine must not be used by
  * anyone else between them.
@@ -40,7 +52,18 @@ typedef struct st_server_params {
     const char *model_id;      /* the id /v1/models lists and responses carry; NULL: "strata" */
     const char *chat_template; /* a template name (tok.h), or NULL: the model's own */
     size_t max_body;           /* request bytes at most; 0: 1 MiB */
-    int timeout_s;             /* a connection idle this long is closed; 0: 600 (llama-server's) */
+    int timeout_s;             /* a connection whose socket stays silent this long is closed;
+                                  0: 600 (llama-server's) */
+    double queue_timeout_s;    /* a request not admitted this long is refused with 503 (reason
+                                  "queue_timeout", or "kv_budget" when a slot was free but its
+                                  KV pages were not); 0: 60; < 0: it waits as long as it takes */
+    double request_timeout_s;  /* a request's headers and body must arrive within this, and a
+                                  kept-alive connection may idle this long; 0: 60 */
+    int max_connections;       /* connections at once (each holds a thread); beyond, new ones
+                                  are closed at once; 0: 256 */
+    size_t max_header;         /* bytes of request line and headers; beyond: 431; 0: 32 KiB */
+    size_t max_stream_buffer;  /* streamed bytes a client may leave unread before its request
+                                  is cancelled; 0: 1 MiB */
 } st_server_params;
 
 /* Starts serving e (borrowed: it must outlive the server, and nobody else may use it until

@@ -15,15 +15,19 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: strata serve [-m FILE] [--host ADDR] [--port N] [-c CTX] [-np N] [-b N_BATCH] [-t THREADS]\n"
             "                    [--api-key KEY | --api-key-file FILE] [--alias NAME] [--chat-template NAME]\n"
-            "                    [--max-queue N] [--max-body BYTES] [--timeout S] [--kv-page P] [-ctk/-ctv TYPE]\n"
-            "                    [--mmap|--no-mmap]\n"
+            "                    [--max-queue N] [--queue-timeout S] [--max-body BYTES] [--max-header BYTES]\n"
+            "                    [--timeout S] [--request-timeout S] [--max-connections N] [--kv-page P]\n"
+            "                    [-ctk/-ctv TYPE] [--mmap|--no-mmap]\n"
             "OpenAI-compatible HTTP API: GET /health, GET /v1/models, POST /v1/completions,\n"
             "POST /v1/chat/completions (stream with \"stream\": true), POST /tokenize, POST /detokenize,\n"
             "POST /apply-template. --timeout: seconds a connection may idle (600).\n"
             "--host PATH (holding a '/', e.g. ./strata.sock): a unix socket instead of TCP.\n"
             "Defaults: --host 127.0.0.1 (loopback only), --port 8080 (0: any free port, printed), -np 4 requests\n"
-            "at once sharing one KV pool (-c tokens each at most), --max-queue 4 x -np waiting (beyond: 503),\n"
-            "--max-body 1 MiB (beyond: 413). --api-key: every route but /health needs \"Authorization: Bearer KEY\".\n"
+            "at once sharing one KV pool (-c tokens each at most), --max-queue 4 x -np waiting (beyond: 503\n"
+            "\"queue_full\"), --queue-timeout 60 s for a waiting request to be admitted (beyond: 503 \"queue_timeout\"\n"
+            "or \"kv_budget\"; 0: no limit), --max-body 1 MiB (beyond: 413), --max-header 32 KiB (beyond: 431),\n"
+            "--request-timeout 60 s to send a request or idle between two (beyond: closed), --max-connections 256.\n"
+            "--api-key: every route but /health needs \"Authorization: Bearer KEY\".\n"
             "Without -m, the built-in synthetic model (noise text). Prints \"listening on http://HOST:PORT\" on\n"
             "stderr when ready; SIGINT / SIGTERM stop it.\n" ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
 }
@@ -103,6 +107,19 @@ int st_cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--timeout") || !strcmp(a, "-to")) {
             if (st_cli_int(v, 1, 1 << 20, &n)) return bad(a, v);
             sp.timeout_s = (int)n;
+        } else if (!strcmp(a, "--queue-timeout")) {
+            if (st_cli_int(v, 0, 1 << 20, &n)) return bad(a, v);
+            sp.queue_timeout_s = n ? (double)n : -1;
+        } else if (!strcmp(a, "--request-timeout")) {
+            if (st_cli_int(v, 1, 1 << 20, &n)) return bad(a, v);
+            sp.request_timeout_s = (double)n;
+        } else if (!strcmp(a, "--max-connections")) {
+            if (st_cli_int(v, 1, 1 << 16, &n)) return bad(a, v);
+            sp.max_connections = (int)n;
+        } else if (!strcmp(a, "--max-header")) {
+            unsigned long long b;
+            if (!v || st_cli_parse_size(v, &b) || b < 1024 || b > (64u << 20)) return bad(a, v);
+            sp.max_header = (size_t)b;
         } else if (!strcmp(a, "--max-queue")) {
             if (st_cli_int(v, 1, 1 << 20, &n)) return bad(a, v);
             ep.max_queue = (int32_t)n;
@@ -143,6 +160,9 @@ int st_cmd_serve(int argc, char **argv) {
     st_engine *e = NULL;
     if ((rc = st_engine_create(&ep, &e, why, sizeof why))) {
         fprintf(stderr, "strata serve: %s\n", why);
+        if (rc == ST_E_LIMIT && strstr(why, "memory"))
+            fprintf(stderr, "strata serve: lower -c or -np, or give the KV cache an SSD tier (--kv-spill DIR, "
+                            "--kv-ram SIZE|auto)\n");
         free(key);
         return st_cli_exit_code(rc);
     }

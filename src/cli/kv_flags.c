@@ -2,6 +2,9 @@
 #include "cli/kv_flags.h"
 
 #include <errno.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,7 +52,9 @@ int st_cli_kv_flags_arg(st_cli_kv_flags *f, const char *a, const char *v) {
     } else if (!strcmp(a, "--instance-id")) {
         f->instance_id = v;
     } else if (!strcmp(a, "--kv-ram")) {
-        if (st_cli_parse_size(v, &f->ram_bytes)) return -1;
+        f->ram_auto = !strcmp(v, "auto");
+        f->ram_bytes = 0;
+        if (!f->ram_auto && st_cli_parse_size(v, &f->ram_bytes)) return -1;
     } else if (!strcmp(a, "--kv-pool-pages")) {
         errno = 0;
         f->pool_pages = strtoll(v, &end, 10);
@@ -79,14 +84,46 @@ static int flags_check(const st_cli_kv_flags *f, const char *cmd) {
     return 0;
 }
 
+/* mkdir -p: 0, or -1 with errno. */
+static int mkdir_p(const char *path) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return errno = ENAMETOOLONG, -1;
+    for (char *q = buf + 1; *q; q++) {
+        if (*q != '/') continue;
+        *q = 0;
+        if (mkdir(buf, 0700) && errno != EEXIST) return -1;
+        *q = '/';
+    }
+    return mkdir(buf, 0700) && errno != EEXIST ? -1 : 0;
+}
+
 int st_cli_kv_flags_engine(const st_cli_kv_flags *f, st_engine_params *p, const char *cmd) {
     if (!f || !f->given) return 0;
     int rc = flags_check(f, cmd);
     if (rc) return rc;
+    /* what the tier will need, checked before the model loads: a directory it can write,
+     * and a disk budget the file system can hold */
+    if (mkdir_p(f->spill_dir)) {
+        fprintf(stderr, "strata %s: --kv-spill %s: cannot make the directory: %s\n", cmd, f->spill_dir, strerror(errno));
+        return ST_E_USAGE;
+    }
+    struct statvfs vfs;
+    if (access(f->spill_dir, W_OK | X_OK) || statvfs(f->spill_dir, &vfs)) {
+        fprintf(stderr, "strata %s: --kv-spill %s: not a directory this process can write: %s\n", cmd, f->spill_dir,
+                strerror(errno));
+        return ST_E_USAGE;
+    }
+    const unsigned long long free_b = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
+    if (f->disk_mib && (unsigned long long)f->disk_mib << 20 > free_b) {
+        fprintf(stderr, "strata %s: --kv-disk %lld MiB is more than the %llu MiB free under %s\n", cmd, f->disk_mib,
+                free_b >> 20, f->spill_dir);
+        return ST_E_USAGE;
+    }
     p->spill_dir = f->spill_dir;
     p->instance_id = f->instance_id;
     p->ram_pages = f->pool_pages;
     p->ram_bytes = f->ram_bytes;
+    p->ram_auto = f->ram_auto || (!f->ram_bytes && !f->pool_pages);
     p->disk_budget = (uint64_t)f->disk_mib << 20;
     p->cold = f->cold;
     return 0;

@@ -198,6 +198,19 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
         kp.spill_dir = p->spill_dir;
         kp.instance_id = p->instance_id;
         int64_t ram = p->ram_pages ? p->ram_pages : p->ram_bytes ? (int64_t)(p->ram_bytes / st_kv_page_bytes(&kp)) : 0;
+        if (!ram && p->ram_auto && p->mem_limit) {
+            /* what the weights leave, less a quarter for activations, the page cache and the
+             * rest of the machine: a pool sized to all of it would be evicted by the OS */
+            const uint64_t w = st_model_weight_bytes(e->model);
+            const uint64_t left = p->mem_limit > w ? (p->mem_limit - w) / 4 * 3 : 0;
+            ram = (int64_t)(left / st_kv_page_bytes(&kp));
+            if (ram < 2) {
+                st_seterr(e->ctx, ST_E_LIMIT, "the weights (%llu MiB) leave %llu MiB of the %llu MiB available: "
+                          "too little for a hot KV pool of 2 pages", (unsigned long long)(w >> 20),
+                          (unsigned long long)(left >> 20), (unsigned long long)(p->mem_limit >> 20));
+                return open_fail(e, ST_E_LIMIT, why, why_len, "KV cache");
+            }
+        }
         if ((p->ram_pages || p->ram_bytes) && ram < 2) {
             st_seterr(e->ctx, ST_E_INVAL, "a hot KV pool of %lld pages (%zu bytes each): at least 2 are needed",
                       (long long)ram, st_kv_page_bytes(&kp));
@@ -213,9 +226,12 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
     /* refuse a pool that cannot fit in memory before allocating it (with the SSD tier only
      * ram_pages of the n_pages hold RAM) */
     const uint64_t hot = (uint64_t)(kp.ram_pages ? kp.ram_pages : kp.n_pages) * st_kv_page_bytes(&kp);
-    if (p->mem_limit && hot > p->mem_limit) {
+    const uint64_t wbytes = st_model_weight_bytes(e->model);
+    const uint64_t room = p->mem_limit > wbytes ? p->mem_limit - wbytes : 0;
+    if (p->mem_limit && hot > room) {
         st_seterr(e->ctx, ST_E_LIMIT, "context %d needs %llu MiB of KV cache, more than the %llu MiB of memory "
-                  "available", e->n_ctx, (unsigned long long)(hot >> 20), (unsigned long long)(p->mem_limit >> 20));
+                  "available after the %llu MiB of weights", e->n_ctx, (unsigned long long)(hot >> 20),
+                  (unsigned long long)(room >> 20), (unsigned long long)(wbytes >> 20));
         return open_fail(e, ST_E_LIMIT, why, why_len, "context");
     }
     if ((rc = st_kv_create(e->ctx, &kp, &e->kv))) return open_fail(e, rc, why, why_len, "KV cache");

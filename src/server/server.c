@@ -29,6 +29,7 @@ static srv_chan *chan_new(st_server *s, int chat, int stream, int include_usage,
     srv_chan *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->refs = 1;
+    c->fd = -1;
     c->logprobs = logprobs;
     c->tok = s->tok;
     c->chat = chat, c->stream = stream, c->include_usage = include_usage;
@@ -81,7 +82,7 @@ static void sse(srv_chan *c, json_t *o) {
 }
 
 /* The scheduler hands an event to its channel (under the lock). */
-static void deliver(srv_chan *c, const st_engine_event *ev) {
+static void deliver(st_server *s, srv_chan *c, const st_engine_event *ev) {
     if (ev->token >= 0 && ev->finish != ST_FINISH_EOS) c->n_gen++;
     if (c->stream) {
         /* a chunk per generated token, as llama-server streams (its text may be empty: held
@@ -95,6 +96,15 @@ static void deliver(srv_chan *c, const st_engine_event *ev) {
             }
             sse(c, ch);
             c->sent_role = 1;
+        }
+        if (!ev->finish && !c->overrun && c->n_out - c->off_out > s->max_stream_buffer) {
+            /* the client stopped reading: buffering on would grow without bound. The stream's
+             * context is alive (its free takes this lock), so its socket is still this
+             * connection's, and shutting it ends the connection's blocked send now. */
+            c->overrun = 1;
+            s->overruns++;
+            st_engine_cancel(s->e, c->id);
+            if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR);
         }
     } else {
         buf_add(&c->text, &c->n_text, &c->cap_text, ev->text, ev->text_len);
@@ -122,7 +132,8 @@ static void collect(st_server *s) {
         if (c->submit) {
             c->submit_rc = st_engine_submit(s->e, &c->submit->rp, &c->id);
             if (c->submit_rc) snprintf(c->err, sizeof c->err, "%s", st_ctx_error(st_engine_ctx(s->e)));
-            else c->refs++, c->engine_ref = 1;
+            else c->refs++, c->engine_ref = 1, c->t_submit = st_time_now();
+            if (c->submit_rc == ST_E_QUEUE_FULL) s->rejected[SRV_REJECT_QUEUE_FULL]++;
             c->submit = NULL, c->submitted = 1;
         }
         if (c->cancel && c->engine_ref) st_engine_cancel(s->e, c->id);
@@ -142,7 +153,7 @@ static void step(st_server *s) {
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < n; i++) {
         srv_chan *c = ev[i].user;
-        deliver(c, &ev[i]);
+        deliver(s, c, &ev[i]);
         if (ev[i].finish) c->engine_ref = 0, chan_unref(s, c);
     }
     st_engine_get_stats(s->e, &s->est);
@@ -150,13 +161,56 @@ static void step(st_server *s) {
     if (n) pthread_cond_broadcast(&s->progress);
 }
 
+/* Requests still waiting for admission: the admitted ones are told (a stream answers once
+ * its request runs), and one past the queue timeout is cancelled with the reason it waited
+ * for: every slot busy, or a slot free but not the pages its prompt and max_tokens may need
+ * (under the lock). Returns whether a channel changed. */
+static int watch_waiting(st_server *s) {
+    const double now = st_time_now();
+    int changed = 0;
+    for (srv_chan *c = s->chans; c; c = c->next) {
+        if (!c->engine_ref || c->admitted || c->reject) continue;
+        st_engine_req_info info;
+        if (st_engine_req_get_info(s->e, c->id, &info)) continue;
+        if (info.state != ST_REQ_WAITING) {
+            c->admitted = changed = 1;
+        } else if (s->queue_timeout > 0 && now - c->t_submit > s->queue_timeout) {
+            const srv_reject r = s->est.running < st_engine_get_params(s->e)->n_parallel ? SRV_REJECT_KV_BUDGET
+                                                                                         : SRV_REJECT_QUEUE_TIMEOUT;
+            c->reject = (int)r + 1;
+            s->rejected[r]++;
+            st_engine_cancel(s->e, c->id);
+        }
+    }
+    return changed;
+}
+
+/* Waits on the work condition for at most ms milliseconds (under the lock). */
+static void wait_work(st_server *s, int ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&s->work, &s->mu, &ts);
+}
+
 static void *scheduler(void *arg) {
     st_server *s = arg;
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
-        if (s->pending) collect(s);
-        else if (st_engine_n_active(s->e)) step(s);
-        else pthread_cond_wait(&s->work, &s->mu);
+        if (s->pending) {
+            collect(s);
+        } else if (st_engine_n_active(s->e)) {
+            const int64_t steps = s->est.steps;
+            step(s);
+            /* a step with nothing to run (every request waiting on pages others hold) must not
+             * spin; the waiting ones still time out */
+            if (s->est.steps == steps && !s->pending) wait_work(s, 20);
+        } else {
+            pthread_cond_wait(&s->work, &s->mu);
+        }
+        if (watch_waiting(s)) pthread_cond_broadcast(&s->progress);
     }
     /* stopping: every request is cancelled, and its finish releases the engine's references */
     collect(s);
@@ -227,6 +281,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         n = (ssize_t)(c->n_out - c->off_out < max ? c->n_out - c->off_out : max);
         memcpy(buf, c->out + c->off_out, (size_t)n);
         c->off_out += (size_t)n;
+        if (c->off_out == c->n_out) c->off_out = c->n_out = 0; /* the buffer holds only what is unread */
     } else if (c->done) {
         n = MHD_CONTENT_READER_END_OF_STREAM;
     } else { /* the client left, or the server stops */
@@ -242,6 +297,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 static void stream_free(void *cls) {
     stream_ctx *x = cls;
     pthread_mutex_lock(&x->s->mu);
+    x->c->fd = -1; /* the connection may close its socket from now on */
     ask_cancel(x->s, x->c);
     chan_unref(x->s, x->c);
     pthread_mutex_unlock(&x->s->mu);
@@ -249,6 +305,35 @@ static void stream_free(void *cls) {
 }
 
 /* ---- endpoints ------------------------------------------------------------------------------ */
+
+/* The refusal of a request the scheduler gave up on while it waited (c->reject). */
+static enum MHD_Result send_reject(struct MHD_Connection *con, const st_server *s, const srv_chan *c) {
+    const srv_reject r = (srv_reject)(c->reject - 1);
+    char msg[256];
+    if (r == SRV_REJECT_KV_BUDGET)
+        snprintf(msg, sizeof msg, "the KV cache could not hold this request's pages within %.0f s; retry later",
+                 s->queue_timeout);
+    else
+        snprintf(msg, sizeof msg, "every slot stayed busy for %.0f s; retry later", s->queue_timeout);
+    return srv_send_json(con, 503, srv_error_reason(503, srv_reject_name(r), msg));
+}
+
+/* Waits for c under the lock until done(c) or the stop, every quarter second looking whether
+ * the client left (then its request is cancelled: nobody would read the answer). */
+static void wait_chan(st_server *s, srv_chan *c, int fd, int (*done)(const srv_chan *)) {
+    while (!done(c) && !s->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 250L * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&s->progress, &s->mu, &ts);
+        if (!done(c) && client_gone(fd)) ask_cancel(s, c);
+    }
+}
+
+static int chan_started(const srv_chan *c) { return c->admitted || c->done; }
+static int chan_done(const srv_chan *c) { return c->done; }
 
 static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, const char *body, size_t len, int chat) {
     srv_req q;
@@ -267,6 +352,8 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
         srv_req_free(&q);
         return srv_send_error(con, 500, "out of memory");
     }
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const int fd = ci ? ci->connect_fd : -1;
     q.rp.user = c;
     pthread_mutex_lock(&s->mu);
     c->submit = &q;
@@ -280,10 +367,23 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
     if (rc) chan_unref(s, c);
     pthread_mutex_unlock(&s->mu);
     srv_req_free(&q);
-    if (rc) {
-        return srv_send_error(con, rc == ST_E_QUEUE_FULL ? 503 : rc == ST_E_NOMEM ? 500 : 400, "%s", msg);
-    }
+    if (rc == ST_E_QUEUE_FULL) return srv_send_json(con, 503, srv_error_reason(503, "queue_full", msg));
+    if (rc == ST_E_STATE) return srv_send_json(con, 503, srv_error_reason(503, "stopping", msg));
+    if (rc) return srv_send_error(con, rc == ST_E_NOMEM ? 500 : 400, "%s", msg);
     if (c->stream) {
+        /* the status line waits for the admission: a request refused while it waited gets a
+         * 503, not a 200 stream that breaks */
+        pthread_mutex_lock(&s->mu);
+        wait_chan(s, c, fd, chan_started);
+        if (c->reject || !chan_started(c)) {
+            enum MHD_Result ok = c->reject ? send_reject(con, s, c)
+                                           : srv_send_json(con, 503, srv_error_reason(503, "stopping", "the server is stopping"));
+            ask_cancel(s, c);
+            chan_unref(s, c);
+            pthread_mutex_unlock(&s->mu);
+            return ok;
+        }
+        pthread_mutex_unlock(&s->mu);
         stream_ctx *x = malloc(sizeof *x);
         struct MHD_Response *r = x ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, x,
                                                                        stream_free)
@@ -296,9 +396,10 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
             pthread_mutex_unlock(&s->mu);
             return MHD_NO;
         }
-        x->s = s, x->c = c;
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
-        x->fd = ci ? ci->connect_fd : -1;
+        x->s = s, x->c = c, x->fd = fd;
+        pthread_mutex_lock(&s->mu);
+        c->fd = fd;
+        pthread_mutex_unlock(&s->mu);
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         enum MHD_Result ok = MHD_queue_response(con, MHD_HTTP_OK, r);
@@ -306,15 +407,21 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
         return ok;
     }
     pthread_mutex_lock(&s->mu);
-    while (!c->done && !s->stop) pthread_cond_wait(&s->progress, &s->mu);
-    json_t *o = !c->done ? srv_error(503, "the server is stopping")
-                : c->fin.finish == ST_FINISH_ERROR ? srv_error(500, c->err)
-                                                    : srv_response(c);
-    const int status = !c->done ? 503 : c->fin.finish == ST_FINISH_ERROR ? 500 : 200;
+    wait_chan(s, c, fd, chan_done);
+    enum MHD_Result ok;
+    if (c->reject) {
+        ok = send_reject(con, s, c);
+    } else {
+        json_t *o = !c->done ? srv_error_reason(503, "stopping", "the server is stopping")
+                    : c->fin.finish == ST_FINISH_ERROR ? srv_error(500, c->err)
+                                                        : srv_response(c);
+        const int status = !c->done ? 503 : c->fin.finish == ST_FINISH_ERROR ? 500 : 200;
+        ok = srv_send_json(con, status, o);
+    }
     ask_cancel(s, c);
     chan_unref(s, c);
     pthread_mutex_unlock(&s->mu);
-    return srv_send_json(con, status, o);
+    return ok;
 }
 
 static enum MHD_Result tokenize_ep(st_server *s, struct MHD_Connection *con, const char *body, size_t len) {
@@ -385,6 +492,78 @@ static enum MHD_Result apply_template_ep(st_server *s, struct MHD_Connection *co
     return srv_send_json(con, 200, r);
 }
 
+/* ---- slow clients ------------------------------------------------------------------------------ */
+
+/* libmicrohttpd's connection notifications: a connection joins the reaper's list reading (its
+ * first request's deadline running) and leaves it before its socket is closed, so the reaper
+ * never shuts a descriptor another connection has since been given. */
+static void conn_notify(void *cls, struct MHD_Connection *con, void **socket_context,
+                        enum MHD_ConnectionNotificationCode code) {
+    st_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        srv_conn *k = calloc(1, sizeof *k);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = k;
+        if (!k) return;
+        k->fd = ci ? ci->connect_fd : -1;
+        k->reading = 1;
+        k->deadline = st_time_now() + s->request_timeout;
+        pthread_mutex_lock(&s->conn_mu);
+        k->next = s->conns;
+        if (s->conns) s->conns->prev = k;
+        s->conns = k;
+        pthread_mutex_unlock(&s->conn_mu);
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
+        srv_conn *k = *socket_context;
+        pthread_mutex_lock(&s->conn_mu);
+        if (k->prev) k->prev->next = k->next;
+        else s->conns = k->next;
+        if (k->next) k->next->prev = k->prev;
+        pthread_mutex_unlock(&s->conn_mu);
+        free(k);
+        *socket_context = NULL;
+    }
+}
+
+/* A connection's reading state: set when a request has fully arrived (0) and when its answer
+ * is done (1: the next request's deadline runs). */
+static void conn_reading(st_server *s, struct MHD_Connection *con, int reading) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    srv_conn *k = ci ? ci->socket_context : NULL;
+    if (!k) return;
+    pthread_mutex_lock(&s->conn_mu);
+    k->reading = reading;
+    k->deadline = st_time_now() + s->request_timeout;
+    pthread_mutex_unlock(&s->conn_mu);
+}
+
+/* Shuts the socket of every connection still reading past its deadline: its thread's next
+ * read sees the end and libmicrohttpd closes it. */
+static void *reaper(void *arg) {
+    st_server *s = arg;
+    pthread_mutex_lock(&s->conn_mu);
+    while (!s->reaper_stop) {
+        const double now = st_time_now();
+        for (srv_conn *k = s->conns; k; k = k->next) {
+            if (k->reading && k->fd >= 0 && now > k->deadline) {
+                shutdown(k->fd, SHUT_RDWR);
+                k->reading = 0;
+                pthread_mutex_lock(&s->mu);
+                s->slow_closed++;
+                pthread_mutex_unlock(&s->mu);
+            }
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200L * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&s->conn_wake, &s->conn_mu, &ts);
+    }
+    pthread_mutex_unlock(&s->conn_mu);
+    return NULL;
+}
+
 /* ---- the access handler ------------------------------------------------------------------------ */
 
 typedef struct conn_ctx {
@@ -394,7 +573,8 @@ typedef struct conn_ctx {
 } conn_ctx;
 
 static void request_done(void *cls, struct MHD_Connection *con, void **con_cls, enum MHD_RequestTerminationCode t) {
-    (void)cls, (void)con, (void)t;
+    (void)t;
+    conn_reading(cls, con, 1);
     conn_ctx *x = *con_cls;
     if (x) free(x->body);
     free(x);
@@ -429,6 +609,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
         *upload_size = 0;
         return MHD_YES;
     }
+    conn_reading(s, con, 0); /* the request is in: what follows is the server's time */
     const int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (get && !strcmp(url, "/health")) return srv_send_json(con, 200, json_pack("{s:s}", "status", "ok"));
     if (!authorized(s, con)) return srv_send_error(con, 401, "invalid or missing API key (Authorization: Bearer KEY)");
@@ -472,6 +653,15 @@ void st_server_stop(st_server *s) {
     if (s->sched_started) pthread_join(s->sched, NULL);
     /* the waiting connections saw stop: they answer or end their streams, and MHD joins them */
     if (s->d) MHD_stop_daemon(s->d);
+    if (s->reaper_started) {
+        pthread_mutex_lock(&s->conn_mu);
+        s->reaper_stop = 1;
+        pthread_cond_signal(&s->conn_wake);
+        pthread_mutex_unlock(&s->conn_mu);
+        pthread_join(s->reaper, NULL);
+    }
+    pthread_mutex_destroy(&s->conn_mu);
+    pthread_cond_destroy(&s->conn_wake);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->work);
     pthread_cond_destroy(&s->progress);
@@ -491,6 +681,11 @@ static int launch(st_server *s, st_server **out) {
         return ST_E_NOMEM;
     }
     s->sched_started = 1;
+    if (pthread_create(&s->reaper, NULL, reaper, s)) {
+        st_server_stop(s);
+        return ST_E_NOMEM;
+    }
+    s->reaper_started = 1;
     *out = s;
     return 0;
 }
@@ -504,7 +699,14 @@ int st_server_start(st_engine *e, const st_server_params *p, st_server **out, ch
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work, NULL);
     pthread_cond_init(&s->progress, NULL);
+    pthread_mutex_init(&s->conn_mu, NULL);
+    pthread_cond_init(&s->conn_wake, NULL);
     s->e = e;
+    s->queue_timeout = p->queue_timeout_s ? p->queue_timeout_s : 60;
+    s->request_timeout = p->request_timeout_s > 0 ? p->request_timeout_s : 60;
+    s->max_stream_buffer = p->max_stream_buffer ? p->max_stream_buffer : (size_t)1 << 20;
+    const unsigned max_conn = (unsigned)(p->max_connections > 0 ? p->max_connections : 256);
+    const size_t max_header = p->max_header ? p->max_header : 32 << 10;
     s->tok = st_engine_tok(e);
     s->n_vocab = st_tok_n_vocab(s->tok);
     s->n_ctx = st_engine_n_ctx(e);
@@ -541,7 +743,8 @@ int st_server_start(st_engine *e, const st_server_params *p, st_server **out, ch
         if (!err)
             s->d = MHD_start_daemon(flags, 0, NULL, NULL, handle, s, MHD_OPTION_LISTEN_SOCKET, fd,
                                     MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, request_done, s,
-                                    MHD_OPTION_END);
+                                    MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s, MHD_OPTION_CONNECTION_LIMIT, max_conn,
+                                    MHD_OPTION_CONNECTION_MEMORY_LIMIT, max_header, MHD_OPTION_END);
         if (!err && !s->d) err = errno ? errno : EINVAL;
         if (err) {
             if (fd >= 0) close(fd);
@@ -563,7 +766,8 @@ int st_server_start(st_engine *e, const st_server_params *p, st_server **out, ch
     }
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                             MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, request_done, s,
-                            MHD_OPTION_END);
+                            MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s, MHD_OPTION_CONNECTION_LIMIT, max_conn,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, max_header, MHD_OPTION_END);
     if (!s->d) {
         const int err = errno ? errno : EADDRINUSE;
         if (why && why_len) snprintf(why, why_len, "cannot listen on %s:%d: %s", host, p->port, strerror(err));

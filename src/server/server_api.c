@@ -161,6 +161,7 @@ int srv_parse_request(const char *body, size_t len, int chat, const st_tok *tok,
     if (!st && chat && !tmpl_ok) st = BAD("this model has no chat template strata knows: use /v1/completions");
     if (!st) st = chat ? messages_field(o, tok, tmpl, q, msg, cap) : prompt_field(o, tok, n_vocab, q, msg, cap);
     if (!st) st = bool_field(o, "stream", &q->stream, msg, cap);
+    if (!st) st = bool_field(o, "ignore_eos", &q->rp.ignore_eos, msg, cap); /* llama-server's */
     json_t *so = json_object_get(o, "stream_options");
     if (!st && so && !json_is_null(so)) {
         if (!json_is_object(so)) st = BAD("'stream_options' must be an object");
@@ -373,4 +374,15 @@ json_t *srv_error(int status, const char *msg) {
                                        : "invalid_request_error";
     return json_pack("{s:{s:o, s:s, s:i}}", "error", "message", utf8_string(msg, strlen(msg)), "type", type, "code",
                      status);
+}
+
+json_t *srv_error_reason(int status, const char *reason, const char *msg) {
+    json_t *e = srv_error(status, msg);
+    json_object_set_new(json_object_get(e, "error"), "reason", json_string(reason));
+    return e;
+}
+
+const char *srv_reject_name(srv_reject r) {
+    static const char *const names[SRV_REJECT_N] = {"queue_full", "kv_budget", "queue_timeout", "invalid"};
+    return r >= 0 && r < SRV_REJECT_N ? names[r] : "";
 }

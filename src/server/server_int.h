@@ -9,6 +9,15 @@
 #include <microhttpd.h>
 #include <pthread.h>
 
+/* Why a request was refused (counted per reason). */
+typedef enum srv_reject {
+    SRV_REJECT_QUEUE_FULL,
+    SRV_REJECT_KV_BUDGET,
+    SRV_REJECT_QUEUE_TIMEOUT,
+    SRV_REJECT_INVALID,
+    SRV_REJECT_N
+} srv_reject;
+
 /* A parsed request: what st_engine_submit needs plus what the response says. */
 typedef struct srv_req {
     int chat;             /* /v1/chat/completions (else /v1/completions) */
@@ -52,6 +61,12 @@ typedef struct srv_chan {
     char *out;            /* streaming: SSE bytes not yet handed to the socket */
     size_t n_out, cap_out, off_out;
     int32_t n_gen;        /* tokens generated (an end-of-generation token not counted) */
+    double t_submit;      /* when the scheduler submitted it (st_time_now) */
+    int admitted;         /* the engine started it (its state left WAITING); a stream's answer
+                             (200 and events, or 503) waits for this or its finish */
+    int reject;           /* a srv_reject + 1: the scheduler gave up on it while it waited */
+    int overrun;          /* its client read too slowly: the stream's buffer hit the bound */
+    int fd;               /* a stream's socket while its response lives (else -1) */
     int done;
     st_engine_event fin;  /* the finish event (pointers cleared) */
     char err[512];
@@ -72,8 +87,23 @@ json_t *srv_response(const srv_chan *c);
 json_t *srv_text(const char *s, size_t n);
 /* {"error": {"message", "type", "code"}} */
 json_t *srv_error(int status, const char *msg);
+/* A 503's error with its "reason" ("queue_full", "kv_budget", "queue_timeout"). */
+json_t *srv_error_reason(int status, const char *reason, const char *msg);
+/* "queue_full", "kv_budget", "queue_timeout", "invalid" */
+const char *srv_reject_name(srv_reject r);
 /* "stop" / "length" as OpenAI says it */
 const char *srv_finish_reason(st_finish f);
+
+/* One TCP or unix connection, from libmicrohttpd's start to close notifications: while it is
+ * reading a request (or idles between requests) a deadline runs, and the reaper shuts the
+ * socket of one past it, so a client that sends slowly or never finishes holds a thread for
+ * request_timeout at most. Fields under conn_mu. */
+typedef struct srv_conn {
+    struct srv_conn *prev, *next;
+    int fd;
+    int reading;          /* between requests or inside one's headers and body */
+    double deadline;      /* st_time_now() past which a reading connection is closed */
+} srv_conn;
 
 /* The server: the engine it borrows, the daemon, the scheduler and the channels. Fields below
  * `mu` are guarded by it, except those set once at the start. */
@@ -98,6 +128,18 @@ struct st_server {
     int tmpl_ok;
     const st_tok *tok;
     int32_t n_vocab, n_ctx;
+    int64_t rejected[SRV_REJECT_N];
+    int64_t slow_closed;     /* connections the reaper closed */
+    int64_t overruns;        /* streams cancelled because their client stopped reading */
+    double queue_timeout;    /* seconds a request may wait for admission; 0: forever */
+    double request_timeout;  /* seconds to receive a request (and to idle between two) */
+    size_t max_stream_buffer;/* streamed bytes a client may leave unread */
+    /* connections (the reaper's) */
+    pthread_mutex_t conn_mu;
+    pthread_cond_t conn_wake;
+    srv_conn *conns;
+    pthread_t reaper;
+    int reaper_started, reaper_stop;
 };
 
 /* A JSON response (o consumed; 503 adds Retry-After), and an OpenAI-shaped error of it. */

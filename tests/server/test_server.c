@@ -9,7 +9,9 @@
 #include <errno.h>
 #include <jansson.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,7 +39,14 @@ typedef struct srv {
     int port;
 } srv;
 
-static int max_queue; /* 0: the engine's default */
+/* settings of the next srv_open_ctx (0: the defaults) */
+static int max_queue;
+static int64_t kv_pages;
+static double queue_timeout, request_timeout;
+static size_t stream_buffer;
+static const char *sock_host; /* a unix socket's path instead of TCP */
+static int slow_model;        /* a model about ten times the built-in one's work per token, so
+                                 a long request surely outlasts a queue timeout */
 
 static int srv_open_ctx(srv *v, const char *model, const char *tmpl, const char *key, size_t max_body, int np,
                         int32_t n_ctx) {
@@ -49,13 +58,19 @@ static int srv_open_ctx(srv *v, const char *model, const char *tmpl, const char 
     ep.n_parallel = np;
     ep.n_batch = 64;
     ep.max_queue = max_queue;
+    ep.kv_pages = kv_pages;
+    st_synth_params slow = st_engine_builtin_model();
+    slow.n_layer = 8, slow.n_embd = 768, slow.n_head = 12, slow.n_head_kv = 4, slow.n_ff = 2048;
+    if (slow_model && !model) ep.synth = &slow;
     char why[512];
     int rc = st_engine_create(&ep, &v->e, why, sizeof why);
     if (rc) {
         fprintf(stderr, "  engine: %s\n", why);
         return rc;
     }
-    st_server_params sp = {.port = 0, .api_key = key, .model_id = "m", .chat_template = tmpl, .max_body = max_body};
+    st_server_params sp = {.host = sock_host, .port = 0, .api_key = key, .model_id = "m", .chat_template = tmpl, .max_body = max_body,
+                           .queue_timeout_s = queue_timeout, .request_timeout_s = request_timeout,
+                           .max_stream_buffer = stream_buffer};
     if ((rc = st_server_start(v->e, &sp, &v->s, why, sizeof why))) {
         fprintf(stderr, "  server: %s\n", why);
         st_engine_destroy(v->e);
@@ -77,7 +92,7 @@ static void srv_close(srv *v) {
 /* `curl` of PATH with BODY (NULL: GET); the response body into *out (malloc'd); returns the
  * HTTP status (0 when curl failed). tag names its files so parallel calls do not collide. */
 static int http(const srv *v, const char *tag, const char *path, const char *body, const char *extra, char **out) {
-    char bf[256], of[256], cmd[2048];
+    char bf[256], of[256], cmd[49152];
     snprintf(bf, sizeof bf, "%s/%s.req", tmpdir(), tag);
     snprintf(of, sizeof of, "%s/%s.out", tmpdir(), tag);
     if (body) {
@@ -97,6 +112,8 @@ static int http(const srv *v, const char *tag, const char *path, const char *bod
     if (out) *out = test_slurp(of, NULL);
     return status;
 }
+
+static const char *test_str(const char *s) { return s ? s : ""; }
 
 static json_t *parse(const char *s) {
     json_error_t je;
@@ -367,6 +384,37 @@ TEST(test_logprobs) {
 
 /* A client that reads the first bytes of a stream and hangs up: its request is cancelled (not
  * run to its end) and every page goes back (pages in use 0; full ones stay cached). */
+/* A TCP connection to the server (rcvbuf > 0: that receive buffer, set before connecting). */
+static int connect_to(const srv *v, int rcvbuf) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)v->port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Writes a completion request with body (and its headers) on fd. */
+static int send_completion(int fd, const char *body) {
+    char req[4096];
+    int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
+    return write(fd, req, (size_t)n) == n ? 0 : -1;
+}
+
+/* Waits up to ms for the engine to have finished n requests; its and the pool's counters. */
+static void wait_finished(const srv *v, int64_t n, int ms, st_engine_stats *es, st_kv_stats *ks) {
+    for (int i = 0; i < ms / 10; i++) {
+        st_server_get_stats(v->s, es, ks);
+        if (es->finished >= n) break;
+        usleep(10 * 1000);
+    }
+}
+
 TEST(test_disconnect_cancels) {
     srv v;
     CHECK_OK(srv_open_ctx(&v, NULL, NULL, NULL, 0, 2, 2048)); /* a stream of ~2000 tokens if run out */
@@ -437,6 +485,232 @@ TEST(test_queue_full_503) {
     srv_close(&v);
 }
 
+/* np 1, a queue timeout of 0.3 s: while one long request runs, a second one (streamed or
+ * not) waits for the only slot and is refused with 503 "queue_timeout" and Retry-After, not a
+ * hang and not a broken 200 stream; the running one is untouched. */
+TEST(test_queue_timeout_503) {
+    srv v;
+    queue_timeout = 0.3, slow_model = 1;
+    int rc = srv_open_ctx(&v, NULL, NULL, NULL, 0, 1, 2048);
+    queue_timeout = 0, slow_model = 0;
+    CHECK_OK(rc);
+    if (!v.s) return;
+    int fd = connect_to(&v, 0);
+    CHECK(fd >= 0 && send_completion(fd, "{\"prompt\":\"long\",\"max_tokens\":-1,\"stream\":true,\"temperature\":0,"
+                                         "\"ignore_eos\":true}") == 0);
+    char buf[256];
+    CHECK(read(fd, buf, sizeof buf) > 0); /* running: its 200 came once it was admitted */
+    for (int stream = 0; stream < 2; stream++) {
+        char *out = NULL, body[256], hdr[64];
+        snprintf(body, sizeof body, "{\"prompt\":\"x\",\"max_tokens\":4,\"stream\":%s}", stream ? "true" : "false");
+        snprintf(hdr, sizeof hdr, "-D %s/qt.hdr", tmpdir());
+        const double t0 = st_time_now();
+        CHECK_INT(http(&v, "qt", "/v1/completions", body, hdr, &out), 503);
+        const double dt = st_time_now() - t0;
+        CHECK(dt > 0.25 && dt < 5);
+        json_t *o = parse(out);
+        json_t *err = json_object_get(o, "error");
+        CHECK(json_is_object(err) && !strcmp(test_str(json_string_value(json_object_get(err, "reason"))), "queue_timeout"));
+        CHECK(strstr(test_str(json_string_value(json_object_get(err, "message"))), "busy") != NULL);
+        char path[256];
+        snprintf(path, sizeof path, "%s/qt.hdr", tmpdir());
+        char *h = test_slurp(path, NULL);
+        CHECK(h && strstr(h, "Retry-After: 1") && strstr(h, "application/json"));
+        fprintf(stderr, "  %s refused after %.2f s\n", stream ? "streamed" : "plain", dt);
+        free(h), json_decref(o), free(out);
+    }
+    st_engine_stats es;
+    st_kv_stats ks;
+    st_server_get_stats(v.s, &es, &ks);
+    CHECK_INT(es.running, 1); /* the long one still runs */
+    CHECK_INT(es.finished_by[ST_FINISH_CANCELLED], 2);
+    close(fd);
+    wait_finished(&v, 3, 5000, &es, &ks);
+    CHECK_INT(es.finished, 3);
+    CHECK_INT(ks.pages_used, 0);
+    srv_close(&v);
+}
+
+/* np 2 but a pool of 40 pages (16 tokens each): a request that may need 400 tokens' pages runs;
+ * a second one whose 300 would not fit beside it waits with a slot free, and is refused with
+ * 503 "kv_budget" after the queue timeout; once the first one is gone, the same request runs. */
+TEST(test_kv_budget_503) {
+    srv v;
+    queue_timeout = 0.3, kv_pages = 40, slow_model = 1;
+    int rc = srv_open_ctx(&v, NULL, NULL, NULL, 0, 2, 2048);
+    queue_timeout = 0, kv_pages = 0, slow_model = 0;
+    CHECK_OK(rc);
+    if (!v.s) return;
+    int fd = connect_to(&v, 0);
+    CHECK(fd >= 0 && send_completion(fd, "{\"prompt\":\"long\",\"max_tokens\":400,\"stream\":true,\"temperature\":0,"
+                                         "\"ignore_eos\":true}") == 0);
+    char buf[256];
+    CHECK(read(fd, buf, sizeof buf) > 0);
+    char *out = NULL;
+    CHECK_INT(http(&v, "kb", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":300}", NULL, &out), 503);
+    json_t *o = parse(out);
+    json_t *err = json_object_get(o, "error");
+    CHECK(json_is_object(err) && !strcmp(test_str(json_string_value(json_object_get(err, "reason"))), "kv_budget"));
+    CHECK(strstr(test_str(json_string_value(json_object_get(err, "message"))), "KV") != NULL);
+    json_decref(o), free(out);
+    close(fd); /* the first one is cancelled: its pages come back, and the same request now runs */
+    st_engine_stats es;
+    st_kv_stats ks;
+    wait_finished(&v, 2, 5000, &es, &ks);
+    CHECK_INT(http(&v, "kb2", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":300,\"ignore_eos\":true}", NULL, &out), 200);
+    o = parse(out);
+    CHECK_INT(json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens")), 300);
+    json_decref(o), free(out);
+    st_server_get_stats(v.s, &es, &ks);
+    CHECK_INT(ks.pages_used, 0);
+    srv_close(&v);
+}
+
+/* A streaming client that never reads: once 8 KiB of events wait unread, its request is
+ * cancelled and its connection shut, its pages back in the pool, long before the context's
+ * end. (On a unix socket, whose buffers do not grow the way TCP's autotuning lets them: a
+ * loopback TCP socket would absorb the whole answer in the kernel.) */
+TEST(test_slow_reader_cancelled) {
+    srv v;
+    char path[100];
+    snprintf(path, sizeof path, "%.80s/slow.sock", tmpdir());
+    stream_buffer = 8192, sock_host = path;
+    int rc = srv_open_ctx(&v, NULL, NULL, NULL, 0, 2, 2048);
+    stream_buffer = 0, sock_host = NULL;
+    CHECK_OK(rc);
+    if (!v.s) return;
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un un = {.sun_family = AF_UNIX};
+    snprintf(un.sun_path, sizeof un.sun_path, "%s", path);
+    CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&un, sizeof un) == 0);
+    CHECK(send_completion(fd, "{\"prompt\":\"a long story\",\"max_tokens\":-1,\"stream\":true,"
+                              "\"temperature\":0,\"ignore_eos\":true,\"logprobs\":5}") == 0);
+    st_engine_stats es;
+    st_kv_stats ks;
+    wait_finished(&v, 1, 20000, &es, &ks);
+    CHECK_INT(es.finished_by[ST_FINISH_CANCELLED], 1);
+    CHECK(es.tokens_generated < 1500);
+    CHECK_INT(ks.pages_used, 0);
+    fprintf(stderr, "  cancelled after %lld unread tokens\n", (long long)es.tokens_generated);
+    /* the server shut the socket: reading drains what was sent and then ends */
+    char buf[65536];
+    ssize_t k;
+    size_t total = 0;
+    while ((k = read(fd, buf, sizeof buf)) > 0) total += (size_t)k;
+    CHECK(k <= 0);
+    fprintf(stderr, "  the client could still read %zu bytes\n", total);
+    close(fd);
+    /* and the server goes on serving */
+    int fd2 = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(fd2 >= 0 && connect(fd2, (struct sockaddr *)&un, sizeof un) == 0);
+    CHECK(send_completion(fd2, "{\"prompt\":\"x\",\"max_tokens\":3}") == 0);
+    k = read(fd2, buf, sizeof buf - 1);
+    CHECK(k > 12 && !memcmp(buf, "HTTP/1.1 200", 12));
+    close(fd2);
+    srv_close(&v);
+}
+
+/* Reads until the peer closes (0) or an error; returns the seconds it took (-1: still open
+ * after limit seconds). */
+static double until_closed(int fd, double limit) {
+    const double t0 = st_time_now();
+    struct timeval tv = {.tv_sec = (long)limit, .tv_usec = 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[4096];
+    ssize_t k;
+    while ((k = read(fd, buf, sizeof buf)) > 0) {
+    }
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return -1;
+    return st_time_now() - t0;
+}
+
+/* request_timeout 1 s: a client that drips its headers a byte every 100 ms (never idle long
+ * enough for the idle timeout), one that stops inside its body, and one that idles after a
+ * request are each closed after about a second; a normal request still works. */
+TEST(test_slow_sender_closed) {
+    srv v;
+    request_timeout = 1;
+    int rc = srv_open_ctx(&v, NULL, NULL, NULL, 0, 1, 512);
+    request_timeout = 0;
+    CHECK_OK(rc);
+    if (!v.s) return;
+    /* headers, one byte at a time */
+    int fd = connect_to(&v, 0);
+    CHECK(fd >= 0);
+    const char *head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const double t0 = st_time_now();
+    int closed = 0;
+    for (size_t i = 0; head[i] && !closed; i++) {
+        if (write(fd, head + i, 1) != 1) closed = 1;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) closed = 1; /* the server closed (a read would see the end) */
+    }
+    const double dt = st_time_now() - t0;
+    CHECK(closed);
+    CHECK(dt > 0.8 && dt < 3.5);
+    fprintf(stderr, "  dripping headers: closed after %.2f s\n", dt);
+    close(fd);
+    /* a body that stops halfway */
+    fd = connect_to(&v, 0);
+    const char *part = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":";
+    CHECK(fd >= 0 && write(fd, part, strlen(part)) == (ssize_t)strlen(part));
+    double d = until_closed(fd, 5);
+    CHECK(d > 0.8 && d < 3.5);
+    fprintf(stderr, "  unfinished body: closed after %.2f s\n", d);
+    close(fd);
+    /* a kept-alive connection idle after its answer */
+    fd = connect_to(&v, 0);
+    CHECK(fd >= 0 && send_completion(fd, "{\"prompt\":\"x\",\"max_tokens\":2}") == 0);
+    char buf[4096];
+    CHECK(read(fd, buf, sizeof buf) > 0);
+    d = until_closed(fd, 5);
+    CHECK(d > 0.5 && d < 3.5);
+    close(fd);
+    char *out = NULL;
+    CHECK_INT(http(&v, "ss", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":2}", NULL, &out), 200);
+    free(out);
+    srv_close(&v);
+}
+
+/* A client of a plain (not streamed) request that gives up: its request is cancelled within
+ * about a quarter second, not run to its end for nobody. */
+TEST(test_nonstream_disconnect_cancels) {
+    srv v;
+    CHECK_OK(srv_open_ctx(&v, NULL, NULL, NULL, 0, 2, 2048));
+    if (!v.s) return;
+    int fd = connect_to(&v, 0);
+    CHECK(fd >= 0 && send_completion(fd, "{\"prompt\":\"long\",\"max_tokens\":-1,\"ignore_eos\":true}") == 0);
+    usleep(300 * 1000);
+    close(fd);
+    st_engine_stats es;
+    st_kv_stats ks;
+    wait_finished(&v, 1, 10000, &es, &ks);
+    CHECK_INT(es.finished_by[ST_FINISH_CANCELLED], 1);
+    CHECK(es.tokens_generated < 1500);
+    CHECK_INT(ks.pages_used, 0);
+    srv_close(&v);
+}
+
+/* Headers over the bound are refused (431) and the connection is closed; the server goes on. */
+TEST(test_header_limit) {
+    srv v;
+    CHECK_OK(srv_open_ctx(&v, NULL, NULL, NULL, 0, 1, 512));
+    if (!v.s) return;
+    char *big = malloc(40000);
+    memset(big, 'a', 39999);
+    big[39999] = 0;
+    char extra[40100];
+    snprintf(extra, sizeof extra, "-H 'X-Big: %s'", big);
+    char *out = NULL;
+    const int st = http(&v, "hl", "/health", NULL, extra, &out);
+    CHECK(st == 431 || st == 413);
+    fprintf(stderr, "  40 KB of headers: %d\n", st);
+    free(out), free(big);
+    CHECK_INT(http(&v, "hl2", "/health", NULL, NULL, &out), 200);
+    free(out);
+    srv_close(&v);
+}
+
 /* --host PATH: a unix socket, made and removed; a regular file there is never replaced. */
 TEST(test_unix_socket) {
     st_engine_params ep = st_engine_default_params();
@@ -487,4 +761,4 @@ TEST(test_stories_greedy) {
     srv_close(&v);
 }
 
-TEST_MAIN(test_routes_and_errors, test_streams_equal_solo, test_disconnect_cancels, test_queue_full_503, test_unix_socket, test_logprobs, test_chat_cached_second_turn, test_stories_greedy)
+TEST_MAIN(test_routes_and_errors, test_queue_timeout_503, test_kv_budget_503, test_slow_reader_cancelled, test_slow_sender_closed, test_nonstream_disconnect_cancels, test_header_limit, test_streams_equal_solo, test_disconnect_cancels, test_queue_full_503, test_unix_socket, test_logprobs, test_chat_cached_second_turn, test_stories_greedy)
