@@ -50,6 +50,7 @@ static void chan_unref(st_server *s, srv_chan *c) {
     else if (s->chans == c) s->chans = c->next;
     if (c->next) c->next->prev = c->prev;
     json_decref(c->lp);
+    free(c->prompt);
     free(c->text);
     free(c->out);
     free(c);
@@ -128,6 +129,7 @@ static void collect(st_server *s) {
         if (c->cancel && c->engine_ref) st_engine_cancel(s->e, c->id);
         c->cancel = 0;
     }
+    srv_ops_collect(s);
     s->pending = 0;
     st_engine_get_stats(s->e, &s->est);
     pthread_cond_broadcast(&s->progress);
@@ -143,10 +145,13 @@ static void step(st_server *s) {
     for (int i = 0; i < n; i++) {
         srv_chan *c = ev[i].user;
         deliver(c, &ev[i]);
+        srv_ops_event(s, c, &ev[i]);
         if (ev[i].finish) c->engine_ref = 0, chan_unref(s, c);
     }
+    const st_kv_stats before = s->kst;
     st_engine_get_stats(s->e, &s->est);
     st_kv_get_stats(st_engine_kv(s->e), &s->kst);
+    srv_ops_step(s, &before);
     if (n) pthread_cond_broadcast(&s->progress);
 }
 
@@ -254,8 +259,10 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
     srv_req q;
     char msg[1024];
     int st = srv_parse_request(body, len, chat, s->tok, s->n_vocab, s->tmpl, s->tmpl_ok, &q, msg, sizeof msg);
+    if (st == 400) srv_reject_add(s, SRV_REJECT_INVALID);
     if (st) return srv_send_error(con, st, "%s", msg);
     if (q.n_tokens >= s->n_ctx) {
+        srv_reject_add(s, SRV_REJECT_INVALID);
         json_t *e = srv_error(400, "the prompt is longer than the context");
         json_object_set_new(json_object_get(e, "error"), "n_prompt_tokens", json_integer(q.n_tokens));
         json_object_set_new(json_object_get(e, "error"), "n_ctx", json_integer(s->n_ctx));
@@ -268,6 +275,8 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
         return srv_send_error(con, 500, "out of memory");
     }
     q.rp.user = c;
+    if (s->slots_text && (c->prompt = malloc((size_t)q.n_tokens * sizeof *c->prompt)))
+        memcpy(c->prompt, q.tokens, (size_t)q.n_tokens * sizeof *c->prompt), c->n_prompt = q.n_tokens;
     pthread_mutex_lock(&s->mu);
     c->submit = &q;
     chan_link(s, c);
@@ -281,7 +290,10 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
     pthread_mutex_unlock(&s->mu);
     srv_req_free(&q);
     if (rc) {
-        return srv_send_error(con, rc == ST_E_QUEUE_FULL ? 503 : rc == ST_E_NOMEM ? 500 : 400, "%s", msg);
+        const int status = rc == ST_E_QUEUE_FULL ? 503 : rc == ST_E_NOMEM ? 500 : 400;
+        if (rc == ST_E_QUEUE_FULL || status == 400)
+            srv_reject_add(s, rc == ST_E_QUEUE_FULL ? SRV_REJECT_QUEUE_FULL : SRV_REJECT_INVALID);
+        return srv_send_error(con, status, "%s", msg);
     }
     if (c->stream) {
         stream_ctx *x = malloc(sizeof *x);
@@ -443,6 +455,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
                                              "id", s->model_id, "object", "model", "owned_by", "strata", "created", 0,
                                              "meta", "fingerprint", hex, "n_ctx", s->n_ctx));
     }
+    if (get && !strcmp(url, "/metrics")) return srv_metrics_ep(s, con);
+    if (get && !strcmp(url, "/slots")) return srv_slots_ep(s, con);
     if (post && !strcmp(url, "/v1/completions")) return completion(s, con, b, x->n, 0);
     if (post && !strcmp(url, "/v1/chat/completions")) return completion(s, con, b, x->n, 1);
     if (post && !strcmp(url, "/tokenize")) return tokenize_ep(s, con, b, x->n);
@@ -477,6 +491,7 @@ void st_server_stop(st_server *s) {
     pthread_cond_destroy(&s->progress);
     if (s->sock_path) unlink(s->sock_path);
     free(s->sock_path);
+    free(s->slots_body);
     free(s->api_key);
     free(s->model_id);
     free(s);
@@ -509,6 +524,7 @@ int st_server_start(st_engine *e, const st_server_params *p, st_server **out, ch
     s->n_vocab = st_tok_n_vocab(s->tok);
     s->n_ctx = st_engine_n_ctx(e);
     s->max_body = p->max_body ? p->max_body : (size_t)1 << 20;
+    s->metrics = p->metrics, s->slots_text = p->slots_show_text, s->verbose = p->verbose;
     s->api_key = p->api_key ? strdup(p->api_key) : NULL;
     s->model_id = strdup(p->model_id ? p->model_id : "strata");
     s->tmpl_ok = st_chat_for_tok(st_engine_ctx(e), s->tok, p->chat_template, &s->tmpl) == 0;
