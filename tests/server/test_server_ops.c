@@ -38,6 +38,8 @@ typedef struct srv {
     char spill[300];
 } srv;
 
+static int32_t open_np = 4, open_queue; /* n_parallel and max_queue (0: the engine's) */
+
 /* A server on a free port over the built-in model; spill: a spill directory with ram_pages
  * pages of RAM (0: all in RAM). */
 static int srv_open(srv *v, const st_server_params *sp0, int64_t ram_pages, int32_t n_ctx) {
@@ -45,7 +47,8 @@ static int srv_open(srv *v, const st_server_params *sp0, int64_t ram_pages, int3
     st_engine_params ep = st_engine_default_params();
     ep.n_threads = 2;
     ep.n_ctx = n_ctx;
-    ep.n_parallel = 4;
+    ep.n_parallel = open_np;
+    ep.max_queue = open_queue;
     ep.n_batch = 64;
     if (ram_pages) {
         static int n_spill;
@@ -386,6 +389,46 @@ static void slots_in_flight(int show_text) {
 TEST(test_slots_no_text) { slots_in_flight(0); }
 TEST(test_slots_show_text) { slots_in_flight(1); }
 
+/* One request at a time and one waiting: of eight at once some are refused with 503, and
+ * each refusal is counted as queue_full; the rest finish. */
+TEST(test_rejected_queue_full) {
+    srv v;
+    st_server_params sp = {.metrics = 1};
+    open_np = 1, open_queue = 1;
+    const int rc = srv_open(&v, &sp, 0, 256);
+    open_np = 4, open_queue = 0;
+    CHECK_OK(rc);
+    if (!v.s) return;
+    enum { N = 8 };
+    static job jobs[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        jobs[i] = (job){.v = &v};
+        snprintf(jobs[i].tag, sizeof jobs[i].tag, "q%d", i);
+        snprintf(jobs[i].body, sizeof jobs[i].body, "{\"prompt\":\"queue %d\",\"max_tokens\":200,\"temperature\":0}", i);
+        REQUIRE(pthread_create(&th[i], NULL, run_job, &jobs[i]) == 0);
+    }
+    int n503 = 0, n200 = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        n503 += jobs[i].status == 503, n200 += jobs[i].status == 200;
+        free(jobs[i].out);
+    }
+    CHECK_INT(n503 + n200, N);
+    char *m = NULL;
+    CHECK_INT(http(&v, "qm", "/metrics", NULL, NULL, &m), 200);
+    REQUIRE(m);
+    CHECK_INT(isample(m, "strata:requests_rejected_total{reason=\"queue_full\"}"), n503);
+    CHECK_INT(isample(m, "strata:requests_finished_total{reason=\"length\"}") +
+                  isample(m, "strata:requests_finished_total{reason=\"eos\"}"),
+              n200);
+    CHECK_INT(check_hist(m, "strata:e2e_request_latency_seconds"), n200);
+    fprintf(stderr, "  %d answered, %d refused with 503\n", n200, n503);
+    if (!n503) test_untested("every request found room in the queue: no refusal to count");
+    free(m);
+    srv_close(&v);
+}
+
 /* --api-key guards /metrics and /slots; without --metrics /metrics says how to turn it on. */
 TEST(test_ops_auth_and_off) {
     srv v;
@@ -411,4 +454,5 @@ TEST(test_ops_auth_and_off) {
     srv_close(&v);
 }
 
-TEST_MAIN(test_metrics_values, test_metrics_sparse, test_slots_no_text, test_slots_show_text, test_ops_auth_and_off)
+TEST_MAIN(test_metrics_values, test_metrics_sparse, test_slots_no_text, test_slots_show_text, test_rejected_queue_full,
+          test_ops_auth_and_off)
