@@ -157,6 +157,7 @@ typedef struct st_kv_stats {
     int64_t cow_copies;     /* pages copied because a shared page was written */
     int64_t prefix_hits;    /* attach calls that attached >= 1 page */
     int64_t prefix_misses;  /* attach calls that attached nothing */
+    int64_t prefix_tokens_queried; /* tokens looked up by attach calls (their n) */
     int64_t prefix_tokens_reused; /* tokens attached from the cache */
     int64_t cache_evictions; /* cached pages reclaimed for new allocations */
     int64_t requants;       /* q8_0 page-head requantizations */
@@ -170,7 +171,9 @@ typedef struct st_kv_stats {
     int64_t tier_bytes_written, tier_bytes_read;
     int64_t fetch_stalls;   /* times a step waited for a read (sync fetch or stream wait) */
     int64_t tier_drops;     /* cached pages dropped to make room in RAM or on disk */
-    int64_t tier_errors;    /* pages lost to an I/O error or checksum mismatch */
+    int64_t tier_errors;    /* pages lost: tier_io_errors + tier_checksum_failures */
+    int64_t tier_io_errors; /* ... to a failed read or write (or no disk space) */
+    int64_t tier_checksum_failures; /* ... to a spill slot whose checksum did not match */
     int64_t seqs_failed;    /* sequences marked failed */
 } st_kv_stats;
 
@@ -187,6 +190,21 @@ int st_kv_stats_line(const st_kv_stats *before, const st_kv_stats *after, char *
  * the spill file (*cold); never-touched pages count as neither. Returns 0, ST_E_INVAL,
  * ST_E_STATE. */
 int st_kv_seq_residency(const st_kv *kv, st_kv_seq_id seq, int64_t *hot, int64_t *cold);
+
+/* Where each logical page of a sequence is (st_kv_seq_page_map): flag bits, 0 for a page
+ * never written (a hole, or allocated and still all-zero under the SSD tier). */
+#define ST_KV_PAGE_IN_RAM 1u  /* holds RAM (every written page without a spill directory) */
+#define ST_KV_PAGE_ON_DISK 2u /* its only copy is in the spill file */
+#define ST_KV_PAGE_SHARED 4u  /* named by more than one page table (refcount > 1) */
+#define ST_KV_PAGE_LOST 8u    /* its data was lost to an I/O error or checksum mismatch */
+
+/* Read-only: flags of the sequence's logical pages in order into out[max] (a byte each, the
+ * ST_KV_PAGE_* bits), count in *n_out (== ceil(length / P); also when max is too small: then
+ * ST_E_LIMIT and nothing is written, so max = 0 queries the count). Moves nothing between
+ * the tiers. Returns 0, ST_E_LIMIT, ST_E_INVAL (bad id, out NULL with max > 0), ST_E_STATE
+ * (stale id). Threads: as every st_kv call. */
+int st_kv_seq_page_map(const st_kv *kv, st_kv_seq_id seq, uint8_t *out, int64_t max,
+                       int64_t *n_out);
 
 /* Read-only: the sequence's sticky error: 0, or the I/O / ST_E_CORRUPT / ST_E_NOSPACE code
  * that failed it. Returns that code, or ST_E_INVAL / ST_E_STATE for a bad id. */

@@ -9,7 +9,11 @@
  * cache, where only a request whose tokens are verified equal can attach them).
  *
  * Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,
- * POST /tokenize, POST /detokenize, POST /apply-template. Errors come in OpenAI's shape
+ * POST /tokenize, POST /detokenize, POST /apply-template, and for operations GET /metrics
+ * (Prometheus text format: request, token, KV pool, SSD tier, prefix cache and Quest counters
+ * and latency histograms; only with `metrics`, else 501) and GET /slots (JSON: every active
+ * request's state, token counts, timings and a strip of where each of its KV pages is; no
+ * user text unless `slots_show_text`). Both are in docs/FORMATS.md. Errors come in OpenAI's shape
  * {"error": {"message", "type", "code"}}: 400 for malformed JSON or a field of the wrong type
  * (named), and for a prompt longer than the context (with n_prompt_tokens and n_ctx); 401 for
  * a missing or wrong API key (/health stays open); 404 for an unknown route; 413 for a body
@@ -64,6 +68,10 @@ typedef struct st_server_params {
     size_t max_header;         /* bytes of request line and headers; beyond: 431; 0: 32 KiB */
     size_t max_stream_buffer;  /* streamed bytes a client may leave unread before its request
                                   is cancelled; 0: 1 MiB */
+    int metrics;               /* serve GET /metrics (else it answers 501) */
+    int slots_show_text;       /* GET /slots shows each request's prompt and output text */
+    int verbose;               /* after a step that moved pages between the tiers, one line
+                                  on stderr (st_kv_stats_line) */
 } st_server_params;
 
 /* Starts serving e (borrowed: it must outlive the server, and nobody else may use it until

@@ -17,10 +17,14 @@ static void usage(FILE *f) {
             "                    [--api-key KEY | --api-key-file FILE] [--alias NAME] [--chat-template NAME]\n"
             "                    [--max-queue N] [--queue-timeout S] [--max-body BYTES] [--max-header BYTES]\n"
             "                    [--timeout S] [--request-timeout S] [--max-connections N] [--kv-page P]\n"
-            "                    [-ctk/-ctv TYPE] [--mmap|--no-mmap]\n"
+            "                    [-ctk/-ctv TYPE] [--mmap|--no-mmap] [--metrics] [--slots-show-text] [--verbose]\n"
             "OpenAI-compatible HTTP API: GET /health, GET /v1/models, POST /v1/completions,\n"
             "POST /v1/chat/completions (stream with \"stream\": true), POST /tokenize, POST /detokenize,\n"
-            "POST /apply-template. --timeout: seconds a connection may idle (600).\n"
+            "POST /apply-template; for operations GET /slots (every active request: state, tokens, timings,\n"
+            "where its KV pages are) and, with --metrics, GET /metrics (Prometheus text format; 501 without).\n"
+            "--slots-show-text: /slots shows each request's prompt and output (by default no user text).\n"
+            "--verbose: a line on stderr after each step that moved KV pages between RAM and disk.\n"
+            "--timeout: seconds a connection may idle (600).\n"
             "--host PATH (holding a '/', e.g. ./strata.sock): a unix socket instead of TCP.\n"
             "Defaults: --host 127.0.0.1 (loopback only), --port 8080 (0: any free port, printed), -np 4 requests\n"
             "at once sharing one KV pool (-c tokens each at most), --max-queue 4 x -np waiting (beyond: 503\n"
@@ -87,7 +91,9 @@ int st_cmd_serve(int argc, char **argv) {
                 free(key);
                 return ST_EXIT_INPUT;
             }
-        } else if (!strcmp(a, "--mmap")) mmap = 1, takes = 0;
+        } else if (!strcmp(a, "--metrics")) sp.metrics = 1, takes = 0;
+        else if (!strcmp(a, "--slots-show-text")) sp.slots_show_text = 1, takes = 0;
+        else if (!strcmp(a, "--mmap")) mmap = 1, takes = 0;
         else if (!strcmp(a, "--no-mmap")) mmap = -1, takes = 0;
         else if (!strcmp(a, "--port")) {
             if (st_cli_int(v, 0, 65535, &n)) return bad(a, v);
@@ -156,6 +162,7 @@ int st_cmd_serve(int argc, char **argv) {
     /* the model's id: --alias, else the file's name */
     if (!sp.model_id) sp.model_id = model ? (strrchr(model, '/') ? strrchr(model, '/') + 1 : model) : "strata-builtin";
     sp.api_key = key;
+    sp.verbose = tier.verbose; /* --verbose is the tier flags' (kv_flags.h) */
     char why[768];
     st_engine *e = NULL;
     if ((rc = st_engine_create(&ep, &e, why, sizeof why))) {

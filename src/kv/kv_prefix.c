@@ -182,6 +182,7 @@ int st_kv_prefix_attach(st_kv *kv, st_kv_seq_id seq, const int32_t *tokens, int6
     free(pages);
     if (k > 0) kv->st.prefix_hits++;
     else kv->st.prefix_misses++;
+    kv->st.prefix_tokens_queried += n;
     kv->st.prefix_tokens_reused += k * P;
     if (n_attached) *n_attached = k * P;
     return 0;

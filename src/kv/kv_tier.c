@@ -216,6 +216,8 @@ void kv_page_fail(st_kv *kv, int32_t id, int rc) {
     pg->err = rc;
     if (pg->registered) kv_index_remove(kv, id); /* nobody may attach lost data */
     kv->st.tier_errors++;
+    if (rc == ST_E_CORRUPT) kv->st.tier_checksum_failures++;
+    else kv->st.tier_io_errors++;
     for (int i = 0; i < kv->p.max_seqs; i++) {
         kv_seq *s = kv->seqs[i];
         if (!s) continue;
@@ -426,6 +428,34 @@ int st_kv_seq_residency(const st_kv *kv, st_kv_seq_id seq, int64_t *hot, int64_t
     }
     if (hot) *hot = h;
     if (cold) *cold = c;
+    return 0;
+}
+
+int st_kv_seq_page_map(const st_kv *kv, st_kv_seq_id seq, uint8_t *out, int64_t max,
+                       int64_t *n_out) {
+    if (n_out) *n_out = 0;
+    if (max < 0 || (max > 0 && !out) || !n_out)
+        return kv ? st_seterr(kv->ctx, ST_E_INVAL, "kv: seq_page_map: bad out/max") : ST_E_INVAL;
+    kv_seq *s;
+    int rc = kv_seq_get(kv, seq, &s);
+    if (rc) return rc;
+    *n_out = s->n_ent;
+    if (s->n_ent > max)
+        return st_seterr(kv->ctx, ST_E_LIMIT, "kv: seq_page_map: %lld pages, room for %lld",
+                         (long long)s->n_ent, (long long)max);
+    for (int64_t i = 0; i < s->n_ent; i++) {
+        const int32_t p = s->ent[i].page;
+        uint8_t f = 0;
+        if (p >= 0) {
+            const kv_page *pg = &kv->pages[p];
+            f = pg->resident == KV_RES_RAM    ? ST_KV_PAGE_IN_RAM
+                : pg->resident == KV_RES_DISK ? ST_KV_PAGE_ON_DISK
+                : pg->resident == KV_RES_ERROR ? ST_KV_PAGE_LOST
+                                               : 0;
+            if (f && pg->refs > 1) f |= ST_KV_PAGE_SHARED;
+        }
+        out[i] = f;
+    }
     return 0;
 }
 

@@ -51,6 +51,7 @@ static void chan_unref(st_server *s, srv_chan *c) {
     else if (s->chans == c) s->chans = c->next;
     if (c->next) c->next->prev = c->prev;
     json_decref(c->lp);
+    free(c->prompt);
     free(c->text);
     free(c->out);
     free(c);
@@ -133,12 +134,12 @@ static void collect(st_server *s) {
             c->submit_rc = st_engine_submit(s->e, &c->submit->rp, &c->id);
             if (c->submit_rc) snprintf(c->err, sizeof c->err, "%s", st_ctx_error(st_engine_ctx(s->e)));
             else c->refs++, c->engine_ref = 1, c->t_submit = st_time_now();
-            if (c->submit_rc == ST_E_QUEUE_FULL) s->rejected[SRV_REJECT_QUEUE_FULL]++;
             c->submit = NULL, c->submitted = 1;
         }
         if (c->cancel && c->engine_ref) st_engine_cancel(s->e, c->id);
         c->cancel = 0;
     }
+    srv_ops_collect(s);
     s->pending = 0;
     st_engine_get_stats(s->e, &s->est);
     pthread_cond_broadcast(&s->progress);
@@ -154,10 +155,13 @@ static void step(st_server *s) {
     for (int i = 0; i < n; i++) {
         srv_chan *c = ev[i].user;
         deliver(s, c, &ev[i]);
+        srv_ops_event(s, c, &ev[i]);
         if (ev[i].finish) c->engine_ref = 0, chan_unref(s, c);
     }
+    const st_kv_stats before = s->kst;
     st_engine_get_stats(s->e, &s->est);
     st_kv_get_stats(st_engine_kv(s->e), &s->kst);
+    srv_ops_step(s, &before);
     if (n) pthread_cond_broadcast(&s->progress);
 }
 
@@ -339,8 +343,10 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
     srv_req q;
     char msg[1024];
     int st = srv_parse_request(body, len, chat, s->tok, s->n_vocab, s->tmpl, s->tmpl_ok, &q, msg, sizeof msg);
+    if (st == 400) srv_reject_add(s, SRV_REJECT_INVALID);
     if (st) return srv_send_error(con, st, "%s", msg);
     if (q.n_tokens >= s->n_ctx) {
+        srv_reject_add(s, SRV_REJECT_INVALID);
         json_t *e = srv_error(400, "the prompt is longer than the context");
         json_object_set_new(json_object_get(e, "error"), "n_prompt_tokens", json_integer(q.n_tokens));
         json_object_set_new(json_object_get(e, "error"), "n_ctx", json_integer(s->n_ctx));
@@ -355,6 +361,8 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
     const int fd = ci ? ci->connect_fd : -1;
     q.rp.user = c;
+    if (s->slots_text && (c->prompt = malloc((size_t)q.n_tokens * sizeof *c->prompt)))
+        memcpy(c->prompt, q.tokens, (size_t)q.n_tokens * sizeof *c->prompt), c->n_prompt = q.n_tokens;
     pthread_mutex_lock(&s->mu);
     c->submit = &q;
     chan_link(s, c);
@@ -367,6 +375,8 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
     if (rc) chan_unref(s, c);
     pthread_mutex_unlock(&s->mu);
     srv_req_free(&q);
+    if (rc == ST_E_QUEUE_FULL || (rc && rc != ST_E_NOMEM && rc != ST_E_STATE))
+        srv_reject_add(s, rc == ST_E_QUEUE_FULL ? SRV_REJECT_QUEUE_FULL : SRV_REJECT_INVALID);
     if (rc == ST_E_QUEUE_FULL) return srv_send_json(con, 503, srv_error_reason(503, "queue_full", msg));
     if (rc == ST_E_STATE) return srv_send_json(con, 503, srv_error_reason(503, "stopping", msg));
     if (rc) return srv_send_error(con, rc == ST_E_NOMEM ? 500 : 400, "%s", msg);
@@ -490,6 +500,15 @@ static enum MHD_Result apply_template_ep(st_server *s, struct MHD_Connection *co
     json_t *r = json_pack("{s:o}", "prompt", srv_text(text, n));
     free(text);
     return srv_send_json(con, 200, r);
+}
+
+/* libmicrohttpd's own messages (a client that hung up mid-answer, a request too big) are
+ * ordinary under load: written only with verbose. */
+static void http_log(void *cls, const char *fmt, va_list ap) {
+    const st_server *s = cls;
+    if (!s->verbose) return;
+    fputs("strata serve: http: ", stderr);
+    vfprintf(stderr, fmt, ap);
 }
 
 /* ---- slow clients ------------------------------------------------------------------------------ */
@@ -624,6 +643,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
                                              "id", s->model_id, "object", "model", "owned_by", "strata", "created", 0,
                                              "meta", "fingerprint", hex, "n_ctx", s->n_ctx));
     }
+    if (get && !strcmp(url, "/metrics")) return srv_metrics_ep(s, con);
+    if (get && !strcmp(url, "/slots")) return srv_slots_ep(s, con);
     if (post && !strcmp(url, "/v1/completions")) return completion(s, con, b, x->n, 0);
     if (post && !strcmp(url, "/v1/chat/completions")) return completion(s, con, b, x->n, 1);
     if (post && !strcmp(url, "/tokenize")) return tokenize_ep(s, con, b, x->n);
@@ -667,6 +688,7 @@ void st_server_stop(st_server *s) {
     pthread_cond_destroy(&s->progress);
     if (s->sock_path) unlink(s->sock_path);
     free(s->sock_path);
+    free(s->slots_body);
     free(s->api_key);
     free(s->model_id);
     free(s);
@@ -711,6 +733,7 @@ int st_server_start(st_engine *e, const st_server_params *p, st_server **out, ch
     s->n_vocab = st_tok_n_vocab(s->tok);
     s->n_ctx = st_engine_n_ctx(e);
     s->max_body = p->max_body ? p->max_body : (size_t)1 << 20;
+    s->metrics = p->metrics, s->slots_text = p->slots_show_text, s->verbose = p->verbose;
     s->api_key = p->api_key ? strdup(p->api_key) : NULL;
     s->model_id = strdup(p->model_id ? p->model_id : "strata");
     s->tmpl_ok = st_chat_for_tok(st_engine_ctx(e), s->tok, p->chat_template, &s->tmpl) == 0;
@@ -744,7 +767,8 @@ int st_server_start(st_engine *e, const st_server_params *p, st_server **out, ch
             s->d = MHD_start_daemon(flags, 0, NULL, NULL, handle, s, MHD_OPTION_LISTEN_SOCKET, fd,
                                     MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, request_done, s,
                                     MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s, MHD_OPTION_CONNECTION_LIMIT, max_conn,
-                                    MHD_OPTION_CONNECTION_MEMORY_LIMIT, max_header, MHD_OPTION_END);
+                                    MHD_OPTION_CONNECTION_MEMORY_LIMIT, max_header, MHD_OPTION_EXTERNAL_LOGGER, http_log, s,
+                            MHD_OPTION_END);
         if (!err && !s->d) err = errno ? errno : EINVAL;
         if (err) {
             if (fd >= 0) close(fd);
@@ -767,7 +791,8 @@ int st_server_start(st_engine *e, const st_server_params *p, st_server **out, ch
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                             MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, request_done, s,
                             MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s, MHD_OPTION_CONNECTION_LIMIT, max_conn,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, max_header, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, max_header, MHD_OPTION_EXTERNAL_LOGGER, http_log, s,
+                            MHD_OPTION_END);
     if (!s->d) {
         const int err = errno ? errno : EADDRINUSE;
         if (why && why_len) snprintf(why, why_len, "cannot listen on %s:%d: %s", host, p->port, strerror(err));

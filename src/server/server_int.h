@@ -1,5 +1,6 @@
-/* Server internals: the channel between a connection thread and the scheduler (server.c), and
- * the OpenAI request and response shapes (server_api.c). */
+/* Server internals: the channel between a connection thread and the scheduler (server.c), the
+ * OpenAI request and response shapes (server_api.c), and the operations endpoints /metrics
+ * and /slots with the latency histograms behind them (server_metrics.c). */
 #ifndef STRATA_SERVER_INT_H
 #define STRATA_SERVER_INT_H
 
@@ -72,6 +73,9 @@ typedef struct srv_chan {
     char err[512];
     long long created;
     const char *model_id;
+    double t_last;        /* stats.t_total of its last token event (0: none yet) */
+    int32_t *prompt;      /* with slots_text: the prompt's tokens (owned), for /slots */
+    int32_t n_prompt;
 } srv_chan;
 
 /* The OpenAI JSON of one streamed piece, the final chunk, the usage chunk; the whole
@@ -104,6 +108,16 @@ typedef struct srv_conn {
     int reading;          /* between requests or inside one's headers and body */
     double deadline;      /* st_time_now() past which a reading connection is closed */
 } srv_conn;
+
+/* A latency histogram in seconds: counts per bucket of srv_hist_bounds (not cumulative; the
+ * last one past every bound), their sum and count. */
+#define SRV_HIST_BOUNDS 19
+typedef struct srv_hist {
+    int64_t n[SRV_HIST_BOUNDS + 1];
+    double sum;
+    int64_t count;
+} srv_hist;
+typedef enum srv_hist_id { SRV_H_TTFT, SRV_H_ITL, SRV_H_E2E, SRV_H_QUEUE, SRV_H_N } srv_hist_id;
 
 /* The server: the engine it borrows, the daemon, the scheduler and the channels. Fields below
  * `mu` are guarded by it, except those set once at the start. */
@@ -140,7 +154,29 @@ struct st_server {
     srv_conn *conns;
     pthread_t reaper;
     int reaper_started, reaper_stop;
+    /* operations (server_metrics.c) */
+    int metrics, slots_text, verbose; /* st_server_params' */
+    srv_hist hist[SRV_H_N];
+    st_runner_quest_stats qst;        /* the runner's after the last step */
+    int slots_want;                   /* a connection waits for a /slots snapshot */
+    uint64_t slots_gen;               /* snapshots made */
+    char *slots_body;                 /* the latest snapshot's JSON */
 };
+
+/* Operations hooks, all under the lock. After deliver: a token event's inter-token gap, a
+ * finish's latencies, the streamed text /slots shows. */
+void srv_ops_event(st_server *s, srv_chan *c, const st_engine_event *ev);
+/* After a step (s->kst refreshed; before: the KV stats before it): the runner's Quest
+ * counters, and with verbose the tier line on stderr when pages moved. */
+void srv_ops_step(st_server *s, const st_kv_stats *before);
+/* In the scheduler's collect: the /slots snapshot a connection asked for (the engine is
+ * only read on the scheduler's thread). */
+void srv_ops_collect(st_server *s);
+/* Counts a refused completion request (takes the lock). */
+void srv_reject_add(st_server *s, srv_reject r);
+/* GET /metrics (501 without metrics) and GET /slots. */
+enum MHD_Result srv_metrics_ep(st_server *s, struct MHD_Connection *con);
+enum MHD_Result srv_slots_ep(st_server *s, struct MHD_Connection *con);
 
 /* A JSON response (o consumed; 503 adds Retry-After), and an OpenAI-shaped error of it. */
 enum MHD_Result srv_send_json(struct MHD_Connection *con, int status, json_t *o);

@@ -101,6 +101,33 @@ TEST(test_attend_bit_identical) {
     CHECK(cold > 100);
     CHECK_OK(st_kv_seq_residency(b.kv, sb, &hot, &cold));
     CHECK(cold > 150 && hot <= 6);
+    {
+        /* the page map agrees with the residency counts; the removed page is a hole */
+        int64_t len = 0, n_map = -1, n_ram = 0, n_disk = 0, n_none = 0;
+        CHECK_OK(st_kv_seq_len(b.kv, sb, &len));
+        CHECK_INT(st_kv_seq_page_map(b.kv, sb, NULL, 0, &n_map), ST_E_LIMIT);
+        CHECK_INT(n_map, (len + P - 1) / P);
+        uint8_t map[512];
+        REQUIRE(n_map <= 512);
+        CHECK_OK(st_kv_seq_page_map(b.kv, sb, map, 512, &n_map));
+        for (int64_t i = 0; i < n_map; i++) {
+            n_ram += map[i] == ST_KV_PAGE_IN_RAM, n_disk += map[i] == ST_KV_PAGE_ON_DISK;
+            n_none += map[i] == 0;
+        }
+        CHECK_INT(n_ram, hot);
+        CHECK_INT(n_disk, cold);
+        CHECK_INT(n_none, n_map - hot - cold);
+        CHECK_INT(map[640 / P], 0);
+        CHECK_INT(st_kv_seq_page_map(b.kv, -1, map, 512, &n_map), ST_E_INVAL);
+        /* a fork shares every page */
+        st_kv_seq_id f;
+        REQUIRE(st_kv_seq_fork(b.kv, sb, &f) == 0);
+        CHECK_OK(st_kv_seq_page_map(b.kv, f, map, 512, &n_map));
+        CHECK(map[0] & ST_KV_PAGE_SHARED);
+        CHECK_OK(st_kv_seq_free(b.kv, f));
+        CHECK_OK(st_kv_seq_page_map(b.kv, sb, map, 512, &n_map));
+        CHECK(!(map[0] & ST_KV_PAGE_SHARED));
+    }
 
     const st_attn_geom g = geom();
     st_kv_select *sel;
@@ -212,6 +239,8 @@ TEST(test_attend_corrupt_read_fails_sequence) {
     st_kv_stats st;
     st_kv_get_stats(r.kv, &st);
     CHECK_INT(st.tier_errors, 1);
+    CHECK_INT(st.tier_checksum_failures, 1);
+    CHECK_INT(st.tier_io_errors, 0);
     CHECK_OK(st_kv_seq_free(r.kv, seq));
     char msg[256];
     CHECK_OK(kv_check(r.kv, msg, sizeof msg));

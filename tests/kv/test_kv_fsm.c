@@ -702,6 +702,7 @@ static void run_world(cfg c) {
         CHECK(st.cache_evictions > 0 && (w->n_err[1] > 0 || c.faults) && w->n_ok[6] > 0);
         if (c.ram) CHECK(st.tier_writes > 0 && st.tier_reads > 0 && st.tier_block_reads > 0);
         if (c.faults) CHECK(st.tier_errors > 0 && w->n_seq_failed > 0);
+        CHECK_INT(st.tier_errors, st.tier_io_errors + st.tier_checksum_failures);
         if (c.ram && !c.faults) CHECK_INT(w->n_seq_failed, 0);
     }
     /* teardown: nothing may leak */
