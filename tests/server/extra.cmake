@@ -2,3 +2,8 @@
 add_test(NAME test_server_openai COMMAND sh ${CMAKE_SOURCE_DIR}/tests/server/openai_client.sh ${CMAKE_SOURCE_DIR})
 set_tests_properties(test_server_openai PROPERTIES LABELS model TIMEOUT 300 SKIP_RETURN_CODE 77
   ENVIRONMENT "STRATA_BIN=$<TARGET_FILE:strata>")
+
+# The dashboard (GET /) in headless Chromium against strata serve with the built-in model.
+add_test(NAME test_server_dashboard COMMAND sh ${CMAKE_SOURCE_DIR}/tests/server/dashboard.sh ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_server_dashboard PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77
+  ENVIRONMENT "STRATA_BIN=$<TARGET_FILE:strata>")
