@@ -86,7 +86,7 @@
  *   RAM clean -> RAM dirty      kv_dirty (slot released)          -
  *   CACHED RAM -> FREE          evict_one (cached dropped first)  tier_drops
  *   CACHED DISK -> FREE         make_disk_room (disk full)        tier_drops
- *   DISK/RAM -> ERROR           kv_page_fail                      tier_errors, seqs_failed
+ *   DISK/RAM -> ERROR           kv_page_fail                      tier_errors (+ io or checksum), seqs_failed
  *   any -> (FREE)               kv_tier_forget (frame, slot back) -
  *   attention on DISK pages     kv_attend.c streams layer blocks   tier_block_reads
  *                               (no state change)

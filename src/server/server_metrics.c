@@ -49,13 +49,14 @@ static void text_add(srv_chan *c, const char *t, size_t k) {
 void srv_ops_event(st_server *s, srv_chan *c, const st_engine_event *ev) {
     const st_engine_req_stats *t = &ev->stats;
     if (ev->token >= 0) {
+        /* the first token's time is observed when it comes, not at the finish */
         if (c->t_last > 0) hist_add(&s->hist[SRV_H_ITL], t->t_total - c->t_last);
+        else hist_add(&s->hist[SRV_H_TTFT], t->t_first > 0 ? t->t_first : t->t_total);
         c->t_last = t->t_total;
     }
     /* non-streamed requests keep their text already (server.c's deliver) */
     if (s->slots_text && c->stream) text_add(c, ev->text, ev->text_len);
     if (!ev->finish) return;
-    if (t->t_first > 0) hist_add(&s->hist[SRV_H_TTFT], t->t_first);
     hist_add(&s->hist[SRV_H_E2E], t->t_total);
     hist_add(&s->hist[SRV_H_QUEUE], t->t_queued);
 }

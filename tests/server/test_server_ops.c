@@ -1,0 +1,458 @@
+/* The server's operations endpoints over real HTTP (curl), with the built-in model and an
+ * SSD tier whose RAM pool is too small for the requests, so pages spill and come back:
+ * /metrics checked by promtool and against the responses and the engine's own counters
+ * (tokens, finishes, rejections, tier moves, histogram counts and buckets); /slots while a
+ * streamed request is in flight (its state, its page strip against its length and residency,
+ * user text only when asked for); 401 without the API key; 501 without --metrics. */
+#include "strata/server.h"
+#include "../test.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char dir[] = "/tmp/strata-ops-XXXXXX";
+static int dir_made;
+
+static void cleanup(void) {
+    if (!dir_made) return;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd)) fprintf(stderr, "  could not remove %s\n", dir);
+}
+
+static const char *tmpdir(void) {
+    if (!dir_made) {
+        ST_ASSERT(mkdtemp(dir) != NULL);
+        dir_made = 1;
+        atexit(cleanup);
+    }
+    return dir;
+}
+
+typedef struct srv {
+    st_engine *e;
+    st_server *s;
+    int port;
+    char spill[300];
+} srv;
+
+static int32_t open_np = 4, open_queue; /* n_parallel and max_queue (0: the engine's) */
+
+/* A server on a free port over the built-in model; spill: a spill directory with ram_pages
+ * pages of RAM (0: all in RAM). */
+static int srv_open(srv *v, const st_server_params *sp0, int64_t ram_pages, int32_t n_ctx) {
+    memset(v, 0, sizeof *v);
+    st_engine_params ep = st_engine_default_params();
+    ep.n_threads = 2;
+    ep.n_ctx = n_ctx;
+    ep.n_parallel = open_np;
+    ep.max_queue = open_queue;
+    ep.n_batch = 64;
+    if (ram_pages) {
+        static int n_spill;
+        snprintf(v->spill, sizeof v->spill, "%s/spill%d", tmpdir(), n_spill++);
+        ST_ASSERT(mkdir(v->spill, 0700) == 0);
+        ep.spill_dir = v->spill;
+        ep.ram_pages = ram_pages;
+    }
+    char why[512];
+    int rc = st_engine_create(&ep, &v->e, why, sizeof why);
+    if (rc) {
+        fprintf(stderr, "  engine: %s\n", why);
+        return rc;
+    }
+    st_server_params sp = *sp0;
+    sp.port = 0;
+    if ((rc = st_server_start(v->e, &sp, &v->s, why, sizeof why))) {
+        fprintf(stderr, "  server: %s\n", why);
+        st_engine_destroy(v->e);
+        v->e = NULL;
+        return rc;
+    }
+    v->port = st_server_port(v->s);
+    return 0;
+}
+
+static void srv_close(srv *v) {
+    st_server_stop(v->s);
+    st_engine_destroy(v->e);
+}
+
+/* `curl` of PATH with BODY (NULL: GET); the body into *out (malloc'd); the HTTP status (0 when
+ * curl failed). tag names its files so that parallel calls do not collide. */
+static int http(const srv *v, const char *tag, const char *path, const char *body, const char *extra, char **out) {
+    char bf[256], of[256], cmd[2048];
+    snprintf(bf, sizeof bf, "%s/%s.req", tmpdir(), tag);
+    snprintf(of, sizeof of, "%s/%s.out", tmpdir(), tag);
+    if (body) {
+        FILE *f = fopen(bf, "wb");
+        if (!f) return 0;
+        fputs(body, f);
+        fclose(f);
+    }
+    snprintf(cmd, sizeof cmd, "curl -s -N -o %s -w '%%{http_code}' %s %s%s 'http://127.0.0.1:%d%s'", of,
+             extra ? extra : "", body ? "-H 'Content-Type: application/json' --data-binary @" : "", body ? bf : "",
+             v->port, path);
+    FILE *p = popen(cmd, "r");
+    if (!p) return 0;
+    int status = 0;
+    if (fscanf(p, "%d", &status) != 1) status = 0;
+    pclose(p);
+    if (out) *out = test_slurp(of, NULL);
+    return status;
+}
+
+static json_t *parse(const char *s) {
+    json_error_t je;
+    return s ? json_loads(s, 0, &je) : NULL;
+}
+
+/* The value of the sample named exactly `name` (labels included) in an exposition; -1 when
+ * it is missing. */
+static double sample(const char *text, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (!strncmp(l, name, n) && l[n] == ' ') return atof(l + n + 1);
+    return -1;
+}
+
+static long long isample(const char *text, const char *name) { return (long long)sample(text, name); }
+
+/* A histogram's buckets: cumulative, non-decreasing, +Inf == _count; returns _count. */
+static long long check_hist(const char *text, const char *name) {
+    char key[256];
+    long long prev = 0, n_b = 0;
+    const size_t nl = strlen(name);
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (strncmp(l, name, nl) || strncmp(l + nl, "_bucket{le=\"", 12)) continue;
+        const char *sp = strchr(l, ' ');
+        if (!sp) {
+            CHECK(sp);
+            return -1;
+        }
+        const long long c = atoll(sp + 1);
+        CHECK(c >= prev);
+        prev = c, n_b++;
+    }
+    snprintf(key, sizeof key, "%s_bucket{le=\"+Inf\"}", name);
+    const long long inf = isample(text, key);
+    snprintf(key, sizeof key, "%s_count", name);
+    const long long cnt = isample(text, key);
+    snprintf(key, sizeof key, "%s_sum", name);
+    CHECK(sample(text, key) >= 0);
+    CHECK_INT(n_b, 20); /* 19 bounds and +Inf */
+    CHECK_INT(inf, cnt);
+    CHECK_INT(prev, cnt);
+    return cnt;
+}
+
+/* promtool's own parse and lint of the exposition. The schema's names use the "strata:"
+ * prefix (as vLLM's "vllm:") and kv_pages_total is a gauge of the pool's size, so those two
+ * lint notes are expected; anything else (a parse error, a missing HELP, a bad unit or
+ * suffix) fails. */
+static void promtool_check(const char *text) {
+    if (system("command -v promtool >/dev/null 2>&1")) {
+        test_untested("promtool is not installed: the exposition was not linted");
+        return;
+    }
+    char path[300], cmd[700];
+    snprintf(path, sizeof path, "%s/metrics.txt", tmpdir());
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f);
+    fputs(text, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "promtool check metrics < %s > %s.lint 2>&1; echo $?", path, path);
+    char *rc = test_run_capture(cmd);
+    REQUIRE(rc);
+    snprintf(cmd, sizeof cmd, "%s.lint", path);
+    char *lint = test_slurp(cmd, NULL);
+    REQUIRE(lint);
+    CHECK(atoi(rc) == 0 || atoi(rc) == 3); /* 3: lint notes only; 1: it could not parse */
+    int n_lines = 0;
+    for (char *l = lint, *e; *l; l = e + 1) {
+        if (!(e = strchr(l, '\n'))) e = l + strlen(l) - 1;
+        *e = 0;
+        n_lines++;
+        const int ok = strstr(l, "metric names should not contain ':'") ||
+                       !strcmp(l, "strata:kv_pages_total non-counter metrics should not have \"_total\" suffix");
+        if (!ok) fprintf(stderr, "  promtool: %s\n", l);
+        CHECK(ok);
+    }
+    CHECK(n_lines > 0 || atoi(rc) == 0);
+    free(rc);
+    free(lint);
+}
+
+typedef struct job {
+    const srv *v;
+    char tag[16], body[512];
+    int status;
+    char *out;
+} job;
+
+static void *run_job(void *arg) {
+    job *j = arg;
+    j->status = http(j->v, j->tag, "/v1/completions", j->body, NULL, &j->out);
+    return NULL;
+}
+
+/* Six requests at once through a RAM pool of 8 pages (each needs 6 or 7): pages spill and
+ * come back; then every counter is held against what the responses and the engine say. */
+TEST(test_metrics_values) {
+    srv v;
+    st_server_params sp = {.metrics = 1};
+    CHECK_OK(srv_open(&v, &sp, 8, 256));
+    if (!v.s) return;
+    /* one invalid request, counted as rejected */
+    CHECK_INT(http(&v, "bad", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":\"many\"}", NULL, NULL), 400);
+    enum { N = 6 };
+    static job jobs[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        jobs[i] = (job){.v = &v};
+        snprintf(jobs[i].tag, sizeof jobs[i].tag, "m%d", i);
+        snprintf(jobs[i].body, sizeof jobs[i].body,
+                 "{\"prompt\":\"request %d: a prompt long enough to cover several pages of sixteen bytes, "
+                 "each a token here\",\"max_tokens\":%d,\"temperature\":0}",
+                 i, 10 + 3 * i);
+        REQUIRE(pthread_create(&th[i], NULL, run_job, &jobs[i]) == 0);
+    }
+    long long gen = 0, prompt = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_INT(jobs[i].status, 200);
+        json_t *o = parse(jobs[i].out), *u = json_object_get(o, "usage");
+        CHECK_INT(json_integer_value(json_object_get(u, "completion_tokens")), 10 + 3 * i);
+        CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(o, "choices"), 0),
+                                                    "finish_reason")), "length");
+        gen += json_integer_value(json_object_get(u, "completion_tokens"));
+        prompt += json_integer_value(json_object_get(u, "prompt_tokens"));
+        json_decref(o);
+        free(jobs[i].out);
+    }
+    char *m = NULL;
+    CHECK_INT(http(&v, "metrics", "/metrics", NULL, NULL, &m), 200);
+    REQUIRE(m);
+    st_engine_stats es;
+    st_kv_stats ks;
+    st_server_get_stats(v.s, &es, &ks);
+    promtool_check(m);
+    CHECK_INT(isample(m, "strata:generation_tokens_total"), gen);
+    CHECK_INT(isample(m, "strata:prompt_tokens_total"), prompt);
+    CHECK_INT(isample(m, "strata:requests_finished_total{reason=\"length\"}"), N);
+    CHECK_INT(isample(m, "strata:requests_finished_total{reason=\"error\"}"), 0);
+    CHECK_INT(isample(m, "strata:requests_rejected_total{reason=\"invalid\"}"), 1);
+    CHECK_INT(isample(m, "strata:requests_rejected_total{reason=\"queue_full\"}"), 0);
+    CHECK_INT(isample(m, "strata:requests_running"), 0);
+    CHECK_INT(isample(m, "strata:requests_waiting"), 0);
+    const long long writes = isample(m, "strata:tier_writes_total");
+    CHECK(writes > 0);
+    CHECK_INT(writes, ks.tier_writes);
+    CHECK_INT(isample(m, "strata:tier_reads_total"), ks.tier_reads);
+    CHECK_INT(isample(m, "strata:tier_bytes_written_total"), ks.tier_bytes_written);
+    CHECK(ks.tier_bytes_written >= writes * (long long)st_kv_get_geometry(st_engine_kv(v.e))->page_bytes / 2);
+    CHECK_INT(isample(m, "strata:tier_io_errors_total"), 0);
+    CHECK_INT(isample(m, "strata:tier_checksum_failures_total"), 0);
+    CHECK_INT(isample(m, "strata:preemptions_total"), es.preemptions);
+    CHECK_INT(isample(m, "strata:kv_pages_total"), ks.n_pages);
+    CHECK_INT(isample(m, "strata:kv_pages{state=\"used\"}") + isample(m, "strata:kv_pages{state=\"cached\"}") +
+                  isample(m, "strata:kv_pages{state=\"free\"}"),
+              ks.n_pages);
+    /* every prompt was looked up whole or but its last token; cache hits are whole pages */
+    const long long q = isample(m, "strata:prefix_cache_queries_tokens_total"),
+                    h = isample(m, "strata:prefix_cache_hits_tokens_total");
+    CHECK(q >= prompt - N && q <= prompt);
+    CHECK(h >= 0 && h <= q && h % 16 == 0);
+    CHECK_INT(isample(m, "strata:prompt_tokens_cached_total"), es.tokens_cached);
+    CHECK_INT(isample(m, "strata:sparse_pages_total"), 0); /* dense decode: no Quest */
+    CHECK_INT(check_hist(m, "strata:e2e_request_latency_seconds"), N);
+    CHECK_INT(check_hist(m, "strata:request_queue_time_seconds"), N);
+    CHECK_INT(check_hist(m, "strata:time_to_first_token_seconds"), N);
+    /* a gap between each pair of consecutive tokens of a request */
+    CHECK_INT(check_hist(m, "strata:inter_token_latency_seconds"), gen - N);
+    fprintf(stderr, "  %lld tokens generated, %lld pages spilled, %lld fetched, %lld preemptions\n", gen,
+            (long long)ks.tier_writes, (long long)ks.tier_reads, (long long)es.preemptions);
+    free(m);
+    srv_close(&v);
+}
+
+/* Quest sparse decode: the pages attended are counted against those a dense pass reads. */
+TEST(test_metrics_sparse) {
+    srv v;
+    st_server_params sp = {.metrics = 1};
+    CHECK_OK(srv_open(&v, &sp, 0, 512));
+    if (!v.s) return;
+    char *m = NULL, body[512];
+    /* a budget of 2 pages over a prompt of ~12 pages */
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":8,\"temperature\":0}",
+             "sparse decode reads only the pages whose keys may score highest for the query; "
+             "the rest of this prompt only makes the sequence long enough to have pages to skip over.");
+    st_kv_quest_params qp = st_kv_quest_default_params();
+    qp.budget = 32;
+    qp.dense_layers = 0;
+    /* the engine's runner is the scheduler's: set before any request runs */
+    CHECK_OK(st_runner_set_quest(st_engine_runner(v.e), &qp, 0));
+    CHECK_INT(http(&v, "q", "/v1/completions", body, NULL, NULL), 200);
+    CHECK_INT(http(&v, "qm", "/metrics", NULL, NULL, &m), 200);
+    REQUIRE(m);
+    const long long att = isample(m, "strata:sparse_pages_attended_total"), tot = isample(m, "strata:sparse_pages_total");
+    st_runner_quest_stats qs;
+    st_runner_get_quest_stats(st_engine_runner(v.e), &qs);
+    CHECK_INT(att, qs.pages_listed);
+    CHECK_INT(tot, qs.pages_total);
+    CHECK(att > 0 && att < tot);
+    fprintf(stderr, "  sparse decode: %lld of %lld pages attended\n", att, tot);
+    free(m);
+    srv_close(&v);
+}
+
+/* One streamed request in flight: /slots shows it decoding, with a page strip as long as its
+ * sequence and as resident as its counts say. */
+static void slots_in_flight(int show_text) {
+    srv v;
+    st_server_params sp = {.metrics = 1, .slots_show_text = show_text};
+    CHECK_OK(srv_open(&v, &sp, 6, 2048));
+    if (!v.s) return;
+    /* no spaces: the built-in vocabulary writes a space back as SPM's escape */
+    const char *prompt = "the-slots-endpoint-shows-this-request-while-it-streams-its-tokens";
+    job j = {.v = &v};
+    snprintf(j.tag, sizeof j.tag, "st%d", show_text);
+    snprintf(j.body, sizeof j.body, "{\"prompt\":\"%s\",\"max_tokens\":500,\"temperature\":0,\"stream\":true}",
+             prompt);
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, run_job, &j) == 0);
+    int seen = 0, polls = 0;
+    for (; polls < 2000 && !seen; polls++) {
+        char *out = NULL;
+        CHECK_INT(http(&v, show_text ? "sl1" : "sl0", "/slots", NULL, NULL, &out), 200);
+        json_t *o = parse(out), *slots = json_object_get(o, "slots"), *s0 = json_array_get(slots, 0);
+        REQUIRE(o);
+        CHECK_INT(json_integer_value(json_object_get(o, "page_size")), 16);
+        CHECK_INT(json_integer_value(json_object_get(o, "n_parallel")), 4);
+        CHECK_INT(json_integer_value(json_object_get(o, "n_ctx")), 2048);
+        CHECK_INT(json_integer_value(json_object_get(json_object_get(o, "pool"), "ram_pages")), 6);
+        const char *state = json_string_value(json_object_get(s0, "state"));
+        if (s0 && state && !strcmp(state, "decode") && json_integer_value(json_object_get(s0, "n_generated")) > 60) {
+            seen = 1;
+            CHECK_INT(json_array_size(slots), 1);
+            const long long n_tok = json_integer_value(json_object_get(s0, "n_tokens"));
+            const char *pages = json_string_value(json_object_get(s0, "pages"));
+            REQUIRE(pages);
+            CHECK_INT((long long)strlen(pages), (n_tok + 15) / 16);
+            long long ram = 0, disk = 0, sh = 0;
+            for (const char *c = pages; *c; c++) {
+                CHECK(strchr("SsRD.", *c) != NULL);
+                ram += *c == 'R' || *c == 'S', disk += *c == 'D' || *c == 's', sh += *c == 'S' || *c == 's';
+            }
+            CHECK_INT(ram, json_integer_value(json_object_get(s0, "pages_hot")));
+            CHECK_INT(disk, json_integer_value(json_object_get(s0, "pages_cold")));
+            CHECK_INT(sh, json_integer_value(json_object_get(s0, "pages_shared")));
+            CHECK(ram <= 6 && disk > 0); /* 6 pages of RAM for > 6 pages of sequence */
+            CHECK_INT(json_integer_value(json_object_get(s0, "n_prompt")) +
+                          json_integer_value(json_object_get(s0, "n_generated")) - 1,
+                      n_tok); /* the last token drawn is not in the KV yet */
+            CHECK(json_real_value(json_object_get(s0, "t_total")) > 0);
+            CHECK(json_real_value(json_object_get(s0, "t_first")) > 0);
+            CHECK(json_integer_value(json_object_get(s0, "id")) >= 1);
+            CHECK(json_integer_value(json_object_get(s0, "seq")) >= 0);
+            if (show_text) {
+                /* as the tokenizer writes it back: the byte vocabulary keeps SPM's leading "▁" */
+                const char *pt = json_string_value(json_object_get(s0, "prompt"));
+                CHECK(pt && strstr(pt, prompt) && strlen(pt) <= strlen(prompt) + 3);
+                CHECK(json_is_string(json_object_get(s0, "output")));
+                CHECK(strlen(json_string_value(json_object_get(s0, "output"))) > 0);
+            } else {
+                CHECK(!json_object_get(s0, "prompt") && !json_object_get(s0, "output"));
+                CHECK(out && !strstr(out, "slots-endpoint-shows"));
+            }
+            fprintf(stderr, "  after %d polls: %lld tokens, pages %.40s...\n", polls + 1, n_tok, pages);
+        }
+        json_decref(o);
+        free(out);
+    }
+    CHECK(seen);
+    pthread_join(th, NULL);
+    CHECK_INT(j.status, 200);
+    free(j.out);
+    /* finished: no slot left */
+    char *out = NULL;
+    CHECK_INT(http(&v, "sl_end", "/slots", NULL, NULL, &out), 200);
+    json_t *o = parse(out);
+    CHECK_INT(json_array_size(json_object_get(o, "slots")), 0);
+    json_decref(o);
+    free(out);
+    srv_close(&v);
+}
+
+TEST(test_slots_no_text) { slots_in_flight(0); }
+TEST(test_slots_show_text) { slots_in_flight(1); }
+
+/* One request at a time and one waiting: of eight at once some are refused with 503, and
+ * each refusal is counted as queue_full; the rest finish. */
+TEST(test_rejected_queue_full) {
+    srv v;
+    st_server_params sp = {.metrics = 1};
+    open_np = 1, open_queue = 1;
+    const int rc = srv_open(&v, &sp, 0, 256);
+    open_np = 4, open_queue = 0;
+    CHECK_OK(rc);
+    if (!v.s) return;
+    enum { N = 8 };
+    static job jobs[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        jobs[i] = (job){.v = &v};
+        snprintf(jobs[i].tag, sizeof jobs[i].tag, "q%d", i);
+        snprintf(jobs[i].body, sizeof jobs[i].body, "{\"prompt\":\"queue %d\",\"max_tokens\":200,\"temperature\":0}", i);
+        REQUIRE(pthread_create(&th[i], NULL, run_job, &jobs[i]) == 0);
+    }
+    int n503 = 0, n200 = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        n503 += jobs[i].status == 503, n200 += jobs[i].status == 200;
+        free(jobs[i].out);
+    }
+    CHECK_INT(n503 + n200, N);
+    char *m = NULL;
+    CHECK_INT(http(&v, "qm", "/metrics", NULL, NULL, &m), 200);
+    REQUIRE(m);
+    CHECK_INT(isample(m, "strata:requests_rejected_total{reason=\"queue_full\"}"), n503);
+    CHECK_INT(isample(m, "strata:requests_finished_total{reason=\"length\"}") +
+                  isample(m, "strata:requests_finished_total{reason=\"eos\"}"),
+              n200);
+    CHECK_INT(check_hist(m, "strata:e2e_request_latency_seconds"), n200);
+    fprintf(stderr, "  %d answered, %d refused with 503\n", n200, n503);
+    if (!n503) test_untested("every request found room in the queue: no refusal to count");
+    free(m);
+    srv_close(&v);
+}
+
+/* --api-key guards /metrics and /slots; without --metrics /metrics says how to turn it on. */
+TEST(test_ops_auth_and_off) {
+    srv v;
+    st_server_params sp = {.metrics = 1, .api_key = "sekret"};
+    CHECK_OK(srv_open(&v, &sp, 0, 256));
+    if (!v.s) return;
+    CHECK_INT(http(&v, "a1", "/metrics", NULL, NULL, NULL), 401);
+    CHECK_INT(http(&v, "a2", "/slots", NULL, NULL, NULL), 401);
+    CHECK_INT(http(&v, "a3", "/metrics", NULL, "-H 'Authorization: Bearer sekret'", NULL), 200);
+    CHECK_INT(http(&v, "a4", "/slots", NULL, "-H 'Authorization: Bearer sekret'", NULL), 200);
+    srv_close(&v);
+    st_server_params off = {0};
+    CHECK_OK(srv_open(&v, &off, 0, 256));
+    if (!v.s) return;
+    char *out = NULL;
+    CHECK_INT(http(&v, "off", "/metrics", NULL, NULL, &out), 501);
+    json_t *o = parse(out);
+    const char *msg = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
+    CHECK(msg && strstr(msg, "--metrics"));
+    json_decref(o);
+    free(out);
+    CHECK_INT(http(&v, "off2", "/slots", NULL, NULL, NULL), 200); /* /slots needs no flag */
+    srv_close(&v);
+}
+
+TEST_MAIN(test_metrics_values, test_metrics_sparse, test_slots_no_text, test_slots_show_text, test_rejected_queue_full,
+          test_ops_auth_and_off)
