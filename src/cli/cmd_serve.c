@@ -21,13 +21,15 @@ static void usage(FILE *f) {
             "POST /v1/chat/completions (stream with \"stream\": true), POST /tokenize, POST /detokenize,\n"
             "POST /apply-template; for operations GET /slots (every active request: state, tokens, timings,\n"
             "where its KV pages are) and, with --metrics, GET /metrics (Prometheus text format; 501 without).\n"
+            "GET /: a dashboard in the browser (chat, and the KV cache live from /slots and /metrics).\n"
             "--slots-show-text: /slots shows each request's prompt and output (by default no user text).\n"
             "--verbose: a line on stderr after each step that moved KV pages between RAM and disk.\n"
             "--timeout: seconds a connection may idle (600).\n"
             "--host PATH (holding a '/', e.g. ./strata.sock): a unix socket instead of TCP.\n"
             "Defaults: --host 127.0.0.1 (loopback only), --port 8080 (0: any free port, printed), -np 4 requests\n"
             "at once sharing one KV pool (-c tokens each at most), --max-queue 4 x -np waiting (beyond: 503),\n"
-            "--max-body 1 MiB (beyond: 413). --api-key: every route but /health needs \"Authorization: Bearer KEY\".\n"
+            "--max-body 1 MiB (beyond: 413). --api-key: every route but /health and the\n"
+            "dashboard's page needs \"Authorization: Bearer KEY\" (typed into the page, it is kept in its memory).\n"
             "Without -m, the built-in synthetic model (noise text). Prints \"listening on http://HOST:PORT\" on\n"
             "stderr when ready; SIGINT / SIGTERM stop it.\n" ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
 }
