@@ -13,10 +13,13 @@
  * (Prometheus text format: request, token, KV pool, SSD tier, prefix cache and Quest counters
  * and latency histograms; only with `metrics`, else 501) and GET /slots (JSON: every active
  * request's state, token counts, timings and a strip of where each of its KV pages is; no
- * user text unless `slots_show_text`). Both are in docs/FORMATS.md. Errors come in OpenAI's shape
+ * user text unless `slots_show_text`). Both are in docs/FORMATS.md. GET / (also /index.html,
+ * /dash.css, /dash.js): a dashboard page, chat and a live view of the KV cache from /slots and
+ * /metrics, served without the API key (it holds no data; the routes it reads ask for the key
+ * typed into it) under a Content-Security-Policy of 'self' only. Errors come in OpenAI's shape
  * {"error": {"message", "type", "code"}}: 400 for malformed JSON or a field of the wrong type
  * (named), and for a prompt longer than the context (with n_prompt_tokens and n_ctx); 401 for
- * a missing or wrong API key (/health stays open); 404 for an unknown route; 413 for a body
+ * a missing or wrong API key (/health and the dashboard stay open); 404 for an unknown route; 413 for a body
  * over max_body; 431 for headers over max_header; 503 with Retry-After when the server cannot
  * take the request now, its error's "reason" naming why (beside "code" 503, as llama-server
  * sends it): "queue_full" (the engine's wait queue holds

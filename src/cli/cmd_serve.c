@@ -22,6 +22,7 @@ static void usage(FILE *f) {
             "POST /v1/chat/completions (stream with \"stream\": true), POST /tokenize, POST /detokenize,\n"
             "POST /apply-template; for operations GET /slots (every active request: state, tokens, timings,\n"
             "where its KV pages are) and, with --metrics, GET /metrics (Prometheus text format; 501 without).\n"
+            "GET /: a dashboard in the browser (chat, and the KV cache live from /slots and /metrics).\n"
             "--slots-show-text: /slots shows each request's prompt and output (by default no user text).\n"
             "--verbose: a line on stderr after each step that moved KV pages between RAM and disk.\n"
             "--timeout: seconds a connection may idle (600).\n"
@@ -31,7 +32,8 @@ static void usage(FILE *f) {
             "\"queue_full\"), --queue-timeout 60 s for a waiting request to be admitted (beyond: 503 \"queue_timeout\"\n"
             "or \"kv_budget\"; 0: no limit), --max-body 1 MiB (beyond: 413), --max-header 32 KiB (beyond: 431),\n"
             "--request-timeout 60 s to send a request or idle between two (beyond: closed), --max-connections 256.\n"
-            "--api-key: every route but /health needs \"Authorization: Bearer KEY\".\n"
+            "--api-key: every route but /health and the dashboard's page needs \"Authorization: Bearer KEY\"\n"
+            "(typed into the page, it is kept in its memory).\n"
             "Without -m, the built-in synthetic model (noise text). Prints \"listening on http://HOST:PORT\" on\n"
             "stderr when ready; SIGINT / SIGTERM stop it.\n" ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
 }

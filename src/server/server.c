@@ -631,6 +631,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
     conn_reading(s, con, 0); /* the request is in: what follows is the server's time */
     const int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (get && !strcmp(url, "/health")) return srv_send_json(con, 200, json_pack("{s:s}", "status", "ok"));
+    enum MHD_Result r;
+    if ((get || !strcmp(method, "HEAD")) && srv_dashboard(con, url, &r)) return r; /* no key: the page holds no data (server_dash.c) */
     if (!authorized(s, con)) return srv_send_error(con, 401, "invalid or missing API key (Authorization: Bearer KEY)");
     if (x->too_big) return srv_send_error(con, 413, "the request body is over %zu bytes", s->max_body);
     const char *b = x->body ? x->body : "";

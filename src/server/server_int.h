@@ -1,6 +1,7 @@
 /* Server internals: the channel between a connection thread and the scheduler (server.c), the
  * OpenAI request and response shapes (server_api.c), and the operations endpoints /metrics
- * and /slots with the latency histograms behind them (server_metrics.c). */
+ * and /slots with the latency histograms behind them (server_metrics.c), and the dashboard at
+ * GET / (server_dash.c). */
 #ifndef STRATA_SERVER_INT_H
 #define STRATA_SERVER_INT_H
 
@@ -177,6 +178,19 @@ void srv_reject_add(st_server *s, srv_reject r);
 /* GET /metrics (501 without metrics) and GET /slots. */
 enum MHD_Result srv_metrics_ep(st_server *s, struct MHD_Connection *con);
 enum MHD_Result srv_slots_ep(st_server *s, struct MHD_Connection *con);
+
+/* The dashboard's files (src/server/dash/), generated into the build by cmake/embed.cmake:
+ * path ("/index.html"), Content-Type and bytes. */
+typedef struct srv_asset {
+    const char *path, *type;
+    const unsigned char *data;
+    size_t n;
+} srv_asset;
+extern const srv_asset srv_assets[];
+extern const int srv_n_assets;
+/* GET of a dashboard file (url "/" is /index.html), with its security headers: returns 1 and
+ * the queued response's result in *r, or 0 when url is none of them (server_dash.c). */
+int srv_dashboard(struct MHD_Connection *con, const char *url, enum MHD_Result *r);
 
 /* A JSON response (o consumed; 503 adds Retry-After), and an OpenAI-shaped error of it. */
 enum MHD_Result srv_send_json(struct MHD_Connection *con, int status, json_t *o);

@@ -5,3 +5,8 @@ set_tests_properties(test_server_openai PROPERTIES LABELS model TIMEOUT 300 SKIP
 # The overload soak: test_server_load for 10 minutes instead of 2 (label slow).
 add_test(NAME test_server_load_soak COMMAND test_server_load WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 set_tests_properties(test_server_load_soak PROPERTIES LABELS slow TIMEOUT 900 ENVIRONMENT "STRATA_LOAD_SECONDS=600")
+
+# The dashboard (GET /) in headless Chromium against strata serve with the built-in model.
+add_test(NAME test_server_dashboard COMMAND sh ${CMAKE_SOURCE_DIR}/tests/server/dashboard.sh ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_server_dashboard PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77
+  ENVIRONMENT "STRATA_BIN=$<TARGET_FILE:strata>")
