@@ -41,6 +41,8 @@ typedef struct st_server_params {
     const char *chat_template; /* a template name (tok.h), or NULL: the model's own */
     size_t max_body;           /* request bytes at most; 0: 1 MiB */
     int timeout_s;             /* a connection idle this long is closed; 0: 600 (llama-server's) */
+    const char *session_dir;   /* NULL: no sessions; else where they are saved (made if missing;
+                                  not a writable directory: the start is refused) */
 } st_server_params;
 
 /* Starts serving e (borrowed: it must outlive the server, and nobody else may use it until

@@ -16,10 +16,13 @@ static void usage(FILE *f) {
             "usage: strata serve [-m FILE] [--host ADDR] [--port N] [-c CTX] [-np N] [-b N_BATCH] [-t THREADS]\n"
             "                    [--api-key KEY | --api-key-file FILE] [--alias NAME] [--chat-template NAME]\n"
             "                    [--max-queue N] [--max-body BYTES] [--timeout S] [--kv-page P] [-ctk/-ctv TYPE]\n"
-            "                    [--mmap|--no-mmap]\n"
+            "                    [--mmap|--no-mmap] [--session-dir DIR]\n"
             "OpenAI-compatible HTTP API: GET /health, GET /v1/models, POST /v1/completions,\n"
             "POST /v1/chat/completions (stream with \"stream\": true), POST /tokenize, POST /detokenize,\n"
             "POST /apply-template. --timeout: seconds a connection may idle (600).\n"
+            "--session-dir DIR: POST /v1/sessions/NAME saves a conversation's tokens and KV there (made if\n"
+            "missing), GET /v1/sessions lists them, DELETE /v1/sessions/NAME removes one; a request with\n"
+            "\"session\": NAME (or whose prompt begins with a saved one) continues it without its prefill.\n"
             "--host PATH (holding a '/', e.g. ./strata.sock): a unix socket instead of TCP.\n"
             "Defaults: --host 127.0.0.1 (loopback only), --port 8080 (0: any free port, printed), -np 4 requests\n"
             "at once sharing one KV pool (-c tokens each at most), --max-queue 4 x -np waiting (beyond: 503),\n"
@@ -73,6 +76,7 @@ int st_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--host")) sp.host = v;
         else if (!strcmp(a, "--alias") || !strcmp(a, "-a")) sp.model_id = v;
         else if (!strcmp(a, "--chat-template")) sp.chat_template = v;
+        else if (!strcmp(a, "--session-dir")) sp.session_dir = v;
         else if (!strcmp(a, "--api-key")) {
             free(key);
             if (!v || !*v || !(key = strdup(v))) return bad(a, v);

@@ -25,7 +25,7 @@
 
 /* ---- channels ----------------------------------------------------------------------------- */
 
-static srv_chan *chan_new(st_server *s, int chat, int stream, int include_usage, int logprobs) {
+srv_chan *srv_chan_new(st_server *s, int chat, int stream, int include_usage, int logprobs) {
     srv_chan *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->refs = 1;
@@ -44,12 +44,13 @@ static void chan_link(st_server *s, srv_chan *c) {
     s->chans = c;
 }
 
-static void chan_unref(st_server *s, srv_chan *c) {
+void srv_chan_unref(st_server *s, srv_chan *c) {
     if (--c->refs > 0) return;
     if (c->prev) c->prev->next = c->next;
     else if (s->chans == c) s->chans = c->next;
     if (c->next) c->next->prev = c->prev;
     json_decref(c->lp);
+    free(c->snap);
     free(c->text);
     free(c->out);
     free(c);
@@ -120,9 +121,15 @@ static void deliver(srv_chan *c, const st_engine_event *ev) {
 static void collect(st_server *s) {
     for (srv_chan *c = s->chans; c; c = c->next) {
         if (c->submit) {
-            c->submit_rc = st_engine_submit(s->e, &c->submit->rp, &c->id);
-            if (c->submit_rc) snprintf(c->err, sizeof c->err, "%s", st_ctx_error(st_engine_ctx(s->e)));
-            else c->refs++, c->engine_ref = 1;
+            srv_req *q = c->submit;
+            c->submit_rc = srv_session_restore(s, q, c->err, sizeof c->err);
+            if (!c->submit_rc) {
+                c->submit_rc = st_engine_submit(s->e, &q->rp, &c->id);
+                if (c->submit_rc) snprintf(c->err, sizeof c->err, "%s", st_ctx_error(st_engine_ctx(s->e)));
+                /* a restored sequence passes to the engine only when the submit succeeds */
+                if (c->submit_rc && q->rp.seq >= 0) st_kv_seq_free(st_engine_kv(s->e), q->rp.seq);
+                if (!c->submit_rc) c->refs++, c->engine_ref = 1, c->n_resumed = q->n_resumed;
+            }
             c->submit = NULL, c->submitted = 1;
         }
         if (c->cancel && c->engine_ref) st_engine_cancel(s->e, c->id);
@@ -142,8 +149,9 @@ static void step(st_server *s) {
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < n; i++) {
         srv_chan *c = ev[i].user;
+        if (ev[i].seq >= 0) srv_session_capture(s, c, &ev[i]);
         deliver(c, &ev[i]);
-        if (ev[i].finish) c->engine_ref = 0, chan_unref(s, c);
+        if (ev[i].finish) c->engine_ref = 0, srv_chan_unref(s, c);
     }
     st_engine_get_stats(s->e, &s->est);
     st_kv_get_stats(st_engine_kv(s->e), &s->kst);
@@ -243,9 +251,25 @@ static void stream_free(void *cls) {
     stream_ctx *x = cls;
     pthread_mutex_lock(&x->s->mu);
     ask_cancel(x->s, x->c);
-    chan_unref(x->s, x->c);
+    srv_chan_unref(x->s, x->c);
     pthread_mutex_unlock(&x->s->mu);
     free(x);
+}
+
+int srv_chan_submit(st_server *s, srv_chan *c, srv_req *q, char *msg, size_t cap) {
+    q->rp.user = c;
+    pthread_mutex_lock(&s->mu);
+    c->submit = q;
+    chan_link(s, c);
+    s->pending = 1;
+    pthread_cond_signal(&s->work);
+    while (!c->submitted && !s->stop) pthread_cond_wait(&s->progress, &s->mu);
+    const int rc = c->submitted ? c->submit_rc : ST_E_STATE;
+    if (rc) snprintf(msg, cap, "%s", c->submitted ? c->err : "the server is stopping");
+    c->submit = NULL;
+    if (rc) srv_chan_unref(s, c);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
 }
 
 /* ---- endpoints ------------------------------------------------------------------------------ */
@@ -262,26 +286,23 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
         srv_req_free(&q);
         return srv_send_json(con, 400, e);
     }
-    srv_chan *c = chan_new(s, chat, q.stream, q.include_usage, q.logprobs);
+    if ((st = srv_session_prepare(s, body, len, &q, msg, sizeof msg))) {
+        srv_req_free(&q);
+        return srv_send_error(con, st, "%s", msg);
+    }
+    srv_chan *c = srv_chan_new(s, chat, q.stream, q.include_usage, q.logprobs);
     if (!c) {
         srv_req_free(&q);
         return srv_send_error(con, 500, "out of memory");
     }
-    q.rp.user = c;
-    pthread_mutex_lock(&s->mu);
-    c->submit = &q;
-    chan_link(s, c);
-    s->pending = 1;
-    pthread_cond_signal(&s->work);
-    while (!c->submitted && !s->stop) pthread_cond_wait(&s->progress, &s->mu);
-    const int rc = c->submitted ? c->submit_rc : ST_E_STATE;
-    if (rc) snprintf(msg, sizeof msg, "%s", c->submitted ? c->err : "the server is stopping");
-    c->submit = NULL;
-    if (rc) chan_unref(s, c);
-    pthread_mutex_unlock(&s->mu);
+    const int rc = srv_chan_submit(s, c, &q, msg, sizeof msg);
+    const int sess_failed = q.sess_failed;
     srv_req_free(&q);
     if (rc) {
-        return srv_send_error(con, rc == ST_E_QUEUE_FULL ? 503 : rc == ST_E_NOMEM ? 500 : 400, "%s", msg);
+        return srv_send_error(con, rc == ST_E_QUEUE_FULL || rc == ST_E_POOL_FULL ? 503 : rc == ST_E_NOMEM ? 500
+                                   : sess_failed                                 ? 409
+                                                                                 : 400,
+                              "%s", msg);
     }
     if (c->stream) {
         stream_ctx *x = malloc(sizeof *x);
@@ -292,7 +313,7 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
             free(x);
             pthread_mutex_lock(&s->mu);
             ask_cancel(s, c);
-            chan_unref(s, c);
+            srv_chan_unref(s, c);
             pthread_mutex_unlock(&s->mu);
             return MHD_NO;
         }
@@ -312,7 +333,7 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
                                                     : srv_response(c);
     const int status = !c->done ? 503 : c->fin.finish == ST_FINISH_ERROR ? 500 : 200;
     ask_cancel(s, c);
-    chan_unref(s, c);
+    srv_chan_unref(s, c);
     pthread_mutex_unlock(&s->mu);
     return srv_send_json(con, status, o);
 }
@@ -443,6 +464,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
                                              "id", s->model_id, "object", "model", "owned_by", "strata", "created", 0,
                                              "meta", "fingerprint", hex, "n_ctx", s->n_ctx));
     }
+    enum MHD_Result ret;
+    if (srv_session_route(s, con, url, method, b, x->n, &ret)) return ret;
     if (post && !strcmp(url, "/v1/completions")) return completion(s, con, b, x->n, 0);
     if (post && !strcmp(url, "/v1/chat/completions")) return completion(s, con, b, x->n, 1);
     if (post && !strcmp(url, "/tokenize")) return tokenize_ep(s, con, b, x->n);
@@ -475,6 +498,7 @@ void st_server_stop(st_server *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->work);
     pthread_cond_destroy(&s->progress);
+    srv_sessions_close(s->sess);
     if (s->sock_path) unlink(s->sock_path);
     free(s->sock_path);
     free(s->api_key);
@@ -520,6 +544,11 @@ int st_server_start(st_engine *e, const st_server_params *p, st_server **out, ch
         if (why && why_len) snprintf(why, why_len, "chat template: %s", st_ctx_error(st_engine_ctx(e)));
         st_server_stop(s);
         return ST_E_NOT_FOUND;
+    }
+    int rc = p->session_dir ? srv_sessions_open(s, p->session_dir, &s->sess, why, why_len) : 0;
+    if (rc) {
+        st_server_stop(s);
+        return rc;
     }
     const char *host = p->host ? p->host : "127.0.0.1";
     const unsigned timeout = (unsigned)(p->timeout_s ? p->timeout_s : 600);
