@@ -9,7 +9,17 @@
  * cache, where only a request whose tokens are verified equal can attach them).
  *
  * Endpoints: GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions,
- * POST /tokenize, POST /detokenize, POST /apply-template. Errors come in OpenAI's shape
+ * POST /tokenize, POST /detokenize, POST /apply-template; with a session directory
+ * POST /v1/sessions/NAME (saves the conversation of a completion's or chat's body: its tokens
+ * and KV, atomically, before answering {"name", "n_tokens", "bytes"}), GET /v1/sessions
+ * ({"data": [{"name", "n_tokens", "bytes", "modified", "age_s"}]}) and DELETE
+ * /v1/sessions/NAME (404 when absent). A completion or chat with "session": NAME continues
+ * that session (its history is not computed again; usage counts it as cached); one whose
+ * prompt begins with a saved history continues the longest such session unasked. A name
+ * outside [A-Za-z0-9._-]{1,64} (or "." / "..") is a 400; an unknown session a 404; a session
+ * file that is damaged, truncated, of another model, or whose tokens the prompt does not
+ * begin with is a 409 naming the session and the reason (a matched, unnamed session that
+ * fails is dropped and the request runs without it). Errors come in OpenAI's shape
  * {"error": {"message", "type", "code"}}: 400 for malformed JSON or a field of the wrong type
  * (named), and for a prompt longer than the context (with n_prompt_tokens and n_ctx); 401 for
  * a missing or wrong API key (/health stays open); 404 for an unknown route; 413 for a body
@@ -54,6 +64,11 @@ int st_server_start(st_engine *e, const st_server_params *p, st_server **out, ch
 int st_server_port(const st_server *s);
 /* The engine's and its KV pool's counters, read under the server's lock (from any thread). */
 void st_server_get_stats(st_server *s, st_engine_stats *engine, st_kv_stats *kv);
+/* A graceful stop's first half: stops listening (new connections are refused; a new request
+ * on an open connection answers 503), then waits until every request in flight has
+ * answered, at most timeout_s seconds. Returns the requests still running at the timeout
+ * (0: all finished); st_server_stop then cancels them. */
+int st_server_drain(st_server *s, double timeout_s);
 /* Stops accepting, cancels what runs, joins every thread and frees s. NULL is a no-op. */
 void st_server_stop(st_server *s);
 

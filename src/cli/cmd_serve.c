@@ -16,7 +16,7 @@ static void usage(FILE *f) {
             "usage: strata serve [-m FILE] [--host ADDR] [--port N] [-c CTX] [-np N] [-b N_BATCH] [-t THREADS]\n"
             "                    [--api-key KEY | --api-key-file FILE] [--alias NAME] [--chat-template NAME]\n"
             "                    [--max-queue N] [--max-body BYTES] [--timeout S] [--kv-page P] [-ctk/-ctv TYPE]\n"
-            "                    [--mmap|--no-mmap] [--session-dir DIR]\n"
+            "                    [--mmap|--no-mmap] [--session-dir DIR] [--shutdown-timeout S]\n"
             "OpenAI-compatible HTTP API: GET /health, GET /v1/models, POST /v1/completions,\n"
             "POST /v1/chat/completions (stream with \"stream\": true), POST /tokenize, POST /detokenize,\n"
             "POST /apply-template. --timeout: seconds a connection may idle (600).\n"
@@ -28,7 +28,8 @@ static void usage(FILE *f) {
             "at once sharing one KV pool (-c tokens each at most), --max-queue 4 x -np waiting (beyond: 503),\n"
             "--max-body 1 MiB (beyond: 413). --api-key: every route but /health needs \"Authorization: Bearer KEY\".\n"
             "Without -m, the built-in synthetic model (noise text). Prints \"listening on http://HOST:PORT\" on\n"
-            "stderr when ready; SIGINT / SIGTERM stop it.\n" ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
+            "stderr when ready. SIGINT / SIGTERM stop it gracefully: it stops listening, lets the running\n"
+            "requests finish for up to --shutdown-timeout seconds (30; then cancels them) and exits 0.\n" ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
 }
 
 static volatile sig_atomic_t stop_flag;
@@ -60,7 +61,7 @@ int st_cmd_serve(int argc, char **argv) {
     st_cli_kv_flags_init(&tier);
     char *key = NULL;
     const char *model = NULL;
-    int mmap = 0;
+    int mmap = 0, shutdown_s = 30;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long n;
@@ -77,6 +78,10 @@ int st_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--alias") || !strcmp(a, "-a")) sp.model_id = v;
         else if (!strcmp(a, "--chat-template")) sp.chat_template = v;
         else if (!strcmp(a, "--session-dir")) sp.session_dir = v;
+        else if (!strcmp(a, "--shutdown-timeout")) {
+            if (st_cli_int(v, 0, 1 << 20, &n)) return bad(a, v);
+            shutdown_s = (int)n;
+        }
         else if (!strcmp(a, "--api-key")) {
             free(key);
             if (!v || !*v || !(key = strdup(v))) return bad(a, v);
@@ -170,8 +175,11 @@ int st_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "strata serve: %s, %d requests at once, context %d; listening on http://%s:%d\n",
                 st_model_desc(st_engine_model(e)), ep.n_parallel, st_engine_n_ctx(e), sp.host, st_server_port(s));
     while (!stop_flag) usleep(50 * 1000); /* a signal between the check and a pause() would be lost */
-    fprintf(stderr, "strata serve: stopping\n");
+    fprintf(stderr, "strata serve: stopping: no new requests, waiting up to %d s for the running ones\n", shutdown_s);
+    const int left = st_server_drain(s, shutdown_s);
+    if (left) fprintf(stderr, "strata serve: %d requests still running: cancelled\n", left);
     st_server_stop(s);
+    fprintf(stderr, "strata serve: stopped\n");
     st_engine_destroy(e);
     free(key);
     return 0;

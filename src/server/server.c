@@ -46,6 +46,7 @@ static void chan_link(st_server *s, srv_chan *c) {
 
 void srv_chan_unref(st_server *s, srv_chan *c) {
     if (--c->refs > 0) return;
+    pthread_cond_broadcast(&s->progress); /* st_server_drain counts the channels */
     if (c->prev) c->prev->next = c->next;
     else if (s->chans == c) s->chans = c->next;
     if (c->next) c->next->prev = c->prev;
@@ -455,6 +456,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
     if (!authorized(s, con)) return srv_send_error(con, 401, "invalid or missing API key (Authorization: Bearer KEY)");
     if (x->too_big) return srv_send_error(con, 413, "the request body is over %zu bytes", s->max_body);
     const char *b = x->body ? x->body : "";
+    pthread_mutex_lock(&s->mu);
+    const int draining = s->draining;
+    pthread_mutex_unlock(&s->mu);
+    if (draining && post) return srv_send_error(con, 503, "the server is shutting down");
     if (get && !strcmp(url, "/v1/models")) {
         uint8_t fp[16];
         char hex[33];
@@ -483,6 +488,27 @@ void st_server_get_stats(st_server *s, st_engine_stats *engine, st_kv_stats *kv)
     if (engine) *engine = s->est;
     if (kv) *kv = s->kst;
     pthread_mutex_unlock(&s->mu);
+}
+
+int st_server_drain(st_server *s, double timeout_s) {
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    pthread_mutex_unlock(&s->mu);
+    const MHD_socket fd = s->d ? MHD_quiesce_daemon(s->d) : MHD_INVALID_SOCKET;
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    const double t = until.tv_sec + until.tv_nsec * 1e-9 + (timeout_s > 0 ? timeout_s : 0);
+    until.tv_sec = (time_t)t, until.tv_nsec = (long)((t - (double)(time_t)t) * 1e9);
+    pthread_mutex_lock(&s->mu);
+    int n = 0;
+    for (;;) {
+        n = 0;
+        for (srv_chan *c = s->chans; c; c = c->next) n++;
+        if (!n || pthread_cond_timedwait(&s->progress, &s->mu, &until) == ETIMEDOUT) break;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 void st_server_stop(st_server *s) {
@@ -552,7 +578,9 @@ int st_server_start(st_engine *e, const st_server_params *p, st_server **out, ch
     }
     const char *host = p->host ? p->host : "127.0.0.1";
     const unsigned timeout = (unsigned)(p->timeout_s ? p->timeout_s : 600);
-    const unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    /* ITC: MHD_quiesce_daemon (st_server_drain) needs it in this threading mode */
+    const unsigned flags =
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (strchr(host, '/')) {
         /* a unix socket: only processes that may open the path reach it */
         struct sockaddr_un un = {.sun_family = AF_UNIX};

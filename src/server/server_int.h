@@ -169,6 +169,7 @@ struct st_server {
     st_engine_stats est;     /* the engine's counters after the last step (for other threads) */
     st_kv_stats kst;
     int stop;
+    int draining;            /* st_server_drain: new requests answer 503 */
     int port;
     char *api_key, *model_id;
     char *sock_path;         /* a unix socket's path, removed at the stop */
