@@ -6,7 +6,8 @@
 # Seeds: the GGUF corpus of the unit tests (test_gguf_corpus --write), a valid KV snapshot
 # and a patch of one ('S' and 'P', see fuzz/kv_snapshot_fuzz.c), a few texts for tok_fuzz,
 # a few edit lists for model_fuzz (its first byte picks the base model, then edits follow),
-# a few request bodies for server_request_fuzz (first byte: completions or chat).
+# a few request bodies for server_request_fuzz (first byte: completions or chat), a valid
+# session file and patches of one for session_file_fuzz ('S' and 'P', see its header).
 set -euo pipefail
 build=${1:-build-fuzz}
 secs=${2:-20}
@@ -20,7 +21,8 @@ if [ ${#targets[@]} -eq 0 ]; then
   exit 1
 fi
 
-mkdir -p "$work/seeds/gguf" "$work/seeds/kv_snapshot" "$work/seeds/tok" "$work/seeds/model" "$work/seeds/server_request"
+mkdir -p "$work/seeds/gguf" "$work/seeds/kv_snapshot" "$work/seeds/tok" "$work/seeds/model" "$work/seeds/server_request" \
+  "$work/seeds/session_file"
 "$build/tests/test_gguf_corpus" --write "$work/seeds/gguf" >/dev/null
 printf 'S' >"$work/seeds/kv_snapshot/valid"
 printf 'P\x00\x10\x01' >"$work/seeds/kv_snapshot/patch"
@@ -34,6 +36,10 @@ printf '\x00{"prompt":"Once upon a time","max_tokens":8,"stop":["\\n",". "],"log
 printf '\x01{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi \\u00e9"}],"temperature":0.5,"stream_options":{"include_usage":true}}' \
   >"$work/seeds/server_request/chat"
 printf '\x00{"prompt":[1,5,9],"n":1,"seed":7,"top_k":3,"min_p":0.1}' >"$work/seeds/server_request/ids"
+printf 'S' >"$work/seeds/session_file/valid"
+printf 'P\x00\x20\x00\x01' >"$work/seeds/session_file/count"   # the token count edited, checksum fixed
+printf 'P\x00\x60\x00\x04\x80' >"$work/seeds/session_file/cut" # a token edited, cut to half
+printf 'P\x01\x10\x00\xff' >"$work/seeds/session_file/model"    # the fingerprint edited, checksum stale
 
 fail=0
 for t in "${targets[@]}"; do

@@ -16,7 +16,17 @@
  * user text unless `slots_show_text`). Both are in docs/FORMATS.md. GET / (also /index.html,
  * /dash.css, /dash.js): a dashboard page, chat and a live view of the KV cache from /slots and
  * /metrics, served without the API key (it holds no data; the routes it reads ask for the key
- * typed into it) under a Content-Security-Policy of 'self' only. Errors come in OpenAI's shape
+ * typed into it) under a Content-Security-Policy of 'self' only. With a session directory
+ * POST /v1/sessions/NAME (saves the conversation of a completion's or chat's body: its tokens
+ * and KV, atomically, before answering {"name", "n_tokens", "bytes"}), GET /v1/sessions
+ * ({"data": [{"name", "n_tokens", "bytes", "modified", "age_s"}]}) and DELETE
+ * /v1/sessions/NAME (404 when absent). A completion or chat with "session": NAME continues
+ * that session (its history is not computed again; usage counts it as cached); one whose
+ * prompt begins with a saved history continues the longest such session unasked. A name
+ * outside [A-Za-z0-9._-]{1,64} (or "." / "..") is a 400; an unknown session a 404; a session
+ * file that is damaged, truncated, of another model, or whose tokens the prompt does not
+ * begin with is a 409 naming the session and the reason (a matched, unnamed session that
+ * fails is dropped and the request runs without it). Errors come in OpenAI's shape
  * {"error": {"message", "type", "code"}}: 400 for malformed JSON or a field of the wrong type
  * (named), and for a prompt longer than the context (with n_prompt_tokens and n_ctx); 401 for
  * a missing or wrong API key (/health and the dashboard stay open); 404 for an unknown route; 413 for a body
@@ -75,6 +85,8 @@ typedef struct st_server_params {
     int slots_show_text;       /* GET /slots shows each request's prompt and output text */
     int verbose;               /* after a step that moved pages between the tiers, one line
                                   on stderr (st_kv_stats_line) */
+    const char *session_dir;   /* NULL: no sessions; else where they are saved (made if missing;
+                                  not a writable directory: the start is refused) */
 } st_server_params;
 
 /* Starts serving e (borrowed: it must outlive the server, and nobody else may use it until
@@ -86,6 +98,11 @@ int st_server_start(st_engine *e, const st_server_params *p, st_server **out, ch
 int st_server_port(const st_server *s);
 /* The engine's and its KV pool's counters, read under the server's lock (from any thread). */
 void st_server_get_stats(st_server *s, st_engine_stats *engine, st_kv_stats *kv);
+/* A graceful stop's first half: stops listening (new connections are refused; a new request
+ * on an open connection answers 503), then waits until every request in flight has
+ * answered, at most timeout_s seconds. Returns the requests still running at the timeout
+ * (0: all finished); st_server_stop then cancels them. */
+int st_server_drain(st_server *s, double timeout_s);
 /* Stops accepting, cancels what runs, joins every thread and frees s. NULL is a no-op. */
 void st_server_stop(st_server *s);
 

@@ -18,6 +18,7 @@ static void usage(FILE *f) {
             "                    [--max-queue N] [--queue-timeout S] [--max-body BYTES] [--max-header BYTES]\n"
             "                    [--timeout S] [--request-timeout S] [--max-connections N] [--kv-page P]\n"
             "                    [-ctk/-ctv TYPE] [--mmap|--no-mmap] [--metrics] [--slots-show-text] [--verbose]\n"
+            "                    [--session-dir DIR] [--shutdown-timeout S]\n"
             "OpenAI-compatible HTTP API: GET /health, GET /v1/models, POST /v1/completions,\n"
             "POST /v1/chat/completions (stream with \"stream\": true), POST /tokenize, POST /detokenize,\n"
             "POST /apply-template; for operations GET /slots (every active request: state, tokens, timings,\n"
@@ -26,6 +27,9 @@ static void usage(FILE *f) {
             "--slots-show-text: /slots shows each request's prompt and output (by default no user text).\n"
             "--verbose: a line on stderr after each step that moved KV pages between RAM and disk.\n"
             "--timeout: seconds a connection may idle (600).\n"
+            "--session-dir DIR: POST /v1/sessions/NAME saves a conversation's tokens and KV there (made if\n"
+            "missing), GET /v1/sessions lists them, DELETE /v1/sessions/NAME removes one; a request with\n"
+            "\"session\": NAME (or whose prompt begins with a saved one) continues it without its prefill.\n"
             "--host PATH (holding a '/', e.g. ./strata.sock): a unix socket instead of TCP.\n"
             "Defaults: --host 127.0.0.1 (loopback only), --port 8080 (0: any free port, printed), -np 4 requests\n"
             "at once sharing one KV pool (-c tokens each at most), --max-queue 4 x -np waiting (beyond: 503\n"
@@ -35,7 +39,8 @@ static void usage(FILE *f) {
             "--api-key: every route but /health and the dashboard's page needs \"Authorization: Bearer KEY\"\n"
             "(typed into the page, it is kept in its memory).\n"
             "Without -m, the built-in synthetic model (noise text). Prints \"listening on http://HOST:PORT\" on\n"
-            "stderr when ready; SIGINT / SIGTERM stop it.\n" ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
+            "stderr when ready. SIGINT / SIGTERM stop it gracefully: it stops listening, lets the running\n"
+            "requests finish for up to --shutdown-timeout seconds (30; then cancels them) and exits 0.\n" ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
 }
 
 static volatile sig_atomic_t stop_flag;
@@ -67,7 +72,7 @@ int st_cmd_serve(int argc, char **argv) {
     st_cli_kv_flags_init(&tier);
     char *key = NULL;
     const char *model = NULL;
-    int mmap = 0;
+    int mmap = 0, shutdown_s = 30;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long n;
@@ -83,6 +88,11 @@ int st_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--host")) sp.host = v;
         else if (!strcmp(a, "--alias") || !strcmp(a, "-a")) sp.model_id = v;
         else if (!strcmp(a, "--chat-template")) sp.chat_template = v;
+        else if (!strcmp(a, "--session-dir")) sp.session_dir = v;
+        else if (!strcmp(a, "--shutdown-timeout")) {
+            if (st_cli_int(v, 0, 1 << 20, &n)) return bad(a, v);
+            shutdown_s = (int)n;
+        }
         else if (!strcmp(a, "--api-key")) {
             free(key);
             if (!v || !*v || !(key = strdup(v))) return bad(a, v);
@@ -195,8 +205,11 @@ int st_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "strata serve: %s, %d requests at once, context %d; listening on http://%s:%d\n",
                 st_model_desc(st_engine_model(e)), ep.n_parallel, st_engine_n_ctx(e), sp.host, st_server_port(s));
     while (!stop_flag) usleep(50 * 1000); /* a signal between the check and a pause() would be lost */
-    fprintf(stderr, "strata serve: stopping\n");
+    fprintf(stderr, "strata serve: stopping: no new requests, waiting up to %d s for the running ones\n", shutdown_s);
+    const int left = st_server_drain(s, shutdown_s);
+    if (left) fprintf(stderr, "strata serve: %d requests still running: cancelled\n", left);
     st_server_stop(s);
+    fprintf(stderr, "strata serve: stopped\n");
     st_engine_destroy(e);
     free(key);
     return 0;

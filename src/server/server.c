@@ -25,7 +25,7 @@
 
 /* ---- channels ----------------------------------------------------------------------------- */
 
-static srv_chan *chan_new(st_server *s, int chat, int stream, int include_usage, int logprobs) {
+srv_chan *srv_chan_new(st_server *s, int chat, int stream, int include_usage, int logprobs) {
     srv_chan *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->refs = 1;
@@ -45,13 +45,15 @@ static void chan_link(st_server *s, srv_chan *c) {
     s->chans = c;
 }
 
-static void chan_unref(st_server *s, srv_chan *c) {
+void srv_chan_unref(st_server *s, srv_chan *c) {
     if (--c->refs > 0) return;
+    pthread_cond_broadcast(&s->progress); /* st_server_drain counts the channels */
     if (c->prev) c->prev->next = c->next;
     else if (s->chans == c) s->chans = c->next;
     if (c->next) c->next->prev = c->prev;
     json_decref(c->lp);
     free(c->prompt);
+    free(c->snap);
     free(c->text);
     free(c->out);
     free(c);
@@ -131,9 +133,16 @@ static void deliver(st_server *s, srv_chan *c, const st_engine_event *ev) {
 static void collect(st_server *s) {
     for (srv_chan *c = s->chans; c; c = c->next) {
         if (c->submit) {
-            c->submit_rc = st_engine_submit(s->e, &c->submit->rp, &c->id);
-            if (c->submit_rc) snprintf(c->err, sizeof c->err, "%s", st_ctx_error(st_engine_ctx(s->e)));
-            else c->refs++, c->engine_ref = 1, c->t_submit = st_time_now();
+            srv_req *q = c->submit;
+            c->submit_rc = srv_session_restore(s, q, c->err, sizeof c->err);
+            if (!c->submit_rc) {
+                c->submit_rc = st_engine_submit(s->e, &q->rp, &c->id);
+                if (c->submit_rc) snprintf(c->err, sizeof c->err, "%s", st_ctx_error(st_engine_ctx(s->e)));
+                /* a restored sequence passes to the engine only when the submit succeeds */
+                if (c->submit_rc && q->rp.seq >= 0) st_kv_seq_free(st_engine_kv(s->e), q->rp.seq);
+                if (!c->submit_rc)
+                    c->refs++, c->engine_ref = 1, c->n_resumed = q->n_resumed, c->t_submit = st_time_now();
+            }
             c->submit = NULL, c->submitted = 1;
         }
         if (c->cancel && c->engine_ref) st_engine_cancel(s->e, c->id);
@@ -154,9 +163,10 @@ static void step(st_server *s) {
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < n; i++) {
         srv_chan *c = ev[i].user;
+        if (ev[i].seq >= 0) srv_session_capture(s, c, &ev[i]);
         deliver(s, c, &ev[i]);
         srv_ops_event(s, c, &ev[i]);
-        if (ev[i].finish) c->engine_ref = 0, chan_unref(s, c);
+        if (ev[i].finish) c->engine_ref = 0, srv_chan_unref(s, c);
     }
     const st_kv_stats before = s->kst;
     st_engine_get_stats(s->e, &s->est);
@@ -303,9 +313,25 @@ static void stream_free(void *cls) {
     pthread_mutex_lock(&x->s->mu);
     x->c->fd = -1; /* the connection may close its socket from now on */
     ask_cancel(x->s, x->c);
-    chan_unref(x->s, x->c);
+    srv_chan_unref(x->s, x->c);
     pthread_mutex_unlock(&x->s->mu);
     free(x);
+}
+
+int srv_chan_submit(st_server *s, srv_chan *c, srv_req *q, char *msg, size_t cap) {
+    q->rp.user = c;
+    pthread_mutex_lock(&s->mu);
+    c->submit = q;
+    chan_link(s, c);
+    s->pending = 1;
+    pthread_cond_signal(&s->work);
+    while (!c->submitted && !s->stop) pthread_cond_wait(&s->progress, &s->mu);
+    const int rc = c->submitted ? c->submit_rc : ST_E_STATE;
+    if (rc) snprintf(msg, cap, "%s", c->submitted ? c->err : "the server is stopping");
+    c->submit = NULL;
+    if (rc) srv_chan_unref(s, c);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
 }
 
 /* ---- endpoints ------------------------------------------------------------------------------ */
@@ -353,33 +379,28 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
         srv_req_free(&q);
         return srv_send_json(con, 400, e);
     }
-    srv_chan *c = chan_new(s, chat, q.stream, q.include_usage, q.logprobs);
+    if ((st = srv_session_prepare(s, body, len, &q, msg, sizeof msg))) {
+        srv_req_free(&q);
+        return srv_send_error(con, st, "%s", msg);
+    }
+    srv_chan *c = srv_chan_new(s, chat, q.stream, q.include_usage, q.logprobs);
     if (!c) {
         srv_req_free(&q);
         return srv_send_error(con, 500, "out of memory");
     }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
     const int fd = ci ? ci->connect_fd : -1;
-    q.rp.user = c;
     if (s->slots_text && (c->prompt = malloc((size_t)q.n_tokens * sizeof *c->prompt)))
         memcpy(c->prompt, q.tokens, (size_t)q.n_tokens * sizeof *c->prompt), c->n_prompt = q.n_tokens;
-    pthread_mutex_lock(&s->mu);
-    c->submit = &q;
-    chan_link(s, c);
-    s->pending = 1;
-    pthread_cond_signal(&s->work);
-    while (!c->submitted && !s->stop) pthread_cond_wait(&s->progress, &s->mu);
-    const int rc = c->submitted ? c->submit_rc : ST_E_STATE;
-    if (rc) snprintf(msg, sizeof msg, "%s", c->submitted ? c->err : "the server is stopping");
-    c->submit = NULL;
-    if (rc) chan_unref(s, c);
-    pthread_mutex_unlock(&s->mu);
+    const int rc = srv_chan_submit(s, c, &q, msg, sizeof msg);
+    const int sess_failed = q.sess_failed;
     srv_req_free(&q);
-    if (rc == ST_E_QUEUE_FULL || (rc && rc != ST_E_NOMEM && rc != ST_E_STATE))
+    if (rc == ST_E_QUEUE_FULL || (rc && rc != ST_E_NOMEM && rc != ST_E_STATE && rc != ST_E_POOL_FULL && !sess_failed))
         srv_reject_add(s, rc == ST_E_QUEUE_FULL ? SRV_REJECT_QUEUE_FULL : SRV_REJECT_INVALID);
     if (rc == ST_E_QUEUE_FULL) return srv_send_json(con, 503, srv_error_reason(503, "queue_full", msg));
+    if (rc == ST_E_POOL_FULL) return srv_send_json(con, 503, srv_error_reason(503, "kv_budget", msg));
     if (rc == ST_E_STATE) return srv_send_json(con, 503, srv_error_reason(503, "stopping", msg));
-    if (rc) return srv_send_error(con, rc == ST_E_NOMEM ? 500 : 400, "%s", msg);
+    if (rc) return srv_send_error(con, rc == ST_E_NOMEM ? 500 : sess_failed ? 409 : 400, "%s", msg);
     if (c->stream) {
         /* the status line waits for the admission: a request refused while it waited gets a
          * 503, not a 200 stream that breaks */
@@ -389,7 +410,7 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
             enum MHD_Result ok = c->reject ? send_reject(con, s, c)
                                            : srv_send_json(con, 503, srv_error_reason(503, "stopping", "the server is stopping"));
             ask_cancel(s, c);
-            chan_unref(s, c);
+            srv_chan_unref(s, c);
             pthread_mutex_unlock(&s->mu);
             return ok;
         }
@@ -402,7 +423,7 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
             free(x);
             pthread_mutex_lock(&s->mu);
             ask_cancel(s, c);
-            chan_unref(s, c);
+            srv_chan_unref(s, c);
             pthread_mutex_unlock(&s->mu);
             return MHD_NO;
         }
@@ -429,7 +450,7 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
         ok = srv_send_json(con, status, o);
     }
     ask_cancel(s, c);
-    chan_unref(s, c);
+    srv_chan_unref(s, c);
     pthread_mutex_unlock(&s->mu);
     return ok;
 }
@@ -636,6 +657,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
     if (!authorized(s, con)) return srv_send_error(con, 401, "invalid or missing API key (Authorization: Bearer KEY)");
     if (x->too_big) return srv_send_error(con, 413, "the request body is over %zu bytes", s->max_body);
     const char *b = x->body ? x->body : "";
+    pthread_mutex_lock(&s->mu);
+    const int draining = s->draining;
+    pthread_mutex_unlock(&s->mu);
+    if (draining && post) return srv_send_error(con, 503, "the server is shutting down");
     if (get && !strcmp(url, "/v1/models")) {
         uint8_t fp[16];
         char hex[33];
@@ -647,6 +672,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
     }
     if (get && !strcmp(url, "/metrics")) return srv_metrics_ep(s, con);
     if (get && !strcmp(url, "/slots")) return srv_slots_ep(s, con);
+    enum MHD_Result ret;
+    if (srv_session_route(s, con, url, method, b, x->n, &ret)) return ret;
     if (post && !strcmp(url, "/v1/completions")) return completion(s, con, b, x->n, 0);
     if (post && !strcmp(url, "/v1/chat/completions")) return completion(s, con, b, x->n, 1);
     if (post && !strcmp(url, "/tokenize")) return tokenize_ep(s, con, b, x->n);
@@ -664,6 +691,27 @@ void st_server_get_stats(st_server *s, st_engine_stats *engine, st_kv_stats *kv)
     if (engine) *engine = s->est;
     if (kv) *kv = s->kst;
     pthread_mutex_unlock(&s->mu);
+}
+
+int st_server_drain(st_server *s, double timeout_s) {
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    pthread_mutex_unlock(&s->mu);
+    const MHD_socket fd = s->d ? MHD_quiesce_daemon(s->d) : MHD_INVALID_SOCKET;
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    const double t = until.tv_sec + until.tv_nsec * 1e-9 + (timeout_s > 0 ? timeout_s : 0);
+    until.tv_sec = (time_t)t, until.tv_nsec = (long)((t - (double)(time_t)t) * 1e9);
+    pthread_mutex_lock(&s->mu);
+    int n = 0;
+    for (;;) {
+        n = 0;
+        for (srv_chan *c = s->chans; c; c = c->next) n++;
+        if (!n || pthread_cond_timedwait(&s->progress, &s->mu, &until) == ETIMEDOUT) break;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 void st_server_stop(st_server *s) {
@@ -688,6 +736,7 @@ void st_server_stop(st_server *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->work);
     pthread_cond_destroy(&s->progress);
+    srv_sessions_close(s->sess);
     if (s->sock_path) unlink(s->sock_path);
     free(s->sock_path);
     free(s->slots_body);
@@ -748,9 +797,16 @@ int st_server_start(st_engine *e, const st_server_params *p, st_server **out, ch
         st_server_stop(s);
         return ST_E_NOT_FOUND;
     }
+    int rc = p->session_dir ? srv_sessions_open(s, p->session_dir, &s->sess, why, why_len) : 0;
+    if (rc) {
+        st_server_stop(s);
+        return rc;
+    }
     const char *host = p->host ? p->host : "127.0.0.1";
     const unsigned timeout = (unsigned)(p->timeout_s ? p->timeout_s : 600);
-    const unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    /* ITC: MHD_quiesce_daemon (st_server_drain) needs it in this threading mode */
+    const unsigned flags =
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (strchr(host, '/')) {
         /* a unix socket: only processes that may open the path reach it */
         struct sockaddr_un un = {.sun_family = AF_UNIX};

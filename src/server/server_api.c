@@ -10,6 +10,7 @@
 
 void srv_req_free(srv_req *q) {
     free(q->tokens);
+    free(q->sess_file);
     for (int i = 0; i < q->n_stop; i++) free(q->stop[i]);
     memset(q, 0, sizeof *q);
 }
@@ -94,7 +95,11 @@ int srv_render_messages(json_t *o, st_chat_tmpl tmpl, char **text, size_t *len, 
             st = BAD("'messages[%zu].content' holds a NUL character", i);
         else m[i] = (st_chat_msg){.role = json_string_value(role), .content = json_string_value(content)};
     }
-    if (!st && st_chat_render(tmpl, m, n, true, text, len)) st = BAD("'messages' cannot be rendered");
+    /* llama-server's add_generation_prompt: a session saves a conversation without it, so
+     * that its tokens begin the next turn's */
+    json_t *ag = json_object_get(o, "add_generation_prompt");
+    if (!st && ag && !json_is_boolean(ag)) st = BAD("'add_generation_prompt' must be a boolean");
+    if (!st && st_chat_render(tmpl, m, n, !ag || json_is_true(ag), text, len)) st = BAD("'messages' cannot be rendered");
     free(m);
     return st;
 }
@@ -324,10 +329,13 @@ json_t *srv_chunk(const srv_chan *c, const char *text, size_t n, const char *fin
     return o;
 }
 
+/* A resumed session's sequence holds the first n_resumed prompt tokens: the engine counts
+ * only the rest as its prompt, and those as cached. */
 static json_t *usage(const srv_chan *c) {
     const st_engine_req_stats *s = &c->fin.stats;
-    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", s->n_prompt, "completion_tokens", c->n_gen,
-                     "total_tokens", s->n_prompt + c->n_gen, "prompt_tokens_details", "cached_tokens", s->n_cached);
+    const int np = s->n_prompt + c->n_resumed;
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", np, "completion_tokens", c->n_gen,
+                     "total_tokens", np + c->n_gen, "prompt_tokens_details", "cached_tokens", s->n_cached);
 }
 
 /* llama-server's timings: prompt = submit to first token (the computed part of the prompt),
@@ -335,7 +343,7 @@ static json_t *usage(const srv_chan *c) {
 static json_t *timings(const srv_chan *c) {
     const st_engine_req_stats *s = &c->fin.stats;
     const double pms = s->t_first * 1e3, gms = (s->t_total - s->t_first) * 1e3;
-    const int pn = s->n_prompt - s->n_cached, gn = c->n_gen > 0 ? c->n_gen - 1 : 0;
+    const int pn = s->n_prompt + c->n_resumed - s->n_cached, gn = c->n_gen > 0 ? c->n_gen - 1 : 0;
     return json_pack("{s:i, s:i, s:f, s:f, s:i, s:f, s:f}", "cache_n", s->n_cached, "prompt_n", pn, "prompt_ms", pms,
                      "prompt_per_second", pms > 0 ? pn / (pms / 1e3) : 0.0, "predicted_n", gn, "predicted_ms", gms,
                      "predicted_per_second", gms > 0 ? gn / (gms / 1e3) : 0.0);

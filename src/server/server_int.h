@@ -19,6 +19,7 @@ typedef enum srv_reject {
     SRV_REJECT_INVALID,
     SRV_REJECT_N
 } srv_reject;
+#define SRV_SESSION_NAME_MAX 64
 
 /* A parsed request: what st_engine_submit needs plus what the response says. */
 typedef struct srv_req {
@@ -33,6 +34,17 @@ typedef struct srv_req {
     int n_stop;
     st_engine_bias bias[256];
     int n_bias;
+    /* a session the prompt continues (server_session.c): its file (owned, checked) and the
+     * KV snapshot inside it, which the scheduler restores into the sequence rp.seq */
+    uint8_t *sess_file;
+    const uint8_t *snap;
+    size_t n_snap;
+    int32_t n_hist;       /* the session's tokens, a prefix of tokens */
+    int32_t n_resumed;    /* of them given to the engine as rp.seq (n_hist, or one less when
+                             the prompt is the history: the last token is computed) */
+    int sess_named;       /* asked for by name: a failure fails the request */
+    int sess_failed;      /* the restore failed (the request's error is the session's) */
+    char session[SRV_SESSION_NAME_MAX + 1];
 } srv_req;
 
 /* Fills q from a request body. Returns 0, or an HTTP status (400) with the message naming the
@@ -77,6 +89,11 @@ typedef struct srv_chan {
     double t_last;        /* stats.t_total of its last token event (0: none yet) */
     int32_t *prompt;      /* with slots_text: the prompt's tokens (owned), for /slots */
     int32_t n_prompt;
+    int32_t n_resumed;    /* prompt tokens a session's sequence supplied (usage counts them) */
+    int save;             /* a session save: the finish's sequence is serialized into snap */
+    uint8_t *snap;        /* its KV snapshot (owned), or NULL with snap_rc the error */
+    size_t n_snap;
+    int snap_rc;
 } srv_chan;
 
 /* The OpenAI JSON of one streamed piece, the final chunk, the usage chunk; the whole
@@ -119,6 +136,66 @@ typedef struct srv_hist {
     int64_t count;
 } srv_hist;
 typedef enum srv_hist_id { SRV_H_TTFT, SRV_H_ITL, SRV_H_E2E, SRV_H_QUEUE, SRV_H_N } srv_hist_id;
+/* A new channel (one reference: the caller's); NULL when out of memory. */
+srv_chan *srv_chan_new(st_server *s, int chat, int stream, int include_usage, int logprobs);
+/* Drops a reference (under the lock); the last one frees c. */
+void srv_chan_unref(st_server *s, srv_chan *c);
+/* Hands q to the scheduler on channel c and waits for its answer (takes the lock). Returns
+ * 0 (c now also holds the engine's reference), or the error with its message in msg[cap]
+ * (c's reference dropped: c is gone), ST_E_STATE when the server is stopping. */
+int srv_chan_submit(st_server *s, srv_chan *c, srv_req *q, char *msg, size_t cap);
+
+/* ---- sessions (server_session.c) ---------------------------------------------------------- */
+typedef struct srv_sessions srv_sessions;
+
+/* The session file (docs/FORMATS.md, "Session file"). */
+#define SRV_SESSION_MAGIC "STSESSN\0"
+#define SRV_SESSION_VERSION 1u
+#define SRV_SESSION_HEADER 64
+#define SRV_SESSION_MAX_TOKENS (1 << 24)
+
+typedef struct srv_session_info {
+    int32_t n_tokens;
+    int32_t *tokens;      /* [n_tokens] owned (decode), or borrowed (encode) */
+    const uint8_t *snap;  /* the KV snapshot: points into the file's bytes */
+    size_t n_snap;
+    int64_t created;      /* unix seconds */
+} srv_session_info;
+
+/* The bytes of a session file (*out malloc'd, *n_out bytes). 0 or ST_E_NOMEM / ST_E_LIMIT. */
+int srv_session_encode(const uint8_t fingerprint[16], const srv_session_info *in, uint8_t **out, size_t *n_out);
+/* Checks a session file's bytes: size, magic, version, header, length against the counts
+ * (a truncated file), checksum, the model fingerprint (fingerprint NULL: any), token ids in
+ * [0, n_vocab) (0: unchecked). 0 with out filled (tokens malloc'd, snap into buf), or
+ * ST_E_FORMAT (malformed or truncated), ST_E_VERSION, ST_E_CORRUPT (checksum), ST_E_TYPE
+ * (another model), ST_E_LIMIT, ST_E_NOMEM; the reason in msg[cap]. Nothing kept on error. */
+int srv_session_decode(const uint8_t *buf, size_t n, const uint8_t fingerprint[16], int32_t n_vocab,
+                       srv_session_info *out, char *msg, size_t cap);
+/* 0 when name is a session name ([A-Za-z0-9._-], 1..64, not "." or ".."), else 400 with
+ * the rule in msg[cap]. */
+int srv_session_name_check(const char *name, char *msg, size_t cap);
+
+/* At the start: makes dir if missing, refuses one that is not a writable directory, removes
+ * the temporary files of writes a crash interrupted and indexes the valid sessions of this
+ * model (others are reported on stderr and left alone). 0, or ST_E_INVAL / -errno with
+ * the reason in why. */
+int srv_sessions_open(st_server *s, const char *dir, srv_sessions **out, char *why, size_t cap);
+void srv_sessions_close(srv_sessions *ss);
+/* /v1/sessions routes (connection threads); 0 when url is none of them. */
+int srv_session_route(st_server *s, struct MHD_Connection *con, const char *url, const char *method,
+                      const char *body, size_t len, enum MHD_Result *ret);
+/* Connection thread, after srv_parse_request: the session q names ("session") or the
+ * longest indexed one its prompt begins with, read and checked into q. 0 (also when there
+ * is none), or an HTTP status (400, 404, 409) with the message in msg[cap]. */
+int srv_session_prepare(st_server *s, const char *body, size_t len, srv_req *q, char *msg, size_t cap);
+/* Scheduler thread, before q is submitted: restores q's snapshot into a new sequence and
+ * points rp at it and at the tokens after the history. 0 (also: nothing to restore, or a
+ * matched session that the prefix cache covers as well), or an error with msg[cap] (then
+ * nothing is left in the KV pool). */
+int srv_session_restore(st_server *s, srv_req *q, char *msg, size_t cap);
+/* Scheduler thread: a finish event carrying a kept sequence: serialized into c when c is
+ * a save whose connection still waits, then freed. */
+void srv_session_capture(st_server *s, srv_chan *c, const st_engine_event *ev);
 
 /* The server: the engine it borrows, the daemon, the scheduler and the channels. Fields below
  * `mu` are guarded by it, except those set once at the start. */
@@ -135,6 +212,7 @@ struct st_server {
     st_engine_stats est;     /* the engine's counters after the last step (for other threads) */
     st_kv_stats kst;
     int stop;
+    int draining;            /* st_server_drain: new requests answer 503 */
     int port;
     char *api_key, *model_id;
     char *sock_path;         /* a unix socket's path, removed at the stop */
@@ -162,6 +240,7 @@ struct st_server {
     int slots_want;                   /* a connection waits for a /slots snapshot */
     uint64_t slots_gen;               /* snapshots made */
     char *slots_body;                 /* the latest snapshot's JSON */
+    srv_sessions *sess;      /* NULL: no session directory */
 };
 
 /* Operations hooks, all under the lock. After deliver: a token event's inter-token gap, a
