@@ -6,7 +6,7 @@
 #                          runtime package of that clang's version (libFuzzer lives there)
 set -euo pipefail
 mode=${1:-build}
-BUILD_PKGS=(build-essential cmake pkg-config libxxhash-dev libpcre2-dev liburing-dev libmicrohttpd-dev libjansson-dev curl nodejs prometheus chromium fonts-dejavu-core python3)
+BUILD_PKGS=(build-essential cmake pkg-config libxxhash-dev libpcre2-dev liburing-dev libmicrohttpd-dev libjansson-dev curl jq nodejs prometheus chromium fonts-dejavu-core python3)
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 

@@ -1,7 +1,8 @@
 #!/bin/sh
 # strata serve with --session-dir and --kv-spill: a saved session survives kill -9 (the
 # restarted server, same spill directory and instance id, resumes it with output equal to
-# the uninterrupted run and the history counted as cached), and SIGTERM lets an in-flight
+# the uninterrupted run and the history counted as cached) even when it is killed mid-stream
+# with pages spilled to disk (an 8-page hot pool), and SIGTERM lets an in-flight
 # request finish and exits 0. Built-in model; needs curl and jq (else skipped, exit 77).
 set -eu
 bin=${STRATA_BIN:?STRATA_BIN names the strata binary}
@@ -16,7 +17,7 @@ fail() { echo "FAIL: $*" >&2; [ -f "$work/log" ] && tail -20 "$work/log" >&2; ex
 # Starts the server in the background; sets pid and port.
 start() {
   "$bin" serve --port 0 -t 1 -c 2048 --session-dir "$work/sessions" --kv-spill "$work/spill" --instance-id t1 \
-    --shutdown-timeout 60 >"$work/log" 2>&1 &
+    --kv-ram 256K --metrics --shutdown-timeout 60 >"$work/log" 2>&1 &
   pid=$!
   port=
   for _ in $(seq 1 200); do
@@ -42,7 +43,17 @@ want=$(body_of "$r" | jq -c '.choices[0] | {text, logprobs}')
 r=$(post /v1/sessions/lighthouse "{\"prompt\":\"$hist\"}"); [ "$(status_of "$r")" = 200 ] || fail "save: $r"
 n_hist=$(body_of "$r" | jq .n_tokens)
 [ "$n_hist" -gt 10 ] || fail "save answered $r"
+# kill -9 mid-traffic: a long stream is running, its pages spilling past the 8-page hot pool
+curl -s -N -H 'Content-Type: application/json' \
+  --data-binary '{"prompt":"Tell me a long story","max_tokens":1500,"temperature":0,"stream":true}' \
+  "http://127.0.0.1:$port/v1/completions" >"$work/cut" &
+kpid=$!
+for _ in $(seq 1 200); do [ "$(grep -c '^data: ' "$work/cut" 2>/dev/null)" -gt 200 ] && break; sleep 0.02; done
+spilled=$(curl -s "http://127.0.0.1:$port/metrics" | sed -n 's/^strata_tier_writes_total \([0-9]*\)$/\1/p')
+[ "${spilled:-0}" -gt 0 ] || fail "no page was spilled before kill -9"
 kill -9 "$pid"; wait "$pid" 2>/dev/null || true; pid=
+wait "$kpid" || true
+[ "$(grep -c '^data: ' "$work/cut")" -gt 200 ] || fail "the stream before kill -9 did not get far enough to spill"
 
 start # same spill directory and instance id: the dead instance's lock is free
 r=$(post /v1/completions "$req"); [ "$(status_of "$r")" = 200 ] || fail "resume: $r"
@@ -69,4 +80,4 @@ grep -v '^$' "$work/stream" | tail -n 1 | grep -q '^data: \[DONE\]' || fail "the
 grep -q '"finish_reason":"\(length\|stop\)"' "$work/stream" || fail "the in-flight stream has no finish"
 grep -q 'stopped' "$work/log" || fail "no stop message"
 [ "$in_flight" = 1 ] || echo "note: the request had finished before SIGTERM arrived"
-echo "ok: session of $n_hist tokens resumed after kill -9; SIGTERM finished the in-flight stream and exited 0"
+echo "ok: session of $n_hist tokens resumed after kill -9 ($spilled pages spilled); SIGTERM finished the in-flight stream and exited 0"

@@ -33,6 +33,8 @@ typedef struct load {
     const expect *want;
     pthread_mutex_t mu;
     long ok, refused, bad, retry_after_missing, transport;
+    double *refuse_s; /* how long each queue_full 503 took to come (figures, not asserted) */
+    long n_refuse_s, cap_refuse_s;
     char first_bad[512];
 } load;
 
@@ -124,7 +126,7 @@ static char *request_body(int pi, int li, int stream) {
 }
 
 /* Checks one response against the expected text; counts it. */
-static void judge(load *L, const char *resp, int pi, int li, int stream) {
+static void judge(load *L, const char *resp, int pi, int li, int stream, double dt) {
     int status = 0;
     if (sscanf(resp, "HTTP/1.%*d %d", &status) != 1) {
         note_bad(L, "no status line", resp);
@@ -152,6 +154,7 @@ static void judge(load *L, const char *resp, int pi, int li, int stream) {
         if (!clean) note_bad(L, "a 503 without a reason", body);
         pthread_mutex_lock(&L->mu);
         L->refused++;
+        if (why && !strcmp(why, "queue_full") && L->n_refuse_s < L->cap_refuse_s) L->refuse_s[L->n_refuse_s++] = dt;
         if (!strstr(resp, "Retry-After: ")) L->retry_after_missing++;
         pthread_mutex_unlock(&L->mu);
     } else {
@@ -168,13 +171,14 @@ static void *client(void *arg) {
     while (st_time_now() < L->deadline) {
         const int pi = rand_r(&seed) % N_PROMPTS, li = rand_r(&seed) % 3, stream = rand_r(&seed) % 2;
         char *body = request_body(pi, li, stream), *resp;
+        const double t0 = st_time_now();
         if (exchange(L->port, body, &resp) < 0) {
             pthread_mutex_lock(&L->mu);
             L->transport++;
             pthread_mutex_unlock(&L->mu);
             usleep(20 * 1000);
         } else {
-            judge(L, resp, pi, li, stream);
+            judge(L, resp, pi, li, stream, st_time_now() - t0);
             /* refused: back off a little (less than Retry-After, to keep the pressure on) */
             if (strstr(resp, " 503 ")) usleep((useconds_t)(20 + rand_r(&seed) % 80) * 1000);
         }
@@ -182,6 +186,11 @@ static void *client(void *arg) {
         free(body);
     }
     return NULL;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
 }
 
 static long rss_kib(void) {
@@ -204,7 +213,8 @@ TEST(test_overload_64_clients) {
     st_server_params sp = {.port = 0, .max_connections = 256};
     CHECK_OK(st_server_start(e, &sp, &s, why, sizeof why));
     if (!s) return;
-    load L = {.port = st_server_port(s)};
+    load L = {.port = st_server_port(s), .cap_refuse_s = 1 << 20};
+    L.refuse_s = malloc((size_t)L.cap_refuse_s * sizeof *L.refuse_s);
     pthread_mutex_init(&L.mu, NULL);
     st_engine_stats es0;
     st_kv_stats ks0;
@@ -252,6 +262,13 @@ TEST(test_overload_64_clients) {
     fprintf(stderr, "  RSS %ld KiB after the warm-up, %ld peak, %ld at the end; KV pages used %lld (baseline %lld), "
             "cached %lld\n", rss_warm, rss_peak, rss_end, (long long)ks.pages_used, (long long)ks0.pages_used,
             (long long)ks.pages_cached);
+    if (L.n_refuse_s) {
+        qsort(L.refuse_s, (size_t)L.n_refuse_s, sizeof *L.refuse_s, cmp_double);
+        fprintf(stderr, "  a queue_full 503 came in %.1f ms (median), %.1f ms (p99), %.1f ms (max) of %ld\n",
+                1e3 * L.refuse_s[L.n_refuse_s / 2], 1e3 * L.refuse_s[(long)(L.n_refuse_s * 0.99)],
+                1e3 * L.refuse_s[L.n_refuse_s - 1], L.n_refuse_s);
+    }
+    free(L.refuse_s);
     if (L.bad) fprintf(stderr, "  first bad answer: %s\n", L.first_bad);
     CHECK_INT(L.bad, 0);
     CHECK_INT(L.retry_after_missing, 0);
