@@ -281,7 +281,13 @@ TEST(test_overload_64_clients) {
     CHECK_INT(ks.pages_used, ks0.pages_used);
     /* stable: after the warm-up, growth stays within what allocator caches and thread
      * stacks may keep (8 MiB), not proportional to the requests served */
+#if defined(__SANITIZE_ADDRESS__)
+    /* AddressSanitizer keeps freed memory in its quarantine (256 MiB by default), so RSS
+     * grows with the frees whatever the server keeps: the Release build checks it */
+    test_untested("RSS under AddressSanitizer counts its quarantine of freed memory");
+#else
     CHECK(rss_peak - rss_warm < 8 * 1024);
+#endif
     st_server_stop(s);
     st_engine_destroy(e);
     for (int pi = 0; pi < N_PROMPTS; pi++)
