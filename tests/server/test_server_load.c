@@ -150,11 +150,12 @@ static void judge(load *L, const char *resp, int pi, int li, int stream, double 
         const char *why = json_string_value(json_object_get(e, "reason"));
         const int clean = why && (!strcmp(why, "queue_full") || !strcmp(why, "queue_timeout") || !strcmp(why, "kv_budget")) &&
                           json_is_string(json_object_get(e, "message"));
+        const int full = why && !strcmp(why, "queue_full");
         json_decref(o);
         if (!clean) note_bad(L, "a 503 without a reason", body);
         pthread_mutex_lock(&L->mu);
         L->refused++;
-        if (why && !strcmp(why, "queue_full") && L->n_refuse_s < L->cap_refuse_s) L->refuse_s[L->n_refuse_s++] = dt;
+        if (full && L->n_refuse_s < L->cap_refuse_s) L->refuse_s[L->n_refuse_s++] = dt;
         if (!strstr(resp, "Retry-After: ")) L->retry_after_missing++;
         pthread_mutex_unlock(&L->mu);
     } else {
