@@ -455,155 +455,6 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
     return ok;
 }
 
-static enum MHD_Result tokenize_ep(st_server *s, struct MHD_Connection *con, const char *body, size_t len) {
-    json_error_t je;
-    json_t *o = json_loadb(body, len, 0, &je), *content = o ? json_object_get(o, "content") : NULL;
-    if (!o) return srv_send_error(con, 400, "malformed JSON at line %d, column %d: %s", je.line, je.column, je.text);
-    if (!json_is_string(content)) {
-        json_decref(o);
-        return srv_send_error(con, 400, "'content' must be a string");
-    }
-    json_t *as = json_object_get(o, "add_special");
-    int32_t *ids = NULL;
-    int n = 0;
-    int rc = st_tok_encode_alloc(s->tok, json_string_value(content), json_string_length(content),
-                                 as && json_is_true(as), true, &ids, &n);
-    json_decref(o);
-    if (rc) return srv_send_error(con, 400, "the content cannot be tokenized: %s", st_strerror(rc));
-    json_t *arr = json_array();
-    for (int i = 0; i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
-    free(ids);
-    return srv_send_json(con, 200, json_pack("{s:o}", "tokens", arr));
-}
-
-static enum MHD_Result detokenize_ep(st_server *s, struct MHD_Connection *con, const char *body, size_t len) {
-    json_error_t je;
-    json_t *o = json_loadb(body, len, 0, &je), *toks = o ? json_object_get(o, "tokens") : NULL;
-    if (!o) return srv_send_error(con, 400, "malformed JSON at line %d, column %d: %s", je.line, je.column, je.text);
-    const size_t n = json_is_array(toks) ? json_array_size(toks) : 0;
-    int32_t *ids = n ? malloc(n * sizeof *ids) : NULL;
-    int bad = !json_is_array(toks) || (n && !ids);
-    for (size_t i = 0; !bad && i < n; i++) {
-        json_t *t = json_array_get(toks, i);
-        bad = !json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= s->n_vocab;
-        if (!bad) ids[i] = (int32_t)json_integer_value(t);
-    }
-    json_decref(o);
-    if (bad) {
-        free(ids);
-        return srv_send_error(con, 400, "'tokens' must be an array of token ids in [0, %d)", s->n_vocab);
-    }
-    size_t need = 0;
-    char *text = NULL;
-    int rc = st_tok_decode(s->tok, ids, (int)n, 0, NULL, 0, &need);
-    if (rc == ST_E_LIMIT || (!rc && need)) {
-        text = malloc(need + 1);
-        rc = text ? st_tok_decode(s->tok, ids, (int)n, 0, text, need, &need) : ST_E_NOMEM;
-    }
-    free(ids);
-    json_t *r = rc ? NULL : json_pack("{s:o}", "content", srv_text(text ? text : "", text ? need : 0));
-    free(text);
-    return rc ? srv_send_error(con, 500, "%s", st_strerror(rc)) : srv_send_json(con, 200, r);
-}
-
-/* llama-server's /apply-template: the prompt a chat request would be given. */
-static enum MHD_Result apply_template_ep(st_server *s, struct MHD_Connection *con, const char *body, size_t len) {
-    if (!s->tmpl_ok) return srv_send_error(con, 400, "this model has no chat template strata knows");
-    json_error_t je;
-    json_t *o = json_loadb(body, len, 0, &je);
-    if (!o) return srv_send_error(con, 400, "malformed JSON at line %d, column %d: %s", je.line, je.column, je.text);
-    char msg[1024], *text = NULL;
-    size_t n = 0;
-    int st = json_is_object(o) ? srv_render_messages(o, s->tmpl, &text, &n, msg, sizeof msg)
-                               : (snprintf(msg, sizeof msg, "the body must be a JSON object"), 400);
-    json_decref(o);
-    if (st) return srv_send_error(con, st, "%s", msg);
-    json_t *r = json_pack("{s:o}", "prompt", srv_text(text, n));
-    free(text);
-    return srv_send_json(con, 200, r);
-}
-
-/* libmicrohttpd's own messages (a client that hung up mid-answer, a request too big) are
- * ordinary under load: written only with verbose. */
-static void http_log(void *cls, const char *fmt, va_list ap) {
-    const st_server *s = cls;
-    if (!s->verbose) return;
-    fputs("strata serve: http: ", stderr);
-    vfprintf(stderr, fmt, ap);
-}
-
-/* ---- slow clients ------------------------------------------------------------------------------ */
-
-/* libmicrohttpd's connection notifications: a connection joins the reaper's list reading (its
- * first request's deadline running) and leaves it before its socket is closed, so the reaper
- * never shuts a descriptor another connection has since been given. */
-static void conn_notify(void *cls, struct MHD_Connection *con, void **socket_context,
-                        enum MHD_ConnectionNotificationCode code) {
-    st_server *s = cls;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        srv_conn *k = calloc(1, sizeof *k);
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_context = k;
-        if (!k) return;
-        k->fd = ci ? ci->connect_fd : -1;
-        k->reading = 1;
-        k->deadline = st_time_now() + s->request_timeout;
-        pthread_mutex_lock(&s->conn_mu);
-        k->next = s->conns;
-        if (s->conns) s->conns->prev = k;
-        s->conns = k;
-        pthread_mutex_unlock(&s->conn_mu);
-    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
-        srv_conn *k = *socket_context;
-        pthread_mutex_lock(&s->conn_mu);
-        if (k->prev) k->prev->next = k->next;
-        else s->conns = k->next;
-        if (k->next) k->next->prev = k->prev;
-        pthread_mutex_unlock(&s->conn_mu);
-        free(k);
-        *socket_context = NULL;
-    }
-}
-
-/* A connection's reading state: set when a request has fully arrived (0) and when its answer
- * is done (1: the next request's deadline runs). */
-static void conn_reading(st_server *s, struct MHD_Connection *con, int reading) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    srv_conn *k = ci ? ci->socket_context : NULL;
-    if (!k) return;
-    pthread_mutex_lock(&s->conn_mu);
-    k->reading = reading;
-    k->deadline = st_time_now() + s->request_timeout;
-    pthread_mutex_unlock(&s->conn_mu);
-}
-
-/* Shuts the socket of every connection still reading past its deadline: its thread's next
- * read sees the end and libmicrohttpd closes it. */
-static void *reaper(void *arg) {
-    st_server *s = arg;
-    pthread_mutex_lock(&s->conn_mu);
-    while (!s->reaper_stop) {
-        const double now = st_time_now();
-        for (srv_conn *k = s->conns; k; k = k->next) {
-            if (k->reading && k->fd >= 0 && now > k->deadline) {
-                shutdown(k->fd, SHUT_RDWR);
-                k->reading = 0;
-                pthread_mutex_lock(&s->mu);
-                s->slow_closed++;
-                pthread_mutex_unlock(&s->mu);
-            }
-        }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200L * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&s->conn_wake, &s->conn_mu, &ts);
-    }
-    pthread_mutex_unlock(&s->conn_mu);
-    return NULL;
-}
-
 /* ---- the access handler ------------------------------------------------------------------------ */
 
 typedef struct conn_ctx {
@@ -614,7 +465,7 @@ typedef struct conn_ctx {
 
 static void request_done(void *cls, struct MHD_Connection *con, void **con_cls, enum MHD_RequestTerminationCode t) {
     (void)t;
-    conn_reading(cls, con, 1);
+    srv_conn_reading(cls, con, 1);
     conn_ctx *x = *con_cls;
     if (x) free(x->body);
     free(x);
@@ -649,7 +500,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
         *upload_size = 0;
         return MHD_YES;
     }
-    conn_reading(s, con, 0); /* the request is in: what follows is the server's time */
+    srv_conn_reading(s, con, 0); /* the request is in: what follows is the server's time */
     const int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (get && !strcmp(url, "/health")) return srv_send_json(con, 200, json_pack("{s:s}", "status", "ok"));
     enum MHD_Result r;
@@ -676,9 +527,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
     if (srv_session_route(s, con, url, method, b, x->n, &ret)) return ret;
     if (post && !strcmp(url, "/v1/completions")) return completion(s, con, b, x->n, 0);
     if (post && !strcmp(url, "/v1/chat/completions")) return completion(s, con, b, x->n, 1);
-    if (post && !strcmp(url, "/tokenize")) return tokenize_ep(s, con, b, x->n);
-    if (post && !strcmp(url, "/detokenize")) return detokenize_ep(s, con, b, x->n);
-    if (post && !strcmp(url, "/apply-template")) return apply_template_ep(s, con, b, x->n);
+    if (post && !strcmp(url, "/tokenize")) return srv_tokenize_ep(s, con, b, x->n);
+    if (post && !strcmp(url, "/detokenize")) return srv_detokenize_ep(s, con, b, x->n);
+    if (post && !strcmp(url, "/apply-template")) return srv_apply_template_ep(s, con, b, x->n);
     return srv_send_error(con, 404, "no route for %s %s", method, url);
 }
 
@@ -754,7 +605,7 @@ static int launch(st_server *s, st_server **out) {
         return ST_E_NOMEM;
     }
     s->sched_started = 1;
-    if (pthread_create(&s->reaper, NULL, reaper, s)) {
+    if (pthread_create(&s->reaper, NULL, srv_reaper, s)) {
         st_server_stop(s);
         return ST_E_NOMEM;
     }
@@ -824,8 +675,8 @@ int st_server_start(st_engine *e, const st_server_params *p, st_server **out, ch
         if (!err)
             s->d = MHD_start_daemon(flags, 0, NULL, NULL, handle, s, MHD_OPTION_LISTEN_SOCKET, fd,
                                     MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, request_done, s,
-                                    MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s, MHD_OPTION_CONNECTION_LIMIT, max_conn,
-                                    MHD_OPTION_CONNECTION_MEMORY_LIMIT, max_header, MHD_OPTION_EXTERNAL_LOGGER, http_log, s,
+                                    MHD_OPTION_NOTIFY_CONNECTION, srv_conn_notify, s, MHD_OPTION_CONNECTION_LIMIT, max_conn,
+                                    MHD_OPTION_CONNECTION_MEMORY_LIMIT, max_header, MHD_OPTION_EXTERNAL_LOGGER, srv_http_log, s,
                             MHD_OPTION_END);
         if (!err && !s->d) err = errno ? errno : EINVAL;
         if (err) {
@@ -848,8 +699,8 @@ int st_server_start(st_engine *e, const st_server_params *p, st_server **out, ch
     }
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                             MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_NOTIFY_COMPLETED, request_done, s,
-                            MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s, MHD_OPTION_CONNECTION_LIMIT, max_conn,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, max_header, MHD_OPTION_EXTERNAL_LOGGER, http_log, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, srv_conn_notify, s, MHD_OPTION_CONNECTION_LIMIT, max_conn,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, max_header, MHD_OPTION_EXTERNAL_LOGGER, srv_http_log, s,
                             MHD_OPTION_END);
     if (!s->d) {
         const int err = errno ? errno : EADDRINUSE;

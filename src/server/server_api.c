@@ -394,3 +394,73 @@ const char *srv_reject_name(srv_reject r) {
     static const char *const names[SRV_REJECT_N] = {"queue_full", "kv_budget", "queue_timeout", "invalid"};
     return r >= 0 && r < SRV_REJECT_N ? names[r] : "";
 }
+
+/* ---- llama-server's token endpoints ------------------------------------------------------ */
+
+enum MHD_Result srv_tokenize_ep(st_server *s, struct MHD_Connection *con, const char *body, size_t len) {
+    json_error_t je;
+    json_t *o = json_loadb(body, len, 0, &je), *content = o ? json_object_get(o, "content") : NULL;
+    if (!o) return srv_send_error(con, 400, "malformed JSON at line %d, column %d: %s", je.line, je.column, je.text);
+    if (!json_is_string(content)) {
+        json_decref(o);
+        return srv_send_error(con, 400, "'content' must be a string");
+    }
+    json_t *as = json_object_get(o, "add_special");
+    int32_t *ids = NULL;
+    int n = 0;
+    int rc = st_tok_encode_alloc(s->tok, json_string_value(content), json_string_length(content),
+                                 as && json_is_true(as), true, &ids, &n);
+    json_decref(o);
+    if (rc) return srv_send_error(con, 400, "the content cannot be tokenized: %s", st_strerror(rc));
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
+    free(ids);
+    return srv_send_json(con, 200, json_pack("{s:o}", "tokens", arr));
+}
+
+enum MHD_Result srv_detokenize_ep(st_server *s, struct MHD_Connection *con, const char *body, size_t len) {
+    json_error_t je;
+    json_t *o = json_loadb(body, len, 0, &je), *toks = o ? json_object_get(o, "tokens") : NULL;
+    if (!o) return srv_send_error(con, 400, "malformed JSON at line %d, column %d: %s", je.line, je.column, je.text);
+    const size_t n = json_is_array(toks) ? json_array_size(toks) : 0;
+    int32_t *ids = n ? malloc(n * sizeof *ids) : NULL;
+    int bad = !json_is_array(toks) || (n && !ids);
+    for (size_t i = 0; !bad && i < n; i++) {
+        json_t *t = json_array_get(toks, i);
+        bad = !json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= s->n_vocab;
+        if (!bad) ids[i] = (int32_t)json_integer_value(t);
+    }
+    json_decref(o);
+    if (bad) {
+        free(ids);
+        return srv_send_error(con, 400, "'tokens' must be an array of token ids in [0, %d)", s->n_vocab);
+    }
+    size_t need = 0;
+    char *text = NULL;
+    int rc = st_tok_decode(s->tok, ids, (int)n, 0, NULL, 0, &need);
+    if (rc == ST_E_LIMIT || (!rc && need)) {
+        text = malloc(need + 1);
+        rc = text ? st_tok_decode(s->tok, ids, (int)n, 0, text, need, &need) : ST_E_NOMEM;
+    }
+    free(ids);
+    json_t *r = rc ? NULL : json_pack("{s:o}", "content", srv_text(text ? text : "", text ? need : 0));
+    free(text);
+    return rc ? srv_send_error(con, 500, "%s", st_strerror(rc)) : srv_send_json(con, 200, r);
+}
+
+/* llama-server's /apply-template: the prompt a chat request would be given. */
+enum MHD_Result srv_apply_template_ep(st_server *s, struct MHD_Connection *con, const char *body, size_t len) {
+    if (!s->tmpl_ok) return srv_send_error(con, 400, "this model has no chat template strata knows");
+    json_error_t je;
+    json_t *o = json_loadb(body, len, 0, &je);
+    if (!o) return srv_send_error(con, 400, "malformed JSON at line %d, column %d: %s", je.line, je.column, je.text);
+    char msg[1024], *text = NULL;
+    size_t n = 0;
+    int st = json_is_object(o) ? srv_render_messages(o, s->tmpl, &text, &n, msg, sizeof msg)
+                               : (snprintf(msg, sizeof msg, "the body must be a JSON object"), 400);
+    json_decref(o);
+    if (st) return srv_send_error(con, st, "%s", msg);
+    json_t *r = json_pack("{s:o}", "prompt", srv_text(text, n));
+    free(text);
+    return srv_send_json(con, 200, r);
+}

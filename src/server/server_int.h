@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <microhttpd.h>
+#include <stdarg.h>
 #include <pthread.h>
 
 /* Why a request was refused (counted per reason). */
@@ -275,5 +276,24 @@ int srv_dashboard(struct MHD_Connection *con, const char *url, enum MHD_Result *
 enum MHD_Result srv_send_json(struct MHD_Connection *con, int status, json_t *o);
 enum MHD_Result srv_send_error(struct MHD_Connection *con, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* ---- connections (server_conn.c) ---------------------------------------------------------- */
+/* libmicrohttpd's logger: its messages only with verbose. */
+void srv_http_log(void *cls, const char *fmt, va_list ap);
+/* libmicrohttpd's connection notification: a connection joins the reaper's list at its start
+ * (reading, its first request's deadline running) and leaves it before its socket closes. */
+void srv_conn_notify(void *cls, struct MHD_Connection *con, void **socket_context,
+                     enum MHD_ConnectionNotificationCode code);
+/* A connection's request has fully arrived (reading 0), or its answer is done (1: the next
+ * request's deadline runs). Connection threads. */
+void srv_conn_reading(st_server *s, struct MHD_Connection *con, int reading);
+/* The reaper thread (arg: the server): shuts connections reading past their deadline until
+ * reaper_stop. */
+void *srv_reaper(void *arg);
+
+/* ---- token endpoints (server_api.c) --------------------------------------------------------- */
+enum MHD_Result srv_tokenize_ep(st_server *s, struct MHD_Connection *con, const char *body, size_t len);
+enum MHD_Result srv_detokenize_ep(st_server *s, struct MHD_Connection *con, const char *body, size_t len);
+enum MHD_Result srv_apply_template_ep(st_server *s, struct MHD_Connection *con, const char *body, size_t len);
 
 #endif
