@@ -20,7 +20,7 @@
  * POST /v1/sessions/NAME (saves the conversation of a completion's or chat's body: its tokens
  * and KV, atomically, before answering {"name", "n_tokens", "bytes"}), GET /v1/sessions
  * ({"data": [{"name", "n_tokens", "bytes", "modified", "age_s"}]}) and DELETE
- * /v1/sessions/NAME (404 when absent). A completion or chat with "session": NAME continues
+ * /v1/sessions/NAME (404 when absent); with API keys each key has its own sessions. A completion or chat with "session": NAME continues
  * that session (its history is not computed again; usage counts it as cached); one whose
  * prompt begins with a saved history continues the longest such session unasked. A name
  * outside [A-Za-z0-9._-]{1,64} (or "." / "..") is a 400; an unknown session a 404; a session
@@ -66,6 +66,10 @@ typedef struct st_server_params {
                                   socket is refused); NULL: 127.0.0.1 (loopback only) */
     int port;                  /* 0: any free port (st_server_port says which) */
     const char *api_key;       /* NULL: no key; else "Authorization: Bearer KEY" is required */
+    const char *const *api_keys; /* n_api_keys more keys (each a tenant, as api_key is one):
+                                  saved sessions are kept apart per key, so one key's
+                                  clients never list, continue or delete another's */
+    int n_api_keys;
     const char *model_id;      /* the id /v1/models lists and responses carry; NULL: "strata" */
     const char *chat_template; /* a template name (tok.h), or NULL: the model's own */
     size_t max_body;           /* request bytes at most; 0: 1 MiB */

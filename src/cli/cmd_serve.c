@@ -36,8 +36,9 @@ static void usage(FILE *f) {
             "\"queue_full\"), --queue-timeout 60 s for a waiting request to be admitted (beyond: 503 \"queue_timeout\"\n"
             "or \"kv_budget\"; 0: no limit), --max-body 1 MiB (beyond: 413), --max-header 32 KiB (beyond: 431),\n"
             "--request-timeout 60 s to send a request or idle between two (beyond: closed), --max-connections 256.\n"
-            "--api-key: every route but /health and the dashboard's page needs \"Authorization: Bearer KEY\"\n"
-            "(typed into the page, it is kept in its memory).\n"
+            "--api-key K1[,K2...] / --api-key-file (a key per line): every route but /health and the dashboard's\n"
+            "page needs \"Authorization: Bearer KEY\" (the page keeps the key typed into it in its memory);\n"
+            "each key's saved sessions are its own.\n"
             "Without -m, the built-in synthetic model (noise text). Prints \"listening on http://HOST:PORT\" on\n"
             "stderr when ready. SIGINT / SIGTERM stop it gracefully: it stops listening, lets the running\n"
             "requests finish for up to --shutdown-timeout seconds (30; then cancels them) and exits 0.\n" ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
@@ -54,13 +55,39 @@ static int bad(const char *opt, const char *val) {
     return ST_EXIT_INPUT;
 }
 
-/* The first line of a key file, without its newline. */
-static char *read_key(const char *path) {
-    char *buf = NULL;
-    size_t len = 0;
-    if (st_cli_read_file(path, &buf, &len)) return NULL;
-    buf[strcspn(buf, "\r\n")] = 0;
-    return buf;
+#define MAX_KEYS 256
+
+/* Appends the keys of text to *all (one per line; sep also separates them: ',' for
+ * --api-key, as llama-server splits it). Returns 0, or -1 (out of memory, or no key in it). */
+static int add_keys(char **all, const char *text, size_t n, char sep) {
+    size_t have = *all ? strlen(*all) : 0;
+    char *b = realloc(*all, have + n + 2);
+    if (!b) return -1;
+    *all = b;
+    int found = 0;
+    for (size_t i = 0, start = 0; i <= n; i++) {
+        if (i < n && text[i] != sep && text[i] != '\n' && text[i] != '\r') continue;
+        if (i > start) {
+            memcpy(b + have, text + start, i - start);
+            have += i - start;
+            b[have++] = '\n';
+            found = 1;
+        }
+        start = i + 1;
+    }
+    b[have] = 0;
+    return found ? 0 : -1;
+}
+
+/* Splits the keys of all (in place) into keys[]; returns their count. */
+static int split_keys(char *all, const char **keys) {
+    int n = 0;
+    for (char *p = all, *e; p && *p && n < MAX_KEYS; p = e + 1) {
+        e = strchr(p, '\n');
+        *e = 0;
+        keys[n++] = p;
+    }
+    return n;
 }
 
 int st_cmd_serve(int argc, char **argv) {
@@ -94,15 +121,20 @@ int st_cmd_serve(int argc, char **argv) {
             shutdown_s = (int)n;
         }
         else if (!strcmp(a, "--api-key")) {
-            free(key);
-            if (!v || !*v || !(key = strdup(v))) return bad(a, v);
+            if (!v || add_keys(&key, v, strlen(v), ',')) {
+                free(key);
+                return bad(a, v);
+            }
         } else if (!strcmp(a, "--api-key-file")) {
-            free(key);
-            if (!v || !(key = read_key(v)) || !*key) {
+            char *buf = NULL;
+            size_t len = 0;
+            if (!v || st_cli_read_file(v, &buf, &len) || add_keys(&key, buf, len, '\n')) {
                 fprintf(stderr, "strata serve: --api-key-file %s: cannot read a key from it\n", v ? v : "(missing)");
+                free(buf);
                 free(key);
                 return ST_EXIT_INPUT;
             }
+            free(buf);
         } else if (!strcmp(a, "--metrics")) sp.metrics = 1, takes = 0;
         else if (!strcmp(a, "--slots-show-text")) sp.slots_show_text = 1, takes = 0;
         else if (!strcmp(a, "--mmap")) mmap = 1, takes = 0;
@@ -173,7 +205,9 @@ int st_cmd_serve(int argc, char **argv) {
     }
     /* the model's id: --alias, else the file's name */
     if (!sp.model_id) sp.model_id = model ? (strrchr(model, '/') ? strrchr(model, '/') + 1 : model) : "strata-builtin";
-    sp.api_key = key;
+    const char *keys[MAX_KEYS];
+    sp.api_keys = keys;
+    sp.n_api_keys = split_keys(key, keys);
     sp.verbose = tier.verbose; /* --verbose is the tier flags' (kv_flags.h) */
     char why[768];
     st_engine *e = NULL;

@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
+#include <xxhash.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -365,7 +366,8 @@ static void wait_chan(st_server *s, srv_chan *c, int fd, int (*done)(const srv_c
 static int chan_started(const srv_chan *c) { return c->admitted || c->done; }
 static int chan_done(const srv_chan *c) { return c->done; }
 
-static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, const char *body, size_t len, int chat) {
+static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, const char *tenant, const char *body,
+                                  size_t len, int chat) {
     srv_req q;
     char msg[1024];
     int st = srv_parse_request(body, len, chat, s->tok, s->n_vocab, s->tmpl, s->tmpl_ok, &q, msg, sizeof msg);
@@ -379,7 +381,7 @@ static enum MHD_Result completion(st_server *s, struct MHD_Connection *con, cons
         srv_req_free(&q);
         return srv_send_json(con, 400, e);
     }
-    if ((st = srv_session_prepare(s, body, len, &q, msg, sizeof msg))) {
+    if ((st = srv_session_prepare(s, tenant, body, len, &q, msg, sizeof msg))) {
         srv_req_free(&q);
         return srv_send_error(con, st, "%s", msg);
     }
@@ -472,16 +474,23 @@ static void request_done(void *cls, struct MHD_Connection *con, void **con_cls, 
     *con_cls = NULL;
 }
 
-static int authorized(const st_server *s, struct MHD_Connection *con) {
-    if (!s->api_key) return 1;
+/* The tenant of the request's key ("" without keys), or NULL when the key is missing or wrong.
+ * Every key is compared in full whatever the first difference, and all of them whichever
+ * matches, so the timing reveals neither a key nor which one matched. */
+static const char *authorized(const st_server *s, struct MHD_Connection *con) {
+    if (!s->n_keys) return "";
     const char *h = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7)) return 0;
-    /* compared in full whatever the first difference, so timing does not reveal the key */
-    const char *k = h + 7;
-    const size_t nk = strlen(k), ns = strlen(s->api_key);
-    unsigned diff = nk != ns;
-    for (size_t i = 0; i < nk && i < ns; i++) diff |= (unsigned char)(k[i] ^ s->api_key[i]);
-    return !diff;
+    const char *k = h && !strncmp(h, "Bearer ", 7) ? h + 7 : "";
+    const size_t nk = strlen(k);
+    int hit = -1;
+    for (int j = 0; j < s->n_keys; j++) {
+        const char *key = s->keys[j];
+        const size_t ns = strlen(key);
+        unsigned diff = nk != ns;
+        for (size_t i = 0; i < ns; i++) diff |= (unsigned char)((i < nk ? k[i] : 0) ^ key[i]);
+        hit = diff ? hit : j;
+    }
+    return h && hit >= 0 ? s->tenants[hit] : NULL;
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char *url, const char *method,
@@ -505,7 +514,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
     if (get && !strcmp(url, "/health")) return srv_send_json(con, 200, json_pack("{s:s}", "status", "ok"));
     enum MHD_Result r;
     if ((get || !strcmp(method, "HEAD")) && srv_dashboard(con, url, &r)) return r; /* no key: the page holds no data (server_dash.c) */
-    if (!authorized(s, con)) return srv_send_error(con, 401, "invalid or missing API key (Authorization: Bearer KEY)");
+    const char *tenant = authorized(s, con);
+    if (!tenant) return srv_send_error(con, 401, "invalid or missing API key (Authorization: Bearer KEY)");
     if (x->too_big) return srv_send_error(con, 413, "the request body is over %zu bytes", s->max_body);
     const char *b = x->body ? x->body : "";
     pthread_mutex_lock(&s->mu);
@@ -524,9 +534,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *con, const char 
     if (get && !strcmp(url, "/metrics")) return srv_metrics_ep(s, con);
     if (get && !strcmp(url, "/slots")) return srv_slots_ep(s, con);
     enum MHD_Result ret;
-    if (srv_session_route(s, con, url, method, b, x->n, &ret)) return ret;
-    if (post && !strcmp(url, "/v1/completions")) return completion(s, con, b, x->n, 0);
-    if (post && !strcmp(url, "/v1/chat/completions")) return completion(s, con, b, x->n, 1);
+    if (srv_session_route(s, con, tenant, url, method, b, x->n, &ret)) return ret;
+    if (post && !strcmp(url, "/v1/completions")) return completion(s, con, tenant, b, x->n, 0);
+    if (post && !strcmp(url, "/v1/chat/completions")) return completion(s, con, tenant, b, x->n, 1);
     if (post && !strcmp(url, "/tokenize")) return srv_tokenize_ep(s, con, b, x->n);
     if (post && !strcmp(url, "/detokenize")) return srv_detokenize_ep(s, con, b, x->n);
     if (post && !strcmp(url, "/apply-template")) return srv_apply_template_ep(s, con, b, x->n);
@@ -591,7 +601,9 @@ void st_server_stop(st_server *s) {
     if (s->sock_path) unlink(s->sock_path);
     free(s->sock_path);
     free(s->slots_body);
-    free(s->api_key);
+    for (int i = 0; i < s->n_keys; i++) free(s->keys[i]);
+    free(s->keys);
+    free(s->tenants);
     free(s->model_id);
     free(s);
 }
@@ -636,10 +648,27 @@ int st_server_start(st_engine *e, const st_server_params *p, st_server **out, ch
     s->n_ctx = st_engine_n_ctx(e);
     s->max_body = p->max_body ? p->max_body : (size_t)1 << 20;
     s->metrics = p->metrics, s->slots_text = p->slots_show_text, s->verbose = p->verbose;
-    s->api_key = p->api_key ? strdup(p->api_key) : NULL;
+    int oom = 0;
+    const int n_keys = (p->api_key ? 1 : 0) + (p->n_api_keys > 0 ? p->n_api_keys : 0);
+    if (n_keys) {
+        s->keys = calloc((size_t)n_keys, sizeof *s->keys);
+        s->tenants = calloc((size_t)n_keys, sizeof *s->tenants);
+        oom = !s->keys || !s->tenants;
+    }
+    for (int i = 0; !oom && i < n_keys; i++) {
+        const char *k = p->api_key ? (i ? p->api_keys[i - 1] : p->api_key) : p->api_keys[i];
+        if (!k || !*k) {
+            if (why && why_len) snprintf(why, why_len, "API key %d is empty", i + 1);
+            st_server_stop(s);
+            return ST_E_INVAL;
+        }
+        if (!(s->keys[i] = strdup(k))) oom = 1;
+        else snprintf(s->tenants[i], sizeof s->tenants[i], "k%016llx~", (unsigned long long)XXH3_64bits(k, strlen(k)));
+        s->n_keys = i + 1;
+    }
     s->model_id = strdup(p->model_id ? p->model_id : "strata");
     s->tmpl_ok = st_chat_for_tok(st_engine_ctx(e), s->tok, p->chat_template, &s->tmpl) == 0;
-    if (!s->model_id || (p->api_key && !s->api_key)) {
+    if (!s->model_id || oom) {
         st_server_stop(s);
         return ST_E_NOMEM;
     }

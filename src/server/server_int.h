@@ -183,12 +183,13 @@ int srv_session_name_check(const char *name, char *msg, size_t cap);
 int srv_sessions_open(st_server *s, const char *dir, srv_sessions **out, char *why, size_t cap);
 void srv_sessions_close(srv_sessions *ss);
 /* /v1/sessions routes (connection threads); 0 when url is none of them. */
-int srv_session_route(st_server *s, struct MHD_Connection *con, const char *url, const char *method,
-                      const char *body, size_t len, enum MHD_Result *ret);
+int srv_session_route(st_server *s, struct MHD_Connection *con, const char *tenant, const char *url,
+                      const char *method, const char *body, size_t len, enum MHD_Result *ret);
 /* Connection thread, after srv_parse_request: the session q names ("session") or the
  * longest indexed one its prompt begins with, read and checked into q. 0 (also when there
  * is none), or an HTTP status (400, 404, 409) with the message in msg[cap]. */
-int srv_session_prepare(st_server *s, const char *body, size_t len, srv_req *q, char *msg, size_t cap);
+int srv_session_prepare(st_server *s, const char *tenant, const char *body, size_t len, srv_req *q, char *msg,
+                        size_t cap);
 /* Scheduler thread, before q is submitted: restores q's snapshot into a new sequence and
  * points rp at it and at the tokens after the history. 0 (also: nothing to restore, or a
  * matched session that the prefix cache covers as well), or an error with msg[cap] (then
@@ -215,7 +216,11 @@ struct st_server {
     int stop;
     int draining;            /* st_server_drain: new requests answer 503 */
     int port;
-    char *api_key, *model_id;
+    char **keys;             /* the API keys (none: no key is asked) */
+    int n_keys;
+    char (*tenants)[24];     /* per key: "k" and 16 hex digits of its hash, and '~': the
+                                prefix of its sessions' names on disk; "" without keys */
+    char *model_id;
     char *sock_path;         /* a unix socket's path, removed at the stop */
     size_t max_body;
     st_chat_tmpl tmpl;

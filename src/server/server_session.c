@@ -31,8 +31,24 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+/* A session's name on disk and in the index is its tenant's prefix ("" without API keys, else
+ * "k" + 16 hex digits of its key's hash + '~', a character no name holds) and its name, so
+ * each key sees only its own sessions. */
+#define QUAL_MAX (SRV_SESSION_NAME_MAX + 18)
+
+/* The name a client gave, of a qualified one. */
+static const char *plain(const char *qual) {
+    const char *t = strchr(qual, '~');
+    return t ? t + 1 : qual;
+}
+
+/* Whether qual is tenant's. */
+static int of_tenant(const char *qual, const char *tenant) {
+    return *tenant ? !strncmp(qual, tenant, strlen(tenant)) : !strchr(qual, '~');
+}
+
 typedef struct sess_ent {
-    char name[SRV_SESSION_NAME_MAX + 1];
+    char name[QUAL_MAX + 1];
     int32_t *tokens;
     int32_t n_tokens;
     uint64_t bytes;
@@ -273,17 +289,19 @@ static void index_dir(srv_sessions *ss, int32_t n_vocab) {
     struct dirent *de;
     while ((de = readdir(d))) {
         const char *fn = de->d_name;
-        char path[4200], name[SRV_SESSION_NAME_MAX + 16], msg[512];
+        char path[4200], name[QUAL_MAX + 16], msg[512];
         snprintf(path, sizeof path, "%s/%s", ss->dir, fn);
         if (fn[0] == '.' && strstr(fn, ".session.tmp-")) {
             unlink(path); /* a write that a crash interrupted: never acknowledged */
             continue;
         }
         const size_t n = strlen(fn);
-        if (n <= 8 || n - 8 > SRV_SESSION_NAME_MAX || strcmp(fn + n - 8, ".session")) continue;
+        if (n <= 8 || n - 8 > QUAL_MAX || strcmp(fn + n - 8, ".session")) continue;
         memcpy(name, fn, n - 8);
         name[n - 8] = 0;
-        if (srv_session_name_check(name, msg, sizeof msg)) continue;
+        const char *tl = strchr(name, '~');
+        if (tl && (tl - name != 17 || name[0] != 'k' || strspn(name + 1, "0123456789abcdef") != 16)) continue;
+        if (srv_session_name_check(plain(name), msg, sizeof msg)) continue;
         uint8_t *b;
         size_t nb;
         int64_t mt = 0;
@@ -291,7 +309,7 @@ static void index_dir(srv_sessions *ss, int32_t n_vocab) {
         int rc = read_all(path, &b, &nb, &mt);
         if (rc) snprintf(msg, sizeof msg, "%s", strerror(-rc));
         else rc = srv_session_decode(b, nb, ss->fp, n_vocab, &in, msg, sizeof msg);
-        if (rc) fprintf(stderr, "strata serve: session '%s' not indexed: %s\n", name, msg);
+        if (rc) fprintf(stderr, "strata serve: session file %s not indexed: %s\n", fn, msg);
         else put_ent(ss, name, in.tokens, in.n_tokens, nb, mt);
         free(b);
     }
@@ -417,12 +435,13 @@ static int load_into(st_server *s, const char *name, srv_req *q, char *msg, size
     uint8_t *b;
     size_t nb;
     int rc = read_all(path, &b, &nb, NULL);
-    if (rc == -ENOENT) return BAD(404, "no session '%s'", name);
-    if (rc) return BAD(409, "session '%s' cannot be read: %s", name, strerror(-rc));
+    const char *shown = plain(name);
+    if (rc == -ENOENT) return BAD(404, "no session '%s'", shown);
+    if (rc) return BAD(409, "session '%s' cannot be read: %s", shown, strerror(-rc));
     srv_session_info in;
     if ((rc = srv_session_decode(b, nb, ss->fp, s->n_vocab, &in, why, sizeof why))) {
         free(b);
-        return BAD(409, "session '%s' is refused: %s", name, why);
+        return BAD(409, "session '%s' is refused: %s", shown, why);
     }
     int32_t diff = -1;
     for (int32_t i = 0; i < in.n_tokens && i < q->n_tokens && diff < 0; i++)
@@ -430,24 +449,25 @@ static int load_into(st_server *s, const char *name, srv_req *q, char *msg, size
     if (diff >= 0 || in.n_tokens > q->n_tokens) {
         free(b);
         free(in.tokens);
-        if (diff < 0) return BAD(409, "session '%s' holds %d tokens, the prompt only %d", name, in.n_tokens, q->n_tokens);
+        if (diff < 0) return BAD(409, "session '%s' holds %d tokens, the prompt only %d", shown, in.n_tokens, q->n_tokens);
         return BAD(409, "the prompt does not continue session '%s': it differs from the session's %d tokens at token %d",
-                   name, in.n_tokens, diff);
+                   shown, in.n_tokens, diff);
     }
     free(in.tokens);
     q->sess_file = b, q->snap = in.snap, q->n_snap = in.n_snap, q->n_hist = in.n_tokens;
-    snprintf(q->session, sizeof q->session, "%s", name);
+    snprintf(q->session, sizeof q->session, "%s", shown);
     return 0;
 }
 
-int srv_session_prepare(st_server *s, const char *body, size_t len, srv_req *q, char *msg, size_t cap) {
+int srv_session_prepare(st_server *s, const char *tenant, const char *body, size_t len, srv_req *q, char *msg,
+                        size_t cap) {
     json_t *o = json_loadb(body, len, 0, NULL), *v = o ? json_object_get(o, "session") : NULL;
-    char name[SRV_SESSION_NAME_MAX + 1] = "";
+    char name[QUAL_MAX + 1] = "";
     int st = 0, named = v && !json_is_null(v);
     if (named && !json_is_string(v)) st = BAD(400, "'session' must be a string (a session's name)");
     else if (named && !s->sess) st = BAD(400, "'session': this server keeps no sessions (start it with --session-dir)");
     else if (named && !(st = srv_session_name_check(json_string_value(v), msg, cap)))
-        snprintf(name, sizeof name, "%s", json_string_value(v));
+        snprintf(name, sizeof name, "%s%s", tenant, json_string_value(v));
     json_decref(o);
     if (st || !s->sess) return st;
     if (named) {
@@ -460,7 +480,7 @@ int srv_session_prepare(st_server *s, const char *body, size_t len, srv_req *q, 
     pthread_mutex_lock(&ss->mu);
     for (int i = 0; i < ss->n; i++) {
         const sess_ent *e = &ss->ents[i];
-        if (e->n_tokens > best && e->n_tokens <= q->n_tokens &&
+        if (e->n_tokens > best && e->n_tokens <= q->n_tokens && of_tenant(e->name, tenant) &&
             !memcmp(e->tokens, q->tokens, (size_t)e->n_tokens * sizeof *e->tokens))
             best = e->n_tokens, snprintf(name, sizeof name, "%s", e->name);
     }
@@ -478,7 +498,7 @@ int srv_session_prepare(st_server *s, const char *body, size_t len, srv_req *q, 
 
 /* POST /v1/sessions/NAME */
 static enum MHD_Result save_ep(st_server *s, struct MHD_Connection *con, const char *name, const char *body,
-                               size_t len) {
+                               size_t len) { /* name: qualified */
     char msg[1024];
     json_error_t je;
     json_t *o = json_loadb(body, len, 0, &je);
@@ -540,18 +560,19 @@ static enum MHD_Result save_ep(st_server *s, struct MHD_Connection *con, const c
     pthread_mutex_unlock(&s->sess->mu);
     q.tokens = NULL; /* the index's now */
     srv_req_free(&q);
-    return srv_send_json(con, 200, json_pack("{s:s, s:i, s:I}", "name", name, "n_tokens", n_tokens, "bytes",
+    return srv_send_json(con, 200, json_pack("{s:s, s:i, s:I}", "name", plain(name), "n_tokens", n_tokens, "bytes",
                                              (json_int_t)n_file));
 }
 
 /* GET /v1/sessions */
-static enum MHD_Result list_ep(st_server *s, struct MHD_Connection *con) {
+static enum MHD_Result list_ep(st_server *s, struct MHD_Connection *con, const char *tenant) {
     json_t *arr = json_array();
     const int64_t now = (int64_t)time(NULL);
     pthread_mutex_lock(&s->sess->mu);
     for (int i = 0; i < s->sess->n; i++) {
         const sess_ent *e = &s->sess->ents[i];
-        json_array_append_new(arr, json_pack("{s:s, s:i, s:I, s:I, s:I}", "name", e->name, "n_tokens", e->n_tokens,
+        if (!of_tenant(e->name, tenant)) continue;
+        json_array_append_new(arr, json_pack("{s:s, s:i, s:I, s:I, s:I}", "name", plain(e->name), "n_tokens", e->n_tokens,
                                              "bytes", (json_int_t)e->bytes, "modified", (json_int_t)e->mtime, "age_s",
                                              (json_int_t)(now > e->mtime ? now - e->mtime : 0)));
     }
@@ -567,14 +588,14 @@ static enum MHD_Result delete_ep(st_server *s, struct MHD_Connection *con, const
     int rc = unlink(path) ? -errno : 0;
     if (!rc || rc == -ENOENT) drop_ent(s->sess, name);
     pthread_mutex_unlock(&s->sess->mu);
-    if (rc == -ENOENT) return srv_send_error(con, 404, "no session '%s'", name);
-    if (rc) return srv_send_error(con, 500, "cannot remove %.900s: %s", path, strerror(-rc));
+    if (rc == -ENOENT) return srv_send_error(con, 404, "no session '%s'", plain(name));
+    if (rc) return srv_send_error(con, 500, "cannot remove session '%s': %s", plain(name), strerror(-rc));
     fsync_dir(s->sess->dir);
-    return srv_send_json(con, 200, json_pack("{s:s, s:b}", "name", name, "deleted", 1));
+    return srv_send_json(con, 200, json_pack("{s:s, s:b}", "name", plain(name), "deleted", 1));
 }
 
-int srv_session_route(st_server *s, struct MHD_Connection *con, const char *url, const char *method,
-                      const char *body, size_t len, enum MHD_Result *ret) {
+int srv_session_route(st_server *s, struct MHD_Connection *con, const char *tenant, const char *url,
+                      const char *method, const char *body, size_t len, enum MHD_Result *ret) {
     const size_t np = strlen("/v1/sessions");
     if (strncmp(url, "/v1/sessions", np) || (url[np] && url[np] != '/')) return 0;
     char msg[512];
@@ -584,11 +605,13 @@ int srv_session_route(st_server *s, struct MHD_Connection *con, const char *url,
     }
     const int get = !strcmp(method, "GET"), post = !strcmp(method, "POST"), del = !strcmp(method, "DELETE");
     if (!url[np]) {
-        *ret = get ? list_ep(s, con) : srv_send_error(con, 404, "no route for %s %s", method, url);
+        *ret = get ? list_ep(s, con, tenant) : srv_send_error(con, 404, "no route for %s %s", method, url);
         return 1;
     }
-    const char *name = url + np + 1;
-    if (srv_session_name_check(name, msg, sizeof msg)) *ret = srv_send_error(con, 400, "%s", msg);
+    const char *given = url + np + 1;
+    char name[QUAL_MAX + 1];
+    snprintf(name, sizeof name, "%s%s", tenant, given);
+    if (srv_session_name_check(given, msg, sizeof msg)) *ret = srv_send_error(con, 400, "%s", msg);
     else if (post) *ret = save_ep(s, con, name, body, len);
     else if (del) *ret = delete_ep(s, con, name);
     else *ret = srv_send_error(con, 404, "no route for %s %s", method, url);

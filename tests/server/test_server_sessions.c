@@ -37,6 +37,11 @@ typedef struct srv {
 
 /* seed 0: the built-in model; else the built-in model drawn with another seed. sdir NULL:
  * no sessions. */
+/* the API keys of the next srv_open, and the key http() sends (NULL: none) */
+static const char *const *keys;
+static int n_keys;
+static const char *bearer;
+
 static int srv_open(srv *v, const char *sdir, uint64_t seed) {
     memset(v, 0, sizeof *v);
     st_engine_params ep = st_engine_default_params();
@@ -52,7 +57,8 @@ static int srv_open(srv *v, const char *sdir, uint64_t seed) {
         fprintf(stderr, "  engine: %s\n", why);
         return rc;
     }
-    st_server_params sp = {.port = 0, .model_id = "m", .chat_template = "chatml", .session_dir = sdir};
+    st_server_params sp = {.port = 0, .model_id = "m", .chat_template = "chatml", .session_dir = sdir,
+                           .api_keys = keys, .n_api_keys = n_keys};
     if ((rc = st_server_start(v->e, &sp, &v->s, why, sizeof why))) {
         fprintf(stderr, "  server: %s\n", why);
         st_engine_destroy(v->e);
@@ -72,7 +78,8 @@ static void srv_close(srv *v) {
 /* `curl -X METHOD` of PATH with BODY (NULL: none); the response into *out (malloc'd);
  * returns the HTTP status (0 when curl failed). */
 static int http(const srv *v, const char *method, const char *path, const char *body, char **out) {
-    char bf[256], of[256], cmd[2048];
+    char bf[256], of[256], cmd[2048], auth[128] = "";
+    if (bearer) snprintf(auth, sizeof auth, "-H 'Authorization: Bearer %s'", bearer);
     snprintf(bf, sizeof bf, "%s/req.json", tmpdir());
     snprintf(of, sizeof of, "%s/out.json", tmpdir());
     if (body) {
@@ -81,8 +88,9 @@ static int http(const srv *v, const char *method, const char *path, const char *
         fputs(body, f);
         fclose(f);
     }
-    snprintf(cmd, sizeof cmd, "curl -s --path-as-is -X %s -o %s -w '%%{http_code}' %s%s 'http://127.0.0.1:%d%s'", method,
-             of, body ? "-H 'Content-Type: application/json' --data-binary @" : "", body ? bf : "", v->port, path);
+    snprintf(cmd, sizeof cmd, "curl -s --path-as-is -X %s -o %s -w '%%{http_code}' %s %s%s 'http://127.0.0.1:%d%s'",
+             method, of, auth, body ? "-H 'Content-Type: application/json' --data-binary @" : "", body ? bf : "",
+             v->port, path);
     FILE *p = popen(cmd, "r");
     if (!p) return 0;
     int status = 0;
@@ -395,8 +403,75 @@ TEST(test_session_dir_checked) {
     st_engine_destroy(e);
 }
 
+/* Two API keys, two tenants: what one key saves, the other neither lists, continues (by name
+ * or by repeating its history), nor deletes; a session of the same name is each one's own;
+ * the files survive a restart kept apart; a wrong key is a 401. */
+TEST(test_sessions_per_key) {
+    char sdir[300];
+    snprintf(sdir, sizeof sdir, "%s/keyed", tmpdir());
+    static const char *const two[2] = {"key-alice", "key-bob"};
+    keys = two, n_keys = 2;
+    srv v;
+    int rc = srv_open(&v, sdir, 0);
+    CHECK_OK(rc);
+    if (rc) {
+        keys = NULL, n_keys = 0;
+        return;
+    }
+    char *out = NULL;
+    const char *conv = "{\"prompt\":\"Alice's secret plan is to sail at dawn\"}";
+    bearer = "key-alice";
+    CHECK_INT(http(&v, "POST", "/v1/sessions/plan", conv, &out), 200);
+    free(out);
+    bearer = "key-bob";
+    CHECK_INT(http(&v, "GET", "/v1/sessions", NULL, &out), 200);
+    json_t *o = parse(out);
+    CHECK_INT((long long)json_array_size(json_object_get(o, "data")), 0);
+    json_decref(o), free(out);
+    CHECK_INT(http(&v, "POST", "/v1/completions", "{\"prompt\":\"Alice's secret plan is to sail at dawn and\",\"session\":\"plan\",\"max_tokens\":2}", &out), 404);
+    free(out);
+    CHECK_INT(http(&v, "DELETE", "/v1/sessions/plan", NULL, &out), 404);
+    free(out);
+    /* the same name is bob's own session */
+    CHECK_INT(http(&v, "POST", "/v1/sessions/plan", "{\"prompt\":\"Bob plans to stay home\"}", &out), 200);
+    free(out);
+    bearer = "key-wrong";
+    CHECK_INT(http(&v, "GET", "/v1/sessions", NULL, &out), 401);
+    free(out);
+    bearer = "key-alice";
+    CHECK_INT(http(&v, "GET", "/v1/sessions", NULL, &out), 200);
+    o = parse(out);
+    json_t *d = json_object_get(o, "data");
+    CHECK_INT((long long)json_array_size(d), 1);
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(d, 0), "name")), "plan"));
+    CHECK_INT(json_integer_value(json_object_get(json_array_get(d, 0), "n_tokens")) > 20, 1);
+    json_decref(o), free(out);
+    srv_close(&v);
+    /* after a restart (an empty prefix cache), still apart: bob repeating alice's history does
+     * not continue her session, and alice continues hers by name */
+    CHECK_OK(srv_open(&v, sdir, 0));
+    bearer = "key-bob";
+    CHECK_INT(http(&v, "POST", "/v1/completions", "{\"prompt\":\"Alice's secret plan is to sail at dawn and\",\"max_tokens\":2}", &out), 200);
+    o = parse(out);
+    CHECK_INT(usage_of(o, "cached_tokens"), 0);
+    json_decref(o), free(out);
+    bearer = "key-alice";
+    CHECK_INT(http(&v, "POST", "/v1/completions", "{\"prompt\":\"Alice's secret plan is to sail at dawn and\",\"session\":\"plan\",\"max_tokens\":2}", &out), 200);
+    o = parse(out);
+    CHECK(usage_of(o, "cached_tokens") > 20);
+    json_decref(o), free(out);
+    bearer = "key-bob";
+    CHECK_INT(http(&v, "GET", "/v1/sessions", NULL, &out), 200);
+    o = parse(out);
+    d = json_object_get(o, "data");
+    CHECK_INT((long long)json_array_size(d), 1);
+    json_decref(o), free(out);
+    srv_close(&v);
+    bearer = NULL, keys = NULL, n_keys = 0;
+}
+
 static void all_done(void) { cleanup(); }
 
 TEST(test_cleanup) { all_done(); }
 
-TEST_MAIN(test_save_resume_restart, test_bad_files_and_names, test_session_dir_checked, test_cleanup)
+TEST_MAIN(test_save_resume_restart, test_bad_files_and_names, test_session_dir_checked, test_sessions_per_key, test_cleanup)
