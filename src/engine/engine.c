@@ -82,6 +82,14 @@ st_engine_req_params st_engine_req_default_params(void) {
     return p;
 }
 
+/* "96.0 KiB", "3.2 MiB", "1.5 GiB": sizes in messages, legible at any scale. */
+static const char *size_str(uint64_t n, char *buf, size_t cap) {
+    if (n >= (1ull << 30)) snprintf(buf, cap, "%.1f GiB", (double)n / (1ull << 30));
+    else if (n >= (1ull << 20)) snprintf(buf, cap, "%.1f MiB", (double)n / (1ull << 20));
+    else snprintf(buf, cap, "%.1f KiB", (double)n / 1024);
+    return buf;
+}
+
 static int64_t pages_for(const st_engine *e, int64_t tokens) { return (tokens + e->page - 1) / e->page; }
 
 void st_engine_destroy(st_engine *e) {
@@ -205,9 +213,10 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
             const uint64_t left = p->mem_limit > w ? (p->mem_limit - w) / 4 * 3 : 0;
             ram = (int64_t)(left / st_kv_page_bytes(&kp));
             if (ram < 2) {
-                st_seterr(e->ctx, ST_E_LIMIT, "the weights (%llu MiB) leave %llu MiB of the %llu MiB available: "
-                          "too little for a hot KV pool of 2 pages", (unsigned long long)(w >> 20),
-                          (unsigned long long)(left >> 20), (unsigned long long)(p->mem_limit >> 20));
+                char b1[32], b2[32], b3[32];
+                st_seterr(e->ctx, ST_E_LIMIT, "the weights (%s) leave %s of the %s available for the KV cache: "
+                          "too little for a hot pool of 2 pages", size_str(w, b1, sizeof b1),
+                          size_str(left, b2, sizeof b2), size_str(p->mem_limit, b3, sizeof b3));
                 return open_fail(e, ST_E_LIMIT, why, why_len, "KV cache");
             }
         }
@@ -229,9 +238,10 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
     const uint64_t wbytes = st_model_weight_bytes(e->model);
     const uint64_t room = p->mem_limit > wbytes ? p->mem_limit - wbytes : 0;
     if (p->mem_limit && hot > room) {
-        st_seterr(e->ctx, ST_E_LIMIT, "context %d needs %llu MiB of KV cache, more than the %llu MiB of memory "
-                  "available after the %llu MiB of weights", e->n_ctx, (unsigned long long)(hot >> 20),
-                  (unsigned long long)(room >> 20), (unsigned long long)(wbytes >> 20));
+        char b1[32], b2[32], b3[32];
+        st_seterr(e->ctx, ST_E_LIMIT, "context %d needs %s of KV cache, more than the %s of memory available "
+                  "after the %s of weights", e->n_ctx, size_str(hot, b1, sizeof b1), size_str(room, b2, sizeof b2),
+                  size_str(wbytes, b3, sizeof b3));
         return open_fail(e, ST_E_LIMIT, why, why_len, "context");
     }
     if ((rc = st_kv_create(e->ctx, &kp, &e->kv))) return open_fail(e, rc, why, why_len, "KV cache");

@@ -296,6 +296,57 @@ TEST(test_preemption_by_spilling) {
     CHECK(system(cmd) == 0);
 }
 
+/* mem_limit counts the weights; ram_auto sizes the hot pool from what they leave: three
+ * quarters of it in whole pages, at most every page; too little for two pages is refused
+ * naming both sizes. */
+TEST(test_ram_auto) {
+    char dir[] = "/tmp/strata-engine-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    st_engine_params p = params(2, 64, 4);
+    p.spill_dir = dir;
+    p.ram_auto = 1;
+    st_engine *e = NULL;
+    /* learn the weights' and a page's bytes */
+    CHECK_OK(st_engine_create(&p, &e, NULL, 0));
+    if (!e) return;
+    const uint64_t w = st_model_weight_bytes(st_engine_model(e));
+    const uint64_t pb = st_kv_get_geometry(st_engine_kv(e))->page_bytes;
+    st_kv_stats ks;
+    st_kv_get_stats(st_engine_kv(e), &ks);
+    const int64_t all = ks.n_pages;
+    CHECK_INT(ks.ram_pages, all); /* no limit: every page may hold RAM */
+    st_engine_destroy(e);
+    /* the weights and 40 pages' worth: 30 pages hot */
+    p.mem_limit = w + 40 * pb;
+    CHECK_OK(st_engine_create(&p, &e, NULL, 0));
+    if (!e) return;
+    st_kv_get_stats(st_engine_kv(e), &ks);
+    CHECK_INT(ks.ram_pages, 30);
+    st_engine_destroy(e);
+    /* plenty: capped at the pool */
+    p.mem_limit = w + (uint64_t)(all * 4) * pb;
+    CHECK_OK(st_engine_create(&p, &e, NULL, 0));
+    if (!e) return;
+    st_kv_get_stats(st_engine_kv(e), &ks);
+    CHECK_INT(ks.ram_pages, all);
+    st_engine_destroy(e);
+    /* the weights leave less than two pages */
+    char why[512];
+    p.mem_limit = w + pb;
+    CHECK_INT(st_engine_create(&p, &e, why, sizeof why), ST_E_LIMIT);
+    CHECK(strstr(why, "weights") != NULL && strstr(why, "2 pages") != NULL);
+    fprintf(stderr, "  %s\n", why);
+    /* without the tier the whole pool must fit beside the weights */
+    p.spill_dir = NULL, p.ram_auto = 0;
+    p.mem_limit = w + (uint64_t)(all - 1) * pb;
+    CHECK_INT(st_engine_create(&p, &e, why, sizeof why), ST_E_LIMIT);
+    CHECK(strstr(why, "after the") != NULL);
+    fprintf(stderr, "  %s\n", why);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 /* Cancelling mid-prefill (and while waiting, and while decoding) frees every page. */
 TEST(test_cancel_frees_pages) {
     st_engine *e = NULL;
@@ -462,4 +513,4 @@ TEST(test_logprobs) {
 }
 
 TEST_MAIN(test_batched_equals_alone, test_logprobs, test_keep_and_continue, test_stream_text_is_detokenized, test_stop_string_never_leaks,
-          test_shared_prefix, test_preemption_by_spilling, test_cancel_frees_pages, test_submit_errors)
+          test_shared_prefix, test_preemption_by_spilling, test_ram_auto, test_cancel_frees_pages, test_submit_errors)
