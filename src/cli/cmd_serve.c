@@ -53,8 +53,8 @@ static void prefix_resume(st_engine *e, const char *path) {
     const double t0 = st_time_now();
     int rc = st_engine_prefix_load(e, path, &c);
     if (rc) {
-        fprintf(stderr, "strata serve: prefix cache %s refused (%s): %s; removed, starting cold\n",
-                path, st_strerror(rc), st_ctx_error(st_engine_ctx(e)));
+        fprintf(stderr, "strata serve: prefix cache refused (%s): %s; removed, starting cold\n",
+                st_strerror(rc), st_ctx_error(st_engine_ctx(e)));
         if (unlink(path) != 0) fprintf(stderr, "strata serve: cannot remove %s\n", path);
     } else if (c.pages > 0) {
         fprintf(stderr, "strata serve: prefix cache resumed from %s: %lld pages, %lld tokens in %lld "
