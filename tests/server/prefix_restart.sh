@@ -1,7 +1,8 @@
 #!/bin/sh
 # strata serve --kv-spill D --instance-id X: the prefix cache survives a graceful restart.
 # SIGTERM writes D/prefix-X.kv and exits 0; the next start with the same flags resumes it and
-# the same completion reports cached prompt tokens and the same text; a damaged file is
+# the same completion reports cached prompt tokens and the same text (also after a kill -9,
+# from the file of the earlier stop); a damaged file is
 # refused with a message, removed, and the request answers the same with nothing cached.
 # Built-in model; needs curl and jq (else skipped, exit 77).
 set -eu
@@ -68,6 +69,14 @@ cached=$(body_of "$r" | jq .usage.prompt_tokens_details.cached_tokens)
 [ "$cached" -gt 0 ] || fail "the resumed run cached nothing"
 [ "$cached" -lt "$n_prompt" ] || fail "cached $cached of $n_prompt prompt tokens"
 cached_resumed=$cached
+# kill -9 writes nothing: the file of the earlier graceful stop is resumed as it was
+kill -9 "$pid"; wait "$pid" 2>/dev/null || true; pid=
+[ "$(wc -c <"$file")" = "$size" ] || fail "kill -9 changed the file"
+start
+grep -q 'prefix cache resumed from' "$log" || fail "no resume after kill -9"
+r=$(post /v1/completions "$req"); [ "$(status_of "$r")" = 200 ] || fail "run after kill -9: $r"
+[ "$(body_of "$r" | jq -r '.choices[0].text')" = "$want" ] || fail "the run after kill -9 differs"
+[ "$(body_of "$r" | jq .usage.prompt_tokens_details.cached_tokens)" = "$cached_resumed" ] || fail "after kill -9: $r"
 stop
 
 # a damaged file: refused with a message, removed, never served
