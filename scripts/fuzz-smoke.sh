@@ -7,7 +7,8 @@
 # and a patch of one ('S' and 'P', see fuzz/kv_snapshot_fuzz.c), a few texts for tok_fuzz,
 # a few edit lists for model_fuzz (its first byte picks the base model, then edits follow),
 # a few request bodies for server_request_fuzz (first byte: completions or chat), a valid
-# session file and patches of one for session_file_fuzz ('S' and 'P', see its header).
+# session file and patches of one for session_file_fuzz ('S' and 'P', see its header), a valid
+# prefix-cache file and patches of one for prefix_file_fuzz ('S' and 'P', see its header).
 set -euo pipefail
 build=${1:-build-fuzz}
 secs=${2:-20}
@@ -22,7 +23,7 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 
 mkdir -p "$work/seeds/gguf" "$work/seeds/kv_snapshot" "$work/seeds/tok" "$work/seeds/model" "$work/seeds/server_request" \
-  "$work/seeds/session_file"
+  "$work/seeds/session_file" "$work/seeds/prefix_file"
 "$build/tests/test_gguf_corpus" --write "$work/seeds/gguf" >/dev/null
 printf 'S' >"$work/seeds/kv_snapshot/valid"
 printf 'P\x00\x10\x01' >"$work/seeds/kv_snapshot/patch"
@@ -40,6 +41,9 @@ printf 'S' >"$work/seeds/session_file/valid"
 printf 'P\x00\x20\x00\x01' >"$work/seeds/session_file/count"   # the token count edited, checksum fixed
 printf 'P\x00\x60\x00\x04\x80' >"$work/seeds/session_file/cut" # a token edited, cut to half
 printf 'P\x01\x10\x00\xff' >"$work/seeds/session_file/model"    # the fingerprint edited, checksum stale
+printf 'S' >"$work/seeds/prefix_file/valid"
+printf 'P\x0c\x00\x03' >"$work/seeds/prefix_file/parts"       # the part count edited, checksum fixed
+printf 'P\x00\x02\x01\xc0' >"$work/seeds/prefix_file/cut"    # a page record edited, cut in the second part
 
 fail=0
 for t in "${targets[@]}"; do

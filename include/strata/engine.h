@@ -270,6 +270,26 @@ typedef struct st_engine_stats {
 /* Read-only. */
 void st_engine_get_stats(const st_engine *e, st_engine_stats *out);
 
+/* ---- the prefix cache across a restart ------------------------------------------------- */
+
+/* Writes the KV pool's prefix cache to path as a prefix-cache file (st_kv_prefix_export,
+ * docs/FORMATS.md): to path.tmp.<pid> in the same directory, fsynced, renamed over path, the
+ * directory fsynced; so path holds the old complete file or the new one whatever happens.
+ * The pool is left as it was. *out (may be NULL) gets what was written. Only on an idle
+ * engine. Returns 0; ST_E_STATE (requests are active); ST_E_INVAL (path); -errno of a file
+ * operation (the temporary is removed); st_kv_prefix_export's errors. Messages in
+ * st_ctx_error(st_engine_ctx(e)), naming the path. Threads: the engine's thread. */
+int st_engine_prefix_save(st_engine *e, const char *path, st_kv_prefix_counts *out);
+
+/* Adds the pages of the prefix-cache file at path to the prefix cache (st_kv_prefix_import:
+ * validated against the model's fingerprint, the pool's geometry and the checksums; each
+ * part whole before it is used). A missing file is 0 with nothing loaded. A file that does
+ * not validate is refused with nothing loaded and a message naming path and the reason (the
+ * caller decides whether to remove it). Only on an idle engine. *out (may be NULL) gets
+ * what was resumed. Returns 0; ST_E_STATE (requests are active); ST_E_INVAL (path); -errno
+ * (cannot open it); st_kv_prefix_import's errors. Threads: the engine's thread. */
+int st_engine_prefix_load(st_engine *e, const char *path, st_kv_prefix_counts *out);
+
 #ifdef __cplusplus
 }
 #endif

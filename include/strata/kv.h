@@ -408,6 +408,51 @@ int st_kv_snapshot_write(st_kv *kv, const st_kv_seq_id *seqs, int n_seqs, int64_
 int st_kv_snapshot_read(st_kv *kv, st_kv_io *io, st_kv_seq_id *out_seqs, int max_seqs,
                         int *n_out);
 
+/* ---- the prefix cache on disk ---------------------------------------------------------- */
+/* What an export wrote or an import resumed. */
+typedef struct st_kv_prefix_counts {
+    int64_t pages;      /* distinct pages written / now cached from the stream */
+    int64_t tokens;     /* pages * P */
+    int64_t chains;     /* root-to-leaf chains (sequences in the stream) */
+    int64_t parts;      /* snapshots in the container */
+    int64_t duplicates; /* import: pages the index already held (or a part repeated), dropped */
+    int64_t tokens_in_chains; /* import: tokens of all chains (shared pages counted per chain) */
+} st_kv_prefix_counts;
+
+/* Writes every page of the prefix index that an attach could reach (pages whose ancestry
+ * left the index are skipped) into io as a prefix-cache file (docs/FORMATS.md, "Prefix-cache
+ * file"): one chain per leaf, root to leaf, each attached to a temporary sequence by its
+ * tokens (st_kv_prefix_attach: the same verified lookup a request makes) and written as KV
+ * snapshots of at most (max_seqs - live sequences) chains each. max_pages < 0: all pages;
+ * else at most max_pages distinct pages, the most recently used chains first (a chain that
+ * does not fit is cut to the pages that do). The pool is left as it was: the temporary
+ * sequences are freed, the pages' scores, the cache's LRU order and the prefix counters are
+ * put back (with the SSD tier, cold pages are read one layer block at a time and move
+ * nothing between the tiers, as st_kv_snapshot_write). Pages of running sequences that are
+ * registered are written too. *out (may be NULL) gets the counts. Returns 0, ST_E_INVAL (io),
+ * ST_E_LIMIT (no free sequence slot with a non-empty cache), ST_E_NOMEM, the io's error, or
+ * a spill read's error (as st_kv_snapshot_write); on error the stream holds a partial file
+ * (the caller writes to a temporary and renames) and the pool is as it was.
+ * Threads: as every st_kv call. */
+int st_kv_prefix_export(st_kv *kv, st_kv_io *io, int64_t max_pages, st_kv_prefix_counts *out);
+
+/* Reads a prefix-cache file from io and adds its pages to the prefix cache as CACHED pages
+ * (evictable, in the order of use they had when written, after everything the pool already
+ * did). Each part is validated whole before it is restored (st_kv_snapshot_read: magic,
+ * version, geometry, fingerprint, token ids, prefix keys, checksums) and each of its
+ * sequences must be a chain of full keyed pages; pages the index already holds are dropped
+ * as duplicates. The pages are taken from free pages only: a file with more pages than the
+ * pool has free is refused (no cached page is evicted for it). With the SSD tier the file
+ * may hold more pages than the hot pool: they spill as they are restored. On any error
+ * (a later part malformed, bytes after the last part, counts that disagree with the header)
+ * everything this call added is dropped again: the prefix index and the page counts are
+ * as before (with the SSD tier, pages that spilled to make room stay spilled). *out (may be
+ * NULL) gets the counts. Returns 0, ST_E_INVAL (io), ST_E_FORMAT, ST_E_VERSION,
+ * ST_E_CORRUPT, ST_E_TYPE, ST_E_LIMIT (a part with more sequences than free slots),
+ * ST_E_POOL_FULL, ST_E_NOMEM, the io's error; the message names the part and the field.
+ * Threads: as every st_kv call. */
+int st_kv_prefix_import(st_kv *kv, st_kv_io *io, st_kv_prefix_counts *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -41,7 +41,46 @@ static void usage(FILE *f) {
             "each key's saved sessions are its own.\n"
             "Without -m, the built-in synthetic model (noise text). Prints \"listening on http://HOST:PORT\" on\n"
             "stderr when ready. SIGINT / SIGTERM stop it gracefully: it stops listening, lets the running\n"
-            "requests finish for up to --shutdown-timeout seconds (30; then cancels them) and exits 0.\n" ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
+            "requests finish for up to --shutdown-timeout seconds (30; then cancels them) and exits 0.\n"
+            "With --kv-spill DIR and --instance-id ID the prefix cache survives a restart: the stop writes it\n"
+            "to DIR/prefix-ID.kv, the next start with the same flags resumes it (a file that does not\n"
+            "validate is reported and removed).\n" ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
+}
+
+/* At start: loads the prefix-cache file if there is one; one that does not validate is
+ * reported and removed (it is never served, and a later save would replace it anyway). */
+static void prefix_resume(st_engine *e, const char *path) {
+    st_kv_prefix_counts c;
+    const double t0 = st_time_now();
+    int rc = st_engine_prefix_load(e, path, &c);
+    if (rc) {
+        fprintf(stderr, "strata serve: prefix cache refused (%s): %s; removed, starting cold\n",
+                st_strerror(rc), st_ctx_error(st_engine_ctx(e)));
+        if (unlink(path) != 0) fprintf(stderr, "strata serve: cannot remove %s\n", path);
+    } else if (c.pages > 0) {
+        fprintf(stderr, "strata serve: prefix cache resumed from %s: %lld pages, %lld tokens in %lld "
+                        "prefixes (%.3f s)\n", path, (long long)c.pages, (long long)c.tokens,
+                (long long)c.chains, st_time_now() - t0);
+    }
+}
+
+/* At a graceful stop, the server gone and the engine ours again: writes the prefix cache. A
+ * request the stop cancelled finishes in a step; the save needs an idle engine. */
+static void prefix_keep(st_engine *e, const char *path) {
+    for (int i = 0; i < 1000 && st_engine_n_active(e) > 0; i++) {
+        const st_engine_event *ev;
+        int nev;
+        if (st_engine_step(e, &ev, &nev)) break;
+    }
+    st_kv_prefix_counts c;
+    const double t0 = st_time_now();
+    int rc = st_engine_prefix_save(e, path, &c);
+    if (rc)
+        fprintf(stderr, "strata serve: prefix cache not saved: %s\n", st_ctx_error(st_engine_ctx(e)));
+    else
+        fprintf(stderr, "strata serve: prefix cache saved to %s: %lld pages, %lld tokens in %lld prefixes "
+                        "(%.3f s)\n", path, (long long)c.pages, (long long)c.tokens, (long long)c.chains,
+                st_time_now() - t0);
 }
 
 static volatile sig_atomic_t stop_flag;
@@ -219,6 +258,12 @@ int st_cmd_serve(int argc, char **argv) {
         free(key);
         return st_cli_exit_code(rc);
     }
+    /* The prefix cache across a restart: only under an id the operator chose (the default,
+     * the pid, never repeats, so a file under it could never be resumed). */
+    char pfx[4096] = "";
+    if (tier.spill_dir && tier.instance_id && *tier.instance_id)
+        snprintf(pfx, sizeof pfx, "%s/prefix-%s.kv", tier.spill_dir, tier.instance_id);
+    if (*pfx) prefix_resume(e, pfx);
     st_server *s = NULL;
     if ((rc = st_server_start(e, &sp, &s, why, sizeof why))) {
         fprintf(stderr, "strata serve: %s\n", why);
@@ -243,6 +288,7 @@ int st_cmd_serve(int argc, char **argv) {
     const int left = st_server_drain(s, shutdown_s);
     if (left) fprintf(stderr, "strata serve: %d requests still running: cancelled\n", left);
     st_server_stop(s);
+    if (*pfx) prefix_keep(e, pfx);
     fprintf(stderr, "strata serve: stopped\n");
     st_engine_destroy(e);
     free(key);

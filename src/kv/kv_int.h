@@ -268,6 +268,12 @@ int kv_read_block(st_kv *kv, int32_t page, int layer, uint8_t *buf);
 int kv_tier_check(const st_kv *kv, char *msg, size_t cap);
 void kv_attend_free(st_kv *kv); /* kv_attend.c: the stream buffers */
 
+/* kv_snapshot.c: st_kv_snapshot_read; free_only: the snapshot's pages must all come from
+ * the free list (ST_E_POOL_FULL otherwise), so that no cached page is evicted for it and a
+ * caller can undo the restore exactly (st_kv_prefix_import's multi-part rollback). */
+int kv_snapshot_read(st_kv *kv, st_kv_io *io, st_kv_seq_id *out_seqs, int max_seqs,
+                     int *n_out, int free_only);
+
 /* kv_seq.c */
 int kv_seq_new(st_kv *kv, kv_seq **out);         /* registers a new empty sequence */
 int kv_seq_grow(kv_seq *s, int64_t n_ent, int64_t len); /* capacity only, no state change */

@@ -598,12 +598,22 @@ static void apply(st_kv *kv, staged *st, int32_t *phys, st_kv_seq_id *out) {
             }
         out[j] = s->id;
     }
+    /* the sequences' references (kv_page_ref) set every score to now: the ledger's again */
+    for (uint32_t i = 0; i < st->n_pages; i++) {
+        uint64_t d = st->pages[i].last_use - min_use;
+        kv->pages[phys[i]].last_use = base + 1 + (d < (1ull << 40) ? d : (1ull << 40));
+    }
     for (uint32_t i = 0; i < st->n_pages; i++) kv_page_unref(kv, phys[i]); /* alloc's ref */
 }
 
 int st_kv_snapshot_read(st_kv *kv, st_kv_io *io, st_kv_seq_id *out_seqs, int max_seqs,
                         int *n_out) {
     KV_CHECK_ON_RETURN(kv);
+    return kv_snapshot_read(kv, io, out_seqs, max_seqs, n_out, 0);
+}
+
+int kv_snapshot_read(st_kv *kv, st_kv_io *io, st_kv_seq_id *out_seqs, int max_seqs,
+                     int *n_out, int free_only) {
     if (n_out) *n_out = 0;
     if (!io || !io->read || !n_out || max_seqs < 0 || (max_seqs > 0 && !out_seqs))
         return st_seterr(kv->ctx, ST_E_INVAL, "kv snapshot: bad arguments");
@@ -621,6 +631,10 @@ int st_kv_snapshot_read(st_kv *kv, st_kv_io *io, st_kv_seq_id *out_seqs, int max
                          "may live (max_seqs %d)", st.n_seqs, kv->p.max_seqs - kv->n_seqs,
                          kv->p.max_seqs);
     if ((rc = kv_need(kv, st.n_pages, "snapshot restore")) != 0) return rc;
+    if (free_only && (int64_t)st.n_pages > kv->n_free)
+        return st_seterr(kv->ctx, ST_E_POOL_FULL, "kv snapshot: %u pages but only %lld free "
+                         "(this restore evicts no cached page)", st.n_pages,
+                         (long long)kv->n_free);
     /* Staging is bounded by the pool's own size: n_pages <= capacity was checked. Records
      * are staged straight into the frames of free pages where the pool has them (no tier),
      * so a restore copies each record once, from the read buffer into its frame, while the

@@ -240,6 +240,88 @@ TEST(test_shared_prefix) {
     st_engine_destroy(e);
 }
 
+/* The prefix cache across engines: save, a new engine, load; the same prompt then attaches
+ * its full pages and its greedy tokens equal a cold run's. A missing file loads nothing; a
+ * damaged one is refused with nothing loaded; both need an idle engine. */
+TEST(test_prefix_save_load) {
+    static job j[1], again[1], cold[1];
+    make_jobs(j, 1);
+    j[0].n_prompt = 130;
+    for (int t = 1; t < 130; t++) j[0].prompt[t] = 3 + (t * 31) % 250;
+    j[0].sp.temp = 0;
+    j[0].max_tokens = 6;
+    char dir[64], path[96];
+    snprintf(dir, sizeof dir, "/tmp/strata-eng-pfx-XXXXXX");
+    REQUIRE(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/prefix.kv", dir);
+    st_engine_params p = params(2, 64, 4);
+    st_engine *e = NULL;
+    CHECK_OK(st_engine_create(&p, &e, NULL, 0));
+    if (!e) return;
+    st_kv_prefix_counts c;
+    CHECK_OK(st_engine_prefix_load(e, path, &c)); /* no file yet: nothing */
+    CHECK_INT(c.pages, 0);
+    CHECK(drive(e, j, 1) > 0);
+    CHECK_INT(j[0].stats.n_cached, 0);
+    /* busy: refused */
+    st_engine_req_params rp = st_engine_req_default_params();
+    rp.tokens = j[0].prompt, rp.n_tokens = 20, rp.max_tokens = 2;
+    st_req_id id;
+    CHECK_OK(st_engine_submit(e, &rp, &id));
+    CHECK_INT(st_engine_prefix_save(e, path, NULL), ST_E_STATE);
+    CHECK_INT(st_engine_prefix_load(e, path, NULL), ST_E_STATE);
+    CHECK_OK(st_engine_cancel(e, id));
+    const st_engine_event *ev;
+    int nev;
+    for (int i = 0; i < 10 && st_engine_n_active(e) > 0; i++) CHECK_OK(st_engine_step(e, &ev, &nev));
+    CHECK_INT(st_engine_n_active(e), 0);
+    CHECK_OK(st_engine_prefix_save(e, path, &c));
+    CHECK_INT(c.pages, (130 + 6 - 1) / 16); /* the prompt's and the output's full pages */
+    st_engine_destroy(e);
+    size_t n = 0;
+    char *file = test_slurp(path, &n);
+    REQUIRE(file);
+    CHECK(n > 40);
+
+    st_engine *e2 = NULL;
+    CHECK_OK(st_engine_create(&p, &e2, NULL, 0));
+    if (!e2) return;
+    CHECK_OK(st_engine_prefix_load(e2, path, &c));
+    CHECK_INT(c.pages, (130 + 6 - 1) / 16);
+    again[0] = j[0];
+    CHECK(drive(e2, again, 1) > 0);
+    CHECK_INT(again[0].stats.n_cached, 128); /* the prompt's full pages (8 of 16 tokens) */
+    CHECK_INT(again[0].n_toks, j[0].n_toks);
+    CHECK(!memcmp(again[0].toks, j[0].toks, sizeof(int32_t) * (size_t)j[0].n_toks));
+    st_engine_destroy(e2);
+
+    /* a damaged file: refused, nothing loaded, the run is cold and still the same */
+    file[n / 2] ^= 0x10;
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f);
+    CHECK_INT(fwrite(file, 1, n, f), n);
+    fclose(f);
+    st_engine *e3 = NULL;
+    CHECK_OK(st_engine_create(&p, &e3, NULL, 0));
+    if (!e3) return;
+    int rc = st_engine_prefix_load(e3, path, &c);
+    CHECK(rc == ST_E_CORRUPT || rc == ST_E_FORMAT);
+    CHECK(strstr(st_ctx_error(st_engine_ctx(e3)), path) != NULL);
+    CHECK_INT(c.pages, 0);
+    st_kv_stats ks;
+    st_kv_get_stats(st_engine_kv(e3), &ks);
+    CHECK_INT(ks.pages_cached, 0);
+    cold[0] = j[0];
+    CHECK(drive(e3, cold, 1) > 0);
+    CHECK_INT(cold[0].stats.n_cached, 0);
+    CHECK_INT(cold[0].n_toks, j[0].n_toks);
+    CHECK(!memcmp(cold[0].toks, j[0].toks, sizeof(int32_t) * (size_t)j[0].n_toks));
+    st_engine_destroy(e3);
+    free(file);
+    CHECK_INT(unlink(path), 0);
+    CHECK_INT(rmdir(dir), 0);
+}
+
 /* A hot pool too small for all requests at once: requests are preempted, their pages spill,
  * they resume, and every stream equals the unconstrained run's. */
 TEST(test_preemption_by_spilling) {
@@ -512,5 +594,6 @@ TEST(test_logprobs) {
     st_engine_destroy(e);
 }
 
-TEST_MAIN(test_batched_equals_alone, test_logprobs, test_keep_and_continue, test_stream_text_is_detokenized, test_stop_string_never_leaks,
-          test_shared_prefix, test_preemption_by_spilling, test_ram_auto, test_cancel_frees_pages, test_submit_errors)
+TEST_MAIN(test_batched_equals_alone, test_prefix_save_load, test_logprobs, test_keep_and_continue, test_stream_text_is_detokenized,
+          test_stop_string_never_leaks, test_shared_prefix, test_preemption_by_spilling, test_ram_auto, test_cancel_frees_pages,
+          test_submit_errors)

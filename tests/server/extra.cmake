@@ -16,3 +16,8 @@ set_tests_properties(test_server_dashboard PROPERTIES LABELS unit TIMEOUT 120 SK
 add_test(NAME test_server_sessions_restart COMMAND sh ${CMAKE_SOURCE_DIR}/tests/server/sessions_restart.sh)
 set_tests_properties(test_server_sessions_restart PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77
   ENVIRONMENT "STRATA_BIN=$<TARGET_FILE:strata>")
+
+# strata serve: the prefix cache survives SIGTERM and a restart; a damaged file is refused.
+add_test(NAME test_server_prefix_restart COMMAND sh ${CMAKE_SOURCE_DIR}/tests/server/prefix_restart.sh)
+set_tests_properties(test_server_prefix_restart PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77
+  ENVIRONMENT "STRATA_BIN=$<TARGET_FILE:strata>")
