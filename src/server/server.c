@@ -322,6 +322,20 @@ static void stream_free(void *cls) {
 int srv_chan_submit(st_server *s, srv_chan *c, srv_req *q, char *msg, size_t cap) {
     q->rp.user = c;
     pthread_mutex_lock(&s->mu);
+    /* a full queue is answered here, not after the step the scheduler may be in (a long
+     * prefill step would hold the refusal as long): the requests handed over or not yet
+     * admitted are counted, which is at least the engine's queue (admissions of the running
+     * step are seen after it), so this refuses no later and at most one step earlier */
+    const int max_queue = st_engine_get_params(s->e)->max_queue;
+    int queued = 0;
+    for (const srv_chan *k = s->chans; k; k = k->next)
+        queued += k->submit != NULL || (k->engine_ref && !k->admitted && !k->reject);
+    if (queued >= max_queue) {
+        srv_chan_unref(s, c);
+        pthread_mutex_unlock(&s->mu);
+        snprintf(msg, cap, "%d requests are waiting already (the queue's limit)", max_queue);
+        return ST_E_QUEUE_FULL;
+    }
     c->submit = q;
     chan_link(s, c);
     s->pending = 1;
