@@ -626,25 +626,6 @@ static int admit_waiting(st_engine *e) {
 
 /* Lays out this step's batch: a token of every decoding request, then prompt pieces in
  * request order within the n_batch budget. Returns the token count. */
-/* How many tokens q may draft this step: what can still be emitted after the bonus token,
- * a page (a step's growth is then one page, as admission and the RAM check count), and with
- * a Quest budget the exactness gate: the budget must cover every page of the sequence at
- * every length the round reaches, plus one position of margin, so the selection plain
- * decode would make there lists every page (quest.h) and the round's dense attention is
- * bit for bit the same; past that crossover the request decodes plain tokens. */
-static int32_t draft_room(const st_engine *e, const en_req *q, int64_t len, int32_t room) {
-    int64_t d = q->draft_max < room ? q->draft_max : room;
-    if (d > e->page) d = e->page;
-    const int64_t left = (int64_t)q->max_gen - q->st.n_generated - 1;
-    if (d > left) d = left;
-    const int64_t budget = q->budget < 0 ? e->p.quest.budget : q->budget;
-    if (budget > 0) {
-        const int64_t cover = budget / e->page * e->page - len - 2;
-        if (d > cover) d = cover;
-    }
-    return d > 0 ? (int32_t)d : 0;
-}
-
 static int32_t build_batch(st_engine *e) {
     int32_t n = 0, n_dec = 0, placed = 0;
     for (int i = 0; i < e->n_reqs; i++) n_dec += e->reqs[i]->state == ST_REQ_DECODE;
@@ -656,7 +637,7 @@ static int32_t build_batch(st_engine *e) {
         e->b_tok[n] = q->last, e->b_seq[n] = q->seq, e->b_want[n] = 1, e->b_prefill[n] = 0;
         e->b_budget[n] = q->budget;
         /* drafts take what the batch has left after one token of every decoding request */
-        const int32_t d = q->spec_ngram ? draft_room(e, q, q->step_len0, e->p.n_batch - n - n_dec + placed) : 0;
+        const int32_t d = q->spec_ngram ? en_spec_room(q, e->page, e->p.quest.budget, q->step_len0, e->p.n_batch - n - n_dec + placed) : 0;
         placed++;
         const int32_t k = d ? en_spec_draft(q, d) : 0;
         e->b_verify[n] = k > 0;

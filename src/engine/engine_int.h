@@ -76,6 +76,9 @@ int en_spec_push(en_req *q, int32_t t);
 /* The draft for q's next round into q->draft (at most max tokens): its count, 0 for none
  * (no match, or drafting paused). */
 int32_t en_spec_draft(en_req *q, int32_t max);
+/* Tokens q may draft at KV length len with room batch slots left (engine_spec.c: a page at
+ * most, what it may still emit, the Quest exactness gate with the effective budget). */
+int32_t en_spec_room(const en_req *q, int page, int64_t quest_budget, int64_t len, int32_t room);
 /* The throttle's bookkeeping after a round. */
 void en_spec_after(en_req *q, int32_t drafted, int32_t accepted);
 

@@ -47,6 +47,25 @@ int32_t en_spec_draft(en_req *q, int32_t max) {
     return 0;
 }
 
+/* How many tokens q may draft this step: what can still be emitted after the bonus token,
+ * a page (a step's growth is then one page, as admission and the RAM check count), and with
+ * a Quest budget the exactness gate: the budget must cover every page of the sequence at
+ * every length the round reaches, plus one position of margin, so the selection plain
+ * decode would make there lists every page (quest.h) and the round's dense attention is
+ * bit for bit the same; past that crossover the request decodes plain tokens. */
+int32_t en_spec_room(const en_req *q, int page, int64_t quest_budget, int64_t len, int32_t room) {
+    int64_t d = q->draft_max < room ? q->draft_max : room;
+    if (d > page) d = page;
+    const int64_t left = (int64_t)q->max_gen - q->st.n_generated - 1;
+    if (d > left) d = left;
+    const int64_t budget = q->budget < 0 ? quest_budget : q->budget;
+    if (budget > 0) {
+        const int64_t cover = budget / page * page - len - 2;
+        if (d > cover) d = cover;
+    }
+    return d > 0 ? (int32_t)d : 0;
+}
+
 /* After a round with `accepted` of `drafted` tokens taken: a round that took none pauses
  * drafting for 1, 2, 4 ... 32 steps (a draft's verify costs more than a plain step where the
  * text does not repeat itself); one that took some resets the pause. */
