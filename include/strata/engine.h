@@ -33,6 +33,21 @@
  * spill to disk as others need RAM (never recomputed); it resumes, with identical output,
  * before any newer request starts.
  *
+ * Speculative decoding (prompt lookup, llama.cpp's --spec-ngram). A decoding request with
+ * spec_ngram N > 0 looks up the last N tokens of its prompt + generated text at their most
+ * recent earlier occurrence and drafts the tokens that followed (up to draft_max); its step
+ * then feeds its last token and the draft as one verify run (st_batch.verify: one read of
+ * the weights for all of them, each token attended as the decode token it would have
+ * been), draws its tokens from the run's logits in order as plain decode would, emits them
+ * while they equal the draft plus the first that does not (the bonus token), and rewinds
+ * the rejected ones out of the KV (st_kv_seq_rewind). The output is token for token the
+ * output of plain decode, at any thread count and batch. Drafting is off for requests that
+ * sample (temp > 0: the speculative acceptance rule is not implemented) and with a q8_0 KV
+ * cache (its pages rescale for later tokens); with a Quest budget a request drafts only
+ * while the budget still covers every page of its sequence (plus one position), so that
+ * plain decode's selection would be dense too, and decodes plain tokens past that. A round
+ * that accepts nothing pauses the request's drafting for 1, 2, 4 .. 32 steps.
+ *
  * Errors of one request (its pages, its context, an I/O error on its pages) finish that
  * request with ST_FINISH_ERROR and the error; the other requests go on.
  *
@@ -90,7 +105,15 @@ typedef struct st_engine_params {
                                      ram_bytes: the hot pool is what mem_limit leaves after the
                                      weights, less a quarter for everything else (at most the
                                      whole pool, at least 2 pages) */
+    /* speculative decoding by prompt lookup, for requests that do not set their own */
+    int32_t spec_ngram;           /* N: draft what followed the last N tokens' most recent earlier
+                                     occurrence in prompt + generated text; 0: off (default) */
+    int32_t draft_max;            /* drafted tokens per round at most (0..64); 0: 8 */
 } st_engine_params;
+
+#define ST_ENGINE_MAX_NGRAM 64
+#define ST_ENGINE_MAX_DRAFT 64
+#define ST_ENGINE_DRAFT_MAX_DEFAULT 8
 
 /* n_ctx 0, n_batch 256, n_parallel 4, page 16, f16 KV, everything else off (dense decode). */
 st_engine_params st_engine_default_params(void);
@@ -149,10 +172,13 @@ typedef struct st_engine_req_params {
     int32_t n_logprobs;           /* < 0: none (the default); 0..ST_ENGINE_MAX_LOGPROBS: each
                                      token event carries its log-probability and this many most
                                      likely alternatives */
+    int32_t spec_ngram;           /* prompt lookup drafting (see "Speculative decoding"): -1 the
+                                     engine's (the default), 0 off, 1..64 the n-gram length */
+    int32_t draft_max;            /* drafted tokens per round at most; 0: the engine's */
 } st_engine_req_params;
 
 /* sampling = st_sampler_default_params(), max_tokens 128, quest_budget -1, seq -1, n_logprobs
- * -1, the rest 0. */
+ * -1, spec_ngram -1, the rest 0. */
 st_engine_req_params st_engine_req_default_params(void);
 
 /* Queues a request; *id receives its id. The prompt is tokenized and checked now. Returns 0;
@@ -265,6 +291,9 @@ typedef struct st_engine_stats {
     int64_t tokens_generated;
     int64_t preemptions;
     int64_t retries;             /* steps run again without a failed request */
+    int64_t spec_drafts;         /* verify rounds run (a request's last token with a draft) */
+    int64_t spec_drafted;        /* drafted tokens verified */
+    int64_t spec_accepted;       /* of them equal to the token drawn, hence emitted */
 } st_engine_stats;
 
 /* Read-only. */

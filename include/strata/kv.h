@@ -284,6 +284,18 @@ int st_kv_seq_tokens(const st_kv *kv, st_kv_seq_id seq, int64_t pos, int64_t n,
  * past len released). Returns 0, ST_E_INVAL (len < 0 or > length), ST_E_STATE. */
 int st_kv_seq_truncate(st_kv *kv, st_kv_seq_id seq, int64_t len);
 
+/* Rewinds to length len like st_kv_seq_truncate, for tokens this sequence appended and now
+ * discards (rejected speculative drafts) rather than sets aside: every page holding a
+ * position >= len that the sequence alone holds (one reference, unpinned) loses its prefix
+ * key, its registration in the prefix index and its Quest boxes (it was sealed with the
+ * discarded tokens in it), so no later st_kv_prefix_attach finds those tokens and a
+ * released page goes FREE, not CACHED: after appending n tokens and rewinding them the
+ * pool's pages, references, boxes and index are as before the append. A spilled page's
+ * disk copy is never read back for the dropped slots (the next reserve zeroes them in
+ * RAM and the page turns dirty). Shared pages just lose this sequence's reference. Same
+ * errors as st_kv_seq_truncate. */
+int st_kv_seq_rewind(st_kv *kv, st_kv_seq_id seq, int64_t len);
+
 /* Removes positions [p0, p1) (clamped to the length; the length does not change): pages
  * wholly inside are released and leave holes; a partly covered page keeps a per-token
  * validity mask in this sequence's table (other sequences sharing the page are
@@ -353,6 +365,17 @@ typedef struct st_kv_select st_kv_select;
 int st_kv_attend_decode(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
                         int layer, const st_kv_seq_id *seqs, int n_seq,
                         const st_kv_select *const *sel, const float *q, float *out);
+/* Same, where entry i attends only positions < lens[i] of its sequence (lens NULL, or an
+ * entry <= 0: the whole sequence). A sequence may appear several times with different
+ * limits: that is how several tokens appended in one step (a speculative verify run) each
+ * attend as the decode token they would have been, their views and hence their output
+ * bit-identical to a decode call made when the sequence was lens[i] tokens long (slots at
+ * or past the limit are outside the views, whatever they hold). A limited entry takes no
+ * sparse selection (its sel entry NULL or dense). Errors as st_kv_attend_decode; ST_E_INVAL
+ * also for a limit past the sequence's length or with a sparse selection. */
+int st_kv_attend_decode_at(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
+                           int layer, const st_kv_seq_id *seqs, const int64_t *lens, int n_seq,
+                           const st_kv_select *const *sel, const float *q, float *out);
 
 /* Chunk (prefill) attention of layer `layer`: n_q queries of seq at positions pos0_q ..
  * (their K/V already written), q, out: [n_q][n_head][head_dim]. Bit-identical to

@@ -183,6 +183,11 @@ typedef struct st_batch {
     const int64_t *quest_budget; /* [n_tokens] or NULL: per run (its first token's entry) the
                                    Quest budget of a decode token, -1 for the runner's setting
                                    (st_runner_set_quest), 0 dense */
+    const uint8_t *verify;      /* [n_tokens] or NULL: a run whose first flag here is nonzero is
+                                   a verify run (speculative decoding): its tokens go through
+                                   the weights together, and each attends as the decode token
+                                   of its position would (the decode kernel over the positions
+                                   up to its own), always densely. See "Determinism". */
 } st_batch;
 
 typedef struct st_runner_params {
@@ -216,7 +221,13 @@ void st_runner_destroy(st_runner *r); /* NULL is a no-op */
  * prompt may be cut into pieces of any sizes over as many calls as the scheduler likes, as
  * long as every piece is marked prompt (a one-token piece needs its prefill flag: the
  * decode kernel's reduction order differs), and the KV of a prefix computed by one
- * sequence serves another bit for bit.
+ * sequence serves another bit for bit. A verify run (st_batch.verify) of n tokens gives
+ * each token the logits and K/V that feeding the same tokens one per call as decode tokens
+ * would, with dense attention: so drafted tokens verified in one call, the rejected ones
+ * rewound (st_kv_seq_rewind), leave exactly what plain decode leaves, as long as plain
+ * decode would have attended densely too (no Quest budget, or one that selects every page
+ * at those lengths) and the KV type is not q8_0 (a q8_0 page rescales for a later token of
+ * the same page, which a verify run writes before the earlier ones attend).
  *
  * logits (may be NULL when no token wants logits) receives one row of n_vocab floats per
  * token that wants logits, in batch order. Returns 0; ST_E_INVAL (token id out of range,

@@ -229,9 +229,16 @@ int st_cli_sampler_arg(st_sampler_params *sp, const char *a, const char *v) {
     return 1;
 }
 
-int st_cli_engine_arg(st_cli_quest *q, st_sampler_params *sp, st_cli_kv_flags *f, const char *a, const char *v) {
+int st_cli_engine_arg(st_cli_quest *q, st_sampler_params *sp, st_cli_kv_flags *f, st_cli_spec *spec, const char *a,
+                      const char *v) {
     int r = st_cli_quest_arg(q, a, v);
     if (!r && sp) r = st_cli_sampler_arg(sp, a, v);
+    if (!r && spec && (!strcmp(a, "--spec-ngram") || !strcmp(a, "--draft-max"))) {
+        long long n;
+        if (st_cli_int(v, a[2] == 's' ? 0 : 1, a[2] == 's' ? ST_ENGINE_MAX_NGRAM : ST_ENGINE_MAX_DRAFT, &n)) return -1;
+        *(a[2] == 's' ? &spec->ngram : &spec->draft_max) = (int32_t)n;
+        return 1;
+    }
     return r ? r : st_cli_kv_flags_arg(f, a, v);
 }
 

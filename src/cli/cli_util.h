@@ -19,10 +19,23 @@ int st_cli_float(const char *s, double lo, double hi, double *out);
  * seed is each command's: run takes -1 for a random one). Option a with value v: 1 consumed
  * (v valid), 0 not a sampler flag, -1 bad or missing value. */
 int st_cli_sampler_arg(st_sampler_params *sp, const char *a, const char *v);
+/* Speculative decoding flags, llama.cpp's spellings: --spec-ngram N (prompt lookup drafting
+ * with an N-gram; 0 off), --draft-max N. Copied into st_engine_params (the requests' default). */
+typedef struct st_cli_spec {
+    int32_t ngram;     /* 0: not given (off) */
+    int32_t draft_max; /* 0: the engine's */
+} st_cli_spec;
+#define ST_CLI_SPEC_USAGE                                                                          \
+    "Speculative decoding (greedy only, --temp 0): --spec-ngram N drafts what followed the last\n"  \
+    "N tokens' latest earlier occurrence in the prompt and text so far, verified in one forward\n"  \
+    "(the output is plain decode's); --draft-max M drafted tokens per round (default 8).\n"
+
 /* The flags the engine's commands share: Quest (cli_quest.h), the sampler's (sp NULL: none, as
- * serve takes them per request) and the SSD tier's (kv_flags.h). Option a with value v: 1
+ * serve takes them per request), the SSD tier's (kv_flags.h) and speculative decoding's (spec
+ * NULL: none). Option a with value v: 1
  * consumed a and v, 2 consumed a alone (--verbose), 0 none of these, -1 bad or missing value. */
-int st_cli_engine_arg(st_cli_quest *q, st_sampler_params *sp, st_cli_kv_flags *f, const char *a, const char *v);
+int st_cli_engine_arg(st_cli_quest *q, st_sampler_params *sp, st_cli_kv_flags *f, st_cli_spec *spec, const char *a,
+                      const char *v);
 /* Reads a whole file (NUL-terminated). *out malloc'd. Returns 0 or -errno. */
 int st_cli_read_file(const char *path, char **out, size_t *len);
 /* llama.cpp's string_process_escapes (common.cpp), which its tools apply to prompt text

@@ -21,7 +21,7 @@ static void usage(FILE *f) {
             "go to stdout in the file's order, each as '[i] PROMPT' then the text; statistics to stderr.\n"
             "Request i samples with seed S + i. -c is the context of one request (default min(model, 4096));\n"
             "the KV pool holds -np of them. Without -m, the built-in synthetic model (noise text).\n" ST_CLI_QUEST_USAGE
-                ST_CLI_KV_FLAGS_USAGE);
+                ST_CLI_KV_FLAGS_USAGE ST_CLI_SPEC_USAGE);
 }
 
 typedef struct batch_opts {
@@ -32,6 +32,7 @@ typedef struct batch_opts {
     int no_escape, ignore_eos;
     st_cli_quest quest;
     st_cli_kv_flags tier;
+    st_cli_spec spec;
 } batch_opts;
 
 static int bad(const char *opt, const char *val) {
@@ -47,7 +48,7 @@ static int parse(int argc, char **argv, batch_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long n;
-        int takes = 1, ea = st_cli_engine_arg(&o->quest, &o->sp, &o->tier, a, v);
+        int takes = 1, ea = st_cli_engine_arg(&o->quest, &o->sp, &o->tier, &o->spec, a, v);
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return -1;
@@ -163,6 +164,8 @@ int st_cmd_batch(int argc, char **argv) {
     ep.max_queue = o.max_queue ? (int32_t)o.max_queue : n;
     ep.page_size = (int)o.kv_page;
     ep.kv_type = o.kv_type;
+    ep.spec_ngram = o.spec.ngram;
+    ep.draft_max = o.spec.draft_max;
     ep.quest = o.quest.p;
     ep.spill_dir = o.tier.spill_dir;
     ep.instance_id = o.tier.instance_id;

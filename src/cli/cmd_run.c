@@ -25,6 +25,7 @@ static void usage(FILE *f) {
             "                  [--chat [--chat-template NAME] [--system TEXT]]\n"
             "                  [--prompt-cache FILE [--prompt-cache-ro | --prompt-cache-all]]\n"
             "                  [--no-escape] [--ignore-eos] [-l ID+BIAS | -l ID-BIAS ...] [--mmap | --no-mmap]\n"
+            "                  [--spec-ngram N [--draft-max M]]\n"
             "--chat: interactive chat on stdin (one message a line; /reset, /exit); the KV is kept\n"
             "between turns. The template comes from the GGUF unless --chat-template names one.\n"
             "Without -m, runs a built-in synthetic model (random weights, byte-level tokenizer).\n"
@@ -49,7 +50,7 @@ static void usage(FILE *f) {
             "(a KV snapshot of an earlier run of the same model and KV settings) and save this\n"
             "prompt's KV there when it went further; -ro: never write FILE; -all: save after the\n"
             "generation, with the generated tokens.\n"
-            ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
+            ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE ST_CLI_SPEC_USAGE);
 }
 
 /* -l ID+BIAS / ID-BIAS: added to token ID's logit before every draw, as llama.cpp's
@@ -96,6 +97,7 @@ typedef struct run_opts {
     int prompt_cache_ro, prompt_cache_all;
     st_cli_quest quest;
     st_cli_kv_flags tier;
+    st_cli_spec spec;
 } run_opts;
 
 static int bad(const char *opt, const char *val) {
@@ -116,7 +118,7 @@ static int parse(int argc, char **argv, run_opts *o) {
             usage(stdout);
             return -1;
         }
-        int takes = 1, ea = st_cli_engine_arg(&o->quest, &o->sp, &o->tier, a, v);
+        int takes = 1, ea = st_cli_engine_arg(&o->quest, &o->sp, &o->tier, &o->spec, a, v);
         if (ea < 0) return bad(a, v);
         if (ea) takes = ea == 1;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
@@ -310,6 +312,12 @@ static int generate(st_engine *e, st_cli_session *s, const run_opts *o, const in
             (long long)ks.pages_used, (long long)ks.pages_cached, (long long)ks.n_pages,
             st_kv_get_geometry(s->kv)->page_size, st_type_name(st_kv_get_geometry(s->kv)->type));
     st_cli_quest_print(&o->quest, s->runner, stderr);
+    st_engine_stats es;
+    st_engine_get_stats(e, &es);
+    if (es.spec_drafts)
+        fprintf(stderr, "speculative: %lld rounds, %lld tokens drafted, %lld accepted (%.1f%%)\n",
+                (long long)es.spec_drafts, (long long)es.spec_drafted, (long long)es.spec_accepted,
+                es.spec_drafted ? 100.0 * (double)es.spec_accepted / (double)es.spec_drafted : 0.0);
     if (ks.ram_pages)
         fprintf(stderr, "KV tier: hot pool %lld pages; %lld spilled, %lld fetched, %lld blocks "
                 "streamed, %.1f MiB read, %lld stalls, %lld dropped\n", (long long)ks.ram_pages,
@@ -351,6 +359,11 @@ int st_cmd_run(int argc, char **argv) {
     ep.page_size = (int)o.kv_page;
     ep.kv_type = o.kv_type;
     ep.mem_limit = st_cli_mem_available();
+    ep.spec_ngram = o.spec.ngram;
+    ep.draft_max = o.spec.draft_max;
+    if (o.spec.ngram && o.sp.temp > 0)
+        fprintf(stderr, "strata run: --spec-ngram drafts only for greedy decoding (--temp 0): off at --temp %g\n",
+                (double)o.sp.temp);
     if ((rc = st_cli_kv_flags_engine(&o.tier, &ep, "run"))) {
         free(text);
         return st_cli_exit_code(rc);

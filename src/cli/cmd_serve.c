@@ -44,7 +44,8 @@ static void usage(FILE *f) {
             "requests finish for up to --shutdown-timeout seconds (30; then cancels them) and exits 0.\n"
             "With --kv-spill DIR and --instance-id ID the prefix cache survives a restart: the stop writes it\n"
             "to DIR/prefix-ID.kv, the next start with the same flags resumes it (a file that does not\n"
-            "validate is reported and removed).\n" ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
+            "validate is reported and removed).\n" ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE
+            ST_CLI_SPEC_USAGE "(serve: the default of requests that send no \"spec_ngram\" / \"draft_max\")\n");
 }
 
 /* At start: loads the prefix-cache file if there is one; one that does not validate is
@@ -134,6 +135,7 @@ int st_cmd_serve(int argc, char **argv) {
     st_server_params sp = {.host = "127.0.0.1", .port = 8080};
     st_cli_quest quest;
     st_cli_kv_flags tier;
+    st_cli_spec spec = {0, 0};
     st_cli_quest_init(&quest);
     st_cli_kv_flags_init(&tier);
     char *key = NULL;
@@ -142,7 +144,7 @@ int st_cmd_serve(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long n;
-        int takes = 1, ea = st_cli_engine_arg(&quest, NULL, &tier, a, v);
+        int takes = 1, ea = st_cli_engine_arg(&quest, NULL, &tier, &spec, a, v);
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             free(key);
@@ -237,6 +239,8 @@ int st_cmd_serve(int argc, char **argv) {
     ep.weight_rows = lp.layout == ST_WEIGHT_LAYOUT_ROWS;
     ep.quest = quest.p;
     ep.mem_limit = st_cli_mem_available();
+    ep.spec_ngram = spec.ngram;
+    ep.draft_max = spec.draft_max;
     int rc = st_cli_kv_flags_engine(&tier, &ep, "serve");
     if (rc) {
         free(key);

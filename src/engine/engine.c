@@ -37,9 +37,10 @@ struct st_engine {
     /* step scratch */
     int32_t *b_tok;
     st_kv_seq_id *b_seq;
-    uint8_t *b_want, *b_prefill;
+    uint8_t *b_want, *b_prefill, *b_verify;
     int64_t *b_budget;
-    float *logits;          /* [n_parallel][n_vocab] */
+    float *logits;          /* [rows][n_vocab]: a row per decoding request, and per drafted token */
+    int32_t cap_rows;
     int32_t *eog, n_eog;    /* the vocabulary's end-of-generation ids (ignore_eos bans them) */
     st_engine_event *ev;
     int n_ev, cap_ev;
@@ -61,6 +62,7 @@ st_engine_params st_engine_default_params(void) {
     p.page_size = ST_KV_PAGE_SIZE_DEFAULT;
     p.kv_type = ST_TYPE_F16;
     p.quest = st_kv_quest_default_params();
+    p.draft_max = ST_ENGINE_DRAFT_MAX_DEFAULT;
     return p;
 }
 
@@ -79,6 +81,7 @@ st_engine_req_params st_engine_req_default_params(void) {
     p.quest_budget = -1;
     p.seq = -1;
     p.n_logprobs = -1;
+    p.spec_ngram = -1;
     return p;
 }
 
@@ -113,6 +116,7 @@ void st_engine_destroy(st_engine *e) {
     free(e->b_want);
     free(e->b_prefill);
     free(e->b_budget);
+    free(e->b_verify);
     free(e->logits);
     free(e->eog);
     free(e->ev);
@@ -152,6 +156,7 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
     if (!p->n_parallel) p->n_parallel = 4;
     if (!p->max_queue) p->max_queue = 4 * p->n_parallel;
     if (!p->page_size) p->page_size = ST_KV_PAGE_SIZE_DEFAULT;
+    if (!p->draft_max) p->draft_max = ST_ENGINE_DRAFT_MAX_DEFAULT;
     p->synth = NULL; /* borrowed: only for the open below */
     const char *bad = p->n_batch < 1 || p->n_batch > (1 << 16)           ? "n_batch (1..65536)"
                       : p->n_parallel < 1 || p->n_parallel > p->n_batch ? "n_parallel (1..n_batch)"
@@ -160,6 +165,8 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
                       : p->n_ctx < 0                                     ? "n_ctx (>= 0)"
                       : p->kv_pages < 0 || p->ram_pages < 0              ? "kv_pages / ram_pages (>= 0)"
                       : p->n_threads < 0                                 ? "n_threads (>= 0)"
+                      : p->spec_ngram < 0 || p->spec_ngram > ST_ENGINE_MAX_NGRAM ? "spec_ngram (0..64)"
+                      : p->draft_max < 0 || p->draft_max > ST_ENGINE_MAX_DRAFT ? "draft_max (0..64)"
                                                                          : NULL;
     if (bad) {
         if (why && why_len) snprintf(why, why_len, "engine parameter out of range: %s", bad);
@@ -265,9 +272,11 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
     e->b_want = malloc(nb);
     e->b_prefill = malloc(nb);
     e->b_budget = malloc(nb * sizeof *e->b_budget);
+    e->b_verify = malloc(nb);
+    e->cap_rows = p->n_parallel;
     e->logits = malloc((size_t)p->n_parallel * (size_t)e->n_vocab * sizeof *e->logits);
     e->eog = malloc((size_t)e->n_vocab * sizeof *e->eog);
-    if (!e->b_tok || !e->b_seq || !e->b_want || !e->b_prefill || !e->b_budget || !e->logits || !e->eog)
+    if (!e->b_tok || !e->b_seq || !e->b_want || !e->b_prefill || !e->b_budget || !e->b_verify || !e->logits || !e->eog)
         return open_fail(e, ST_E_NOMEM, why, why_len, "engine");
     for (int32_t id = 0; id < e->n_vocab; id++)
         if (st_tok_is_eog(e->tok, id)) e->eog[e->n_eog++] = id;
@@ -349,6 +358,12 @@ int st_engine_submit(st_engine *e, const st_engine_req_params *p, st_req_id *id)
         rc = st_seterr(e->ctx, ST_E_LIMIT, "the prompt is %lld tokens, the context %d: no room to generate",
                        (long long)(q->len0 + q->n_prompt), e->n_ctx);
     if (!rc && p->quest_budget < -1) rc = st_seterr(e->ctx, ST_E_INVAL, "quest_budget %lld", (long long)p->quest_budget);
+    if (!rc && (p->spec_ngram < -1 || p->spec_ngram > ST_ENGINE_MAX_NGRAM))
+        rc = st_seterr(e->ctx, ST_E_INVAL, "spec_ngram %d (-1 for the engine's, 0 off, up to %d)", p->spec_ngram,
+                       ST_ENGINE_MAX_NGRAM);
+    if (!rc && (p->draft_max < 0 || p->draft_max > ST_ENGINE_MAX_DRAFT))
+        rc = st_seterr(e->ctx, ST_E_INVAL, "draft_max %d (0 for the engine's, up to %d)", p->draft_max,
+                       ST_ENGINE_MAX_DRAFT);
     if (!rc) rc = en_req_init(q, e->ctx, e->tok, e->n_vocab, p);
     if (!rc) {
         const int64_t room = e->n_ctx - q->len0 - q->n_prompt;
@@ -385,6 +400,18 @@ int st_engine_submit(st_engine *e, const st_engine_req_params *p, st_req_id *id)
     q->keep_seq = p->keep_seq;
     q->st.n_cached = (int32_t)q->len0;
     q->budget = p->quest_budget;
+    q->kv_keep = -1;
+    /* Drafting is exact only for greedy requests (sampling would need the speculative
+     * acceptance rule) over a KV type whose stored tokens do not depend on later tokens of
+     * their page (q8_0 rescales a page for a larger value) */
+    q->spec_ngram = p->spec_ngram < 0 ? e->p.spec_ngram : p->spec_ngram;
+    q->draft_max = p->draft_max > 0 ? p->draft_max : e->p.draft_max;
+    if (p->sampling.temp > 0 || e->p.kv_type == ST_TYPE_Q8_0) q->spec_ngram = 0;
+    if (q->spec_ngram && !(q->draft = malloc((size_t)q->draft_max * sizeof *q->draft))) {
+        en_req_free(q);
+        free(q);
+        return ST_E_NOMEM;
+    }
     q->state = ST_REQ_WAITING;
     q->st.n_prompt = q->n_prompt;
     q->t_submit = st_time_now();
@@ -482,6 +509,10 @@ static void retire(st_engine *e, en_req *q, st_finish fin) {
 }
 
 static int finish(st_engine *e, en_req *q, int32_t token, size_t t0, st_finish fin, int err, const char *msg) {
+    int64_t len = 0;
+    /* a finish inside a verify round: the drafted tokens after it leave the KV */
+    if (q->kv_keep >= 0 && q->seq >= 0 && st_kv_seq_len(e->kv, q->seq, &len) == 0 && len > q->kv_keep)
+        st_kv_seq_rewind(e->kv, q->seq, q->kv_keep);
     int rc = push_event(e, q, token, t0, fin, err, msg);
     if (!rc && q->keep_seq) e->ev[e->n_ev - 1].seq = q->seq;
     retire(e, q, fin);
@@ -596,15 +627,27 @@ static int admit_waiting(st_engine *e) {
 /* Lays out this step's batch: a token of every decoding request, then prompt pieces in
  * request order within the n_batch budget. Returns the token count. */
 static int32_t build_batch(st_engine *e) {
-    int32_t n = 0;
+    int32_t n = 0, n_dec = 0, placed = 0;
+    for (int i = 0; i < e->n_reqs; i++) n_dec += e->reqs[i]->state == ST_REQ_DECODE;
     for (int i = 0; i < e->n_reqs; i++) {
         en_req *q = e->reqs[i];
-        q->step_n = 0, q->step_row = -1;
+        q->step_n = 0, q->step_row = -1, q->step_draft = 0;
         if (q->state != ST_REQ_DECODE) continue;
+        q->step_len0 = seq_len(e, q);
         e->b_tok[n] = q->last, e->b_seq[n] = q->seq, e->b_want[n] = 1, e->b_prefill[n] = 0;
         e->b_budget[n] = q->budget;
-        q->step_n = 1;
-        n++;
+        /* drafts take what the batch has left after one token of every decoding request */
+        const int32_t d = q->spec_ngram ? en_spec_room(q, e->page, e->p.quest.budget, q->step_len0, e->p.n_batch - n - n_dec + placed) : 0;
+        placed++;
+        const int32_t k = d ? en_spec_draft(q, d) : 0;
+        e->b_verify[n] = k > 0;
+        for (int32_t j = 0; j < k; j++) {
+            e->b_tok[n + 1 + j] = q->draft[j], e->b_seq[n + 1 + j] = q->seq, e->b_want[n + 1 + j] = 1;
+            e->b_prefill[n + 1 + j] = 0, e->b_budget[n + 1 + j] = q->budget, e->b_verify[n + 1 + j] = 1;
+        }
+        q->step_draft = k;
+        q->step_n = 1 + k;
+        n += 1 + k;
     }
     /* while streams decode, prompts get a smaller share of the step (its time is their gap) */
     const int32_t budget = n ? n + e->p.n_batch_busy : e->p.n_batch;
@@ -617,7 +660,7 @@ static int32_t build_batch(st_engine *e) {
         for (int32_t t = 0; t < k; t++) {
             e->b_tok[n + t] = q->prompt[q->n_done + t], e->b_seq[n + t] = q->seq;
             e->b_want[n + t] = q->n_done + k == q->n_prompt && t == k - 1;
-            e->b_prefill[n + t] = 1, e->b_budget[n + t] = -1;
+            e->b_prefill[n + t] = 1, e->b_budget[n + t] = -1, e->b_verify[n + t] = 0;
         }
         q->step_n = k;
         n += k;
@@ -625,10 +668,16 @@ static int32_t build_batch(st_engine *e) {
     /* logits rows in batch order: requests appear in table order within each half */
     int32_t row = 0;
     for (int i = 0; i < e->n_reqs; i++)
-        if (e->reqs[i]->state == ST_REQ_DECODE && e->reqs[i]->step_n) e->reqs[i]->step_row = row++;
+        if (e->reqs[i]->state == ST_REQ_DECODE && e->reqs[i]->step_n)
+            e->reqs[i]->step_row = row, row += e->reqs[i]->step_n;
     for (int i = 0; i < e->n_reqs; i++) {
         en_req *q = e->reqs[i];
         if (q->state == ST_REQ_PREFILL && q->step_n && q->n_done + q->step_n == q->n_prompt) q->step_row = row++;
+    }
+    if (row > e->cap_rows) {
+        float *l = realloc(e->logits, (size_t)row * (size_t)e->n_vocab * sizeof *l);
+        if (!l) return -1;
+        e->logits = l, e->cap_rows = row;
     }
     return n;
 }
@@ -645,6 +694,7 @@ static int on_token(st_engine *e, en_req *q, int32_t t) {
     q->st.n_generated++;
     e->st.tokens_generated++;
     if (q->st.n_generated == 1) q->st.t_first = st_time_now() - q->t_submit;
+    if (q->spec_ngram && en_spec_push(q, t)) return ST_E_NOMEM;
     if (st_tok_is_eog(e->tok, t)) {
         int rc = en_req_text_flush(q, &e->text, &e->n_text, &e->cap_text);
         return rc ? rc : finish(e, q, t, t0, ST_FINISH_EOS, 0, NULL);
@@ -659,6 +709,38 @@ static int on_token(st_engine *e, en_req *q, int32_t t) {
     }
     q->last = t;
     return push_event(e, q, t, t0, ST_FINISH_NONE, 0, NULL);
+}
+
+/* The verify round of a request whose last token ran with a draft: row + i holds the logits
+ * after the draft's first i tokens. Tokens are drawn in order exactly as plain decode
+ * draws them (the same sampler, history, biases and logprobs over the same logits: the
+ * verify run's logits are decode's, model.h) and emitted while they equal the draft; the
+ * first one that differs, or the one after the whole draft, is the bonus token. A finish
+ * (stop string, limit, end of generation) cuts the round where plain decode would stop.
+ * The KV keeps the tokens fed before the last one drawn (st_kv_seq_rewind drops the rest). */
+static int spec_round(st_engine *e, en_req *q, int32_t row) {
+    const int64_t len0 = q->step_len0;
+    const int32_t k = q->step_draft;
+    int32_t acc = 0;
+    e->st.spec_drafts++;
+    e->st.spec_drafted += k;
+    for (int32_t i = 0; i <= k; i++) {
+        const int32_t t = en_req_sample(q, e->eog, e->n_eog, e->logits + (size_t)(row + i) * e->n_vocab, e->n_vocab);
+        const int more = i < k && t == q->draft[i];
+        q->kv_keep = len0 + i + 1;
+        if (more) acc++, e->st.spec_accepted++;
+        if (!more) {
+            int rc = st_kv_seq_rewind(e->kv, q->seq, q->kv_keep);
+            if (rc) return fail_req(e, q, rc);
+        }
+        const int before = e->n_reqs;
+        int rc = on_token(e, q, t);
+        if (rc || e->n_reqs != before) return rc; /* finished: q is gone */
+        if (!more) break;
+    }
+    q->kv_keep = -1;
+    en_spec_after(q, k, acc);
+    return 0;
 }
 
 int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) {
@@ -677,8 +759,13 @@ int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) 
     int32_t n = 0;
     while (!rc) {
         if (!(n = build_batch(e))) break;
+        if (n < 0) {
+            rc = ST_E_NOMEM;
+            n = 0;
+            break;
+        }
         st_batch b = {.n_tokens = n, .tokens = e->b_tok, .seq = e->b_seq, .want_logits = e->b_want,
-                      .prefill = e->b_prefill, .quest_budget = e->b_budget};
+                      .prefill = e->b_prefill, .quest_budget = e->b_budget, .verify = e->b_verify};
         int frc = st_runner_forward(e->runner, &b, e->logits);
         if (!frc) break;
         en_req *bad = by_seq(e, st_runner_failed_seq(e->runner));
@@ -715,6 +802,8 @@ int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) 
             if (was_prefill && q->max_gen == 0) {
                 /* max_tokens 0: the request ends as soon as its prompt is read */
                 rc = finish(e, q, -1, e->n_text, ST_FINISH_LENGTH, 0, NULL);
+            } else if (q->step_draft > 0) {
+                rc = spec_round(e, q, row);
             } else {
                 int32_t t = en_req_sample(q, e->eog, e->n_eog, e->logits + (size_t)row * e->n_vocab, e->n_vocab);
                 rc = on_token(e, q, t);

@@ -39,9 +39,20 @@ typedef struct en_req {
     size_t n_held, cap_held;
     st_engine_req_stats st;
     double t_submit;
+    /* speculative decoding (prompt lookup) */
+    int32_t spec_ngram;     /* N of the n-gram lookup; 0: no drafting */
+    int32_t draft_max;      /* drafted tokens per round at most */
+    int32_t *gen;           /* [n_gen] generated tokens (the lookup's history after the prompt) */
+    int32_t n_gen, cap_gen;
+    int32_t *draft;         /* [draft_max] this step's draft */
+    int32_t spec_miss;      /* rounds in a row that accepted nothing (capped) */
+    int32_t spec_cool;      /* steps left without drafting */
+    int64_t kv_keep;        /* during a round: the KV length its emitted tokens justify; -1 */
     /* step scratch: what this step's batch holds of it */
     int32_t step_n;         /* tokens in the batch (0: not in it) */
     int32_t step_row;       /* its logits row, or -1 */
+    int32_t step_draft;     /* drafted tokens after its last token in the batch */
+    int64_t step_len0;      /* its KV length before the step */
 } en_req;
 
 /* Creates a request's sampler, detokenizer and copies of its stop strings and biases.
@@ -59,6 +70,17 @@ int32_t en_req_sample(en_req *q, const int32_t *eog, int32_t n_eog, float *logit
 int en_req_text(en_req *q, int32_t token, char **out, size_t *n_out, size_t *cap_out, int *stopped);
 /* The request ends without a stop match: everything held is released. */
 int en_req_text_flush(en_req *q, char **out, size_t *n_out, size_t *cap_out);
+
+/* Records a generated token in the lookup history. 0 or ST_E_NOMEM. */
+int en_spec_push(en_req *q, int32_t t);
+/* The draft for q's next round into q->draft (at most max tokens): its count, 0 for none
+ * (no match, or drafting paused). */
+int32_t en_spec_draft(en_req *q, int32_t max);
+/* Tokens q may draft at KV length len with room batch slots left (engine_spec.c: a page at
+ * most, what it may still emit, the Quest exactness gate with the effective budget). */
+int32_t en_spec_room(const en_req *q, int page, int64_t quest_budget, int64_t len, int32_t room);
+/* The throttle's bookkeeping after a round. */
+void en_spec_after(en_req *q, int32_t drafted, int32_t accepted);
 
 /* Appends n bytes to a growing buffer. 0 or ST_E_NOMEM. */
 int en_buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);

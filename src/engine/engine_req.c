@@ -60,6 +60,8 @@ void en_req_free(en_req *q) {
     free(q->bias);
     free(q->held);
     free(q->prompt);
+    free(q->gen);
+    free(q->draft);
     st_sampler_destroy(q->smp);
     st_detok_destroy(q->dt);
     memset(q, 0, sizeof *q);

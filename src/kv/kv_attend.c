@@ -49,6 +49,7 @@ typedef struct seq_views {
     int32_t *sel_idx;  /* [H][sel_stride] per KV head, the selected views as indices into v */
     int32_t *sel_n;    /* [H] */
     int32_t sel_stride;
+    int64_t lim;       /* > 0: only positions < lim are attended (dense only) */
 } seq_views;
 
 void kv_attend_free(st_kv *kv) {
@@ -78,7 +79,7 @@ static int geom_check(const st_kv *kv, st_ctx *ctx, const st_attn_geom *g, int l
  * where a memset plus a returned copy per view doubled the time (docs/PERFORMANCE.md, KV
  * cache). */
 static void block_view(const st_kv *kv, const uint8_t *blk, const kv_entry *e, int64_t i,
-                       st_attn_page *v) {
+                       int64_t lim, st_attn_page *v) {
     const int q8 = blk && kv->p.type == ST_TYPE_Q8_0;
     v->k = blk;
     v->v = blk ? blk + kv->g.v_offset : NULL;
@@ -87,17 +88,19 @@ static void block_view(const st_kv *kv, const uint8_t *blk, const kv_entry *e, i
     v->valid = e->has_mask ? e->mask : NULL;
     v->n_tokens = e->n_tokens;
     v->pos0 = i * kv->p.page_size;
+    /* a length limit (st_kv_attend_decode_at): slots at or past it are not attended */
+    if (lim > 0 && v->pos0 + v->n_tokens > lim) v->n_tokens = (int32_t)(lim - v->pos0);
 }
 
 /* The view of entry i of s (a RAM page in place, a never-touched or cold one as the zero
  * block); *cold says whether it is on disk (its view is a placeholder until read). */
-static void entry_view(const st_kv *kv, const kv_seq *s, int64_t i, int layer, st_attn_page *v,
-                       uint8_t *cold) {
+static void entry_view(const st_kv *kv, const kv_seq *s, int64_t i, int layer, int64_t lim,
+                       st_attn_page *v, uint8_t *cold) {
     const kv_entry *e = &s->ent[i];
     const kv_page *pg = &kv->pages[e->page];
     *cold = pg->resident != KV_RES_RAM && pg->resident != KV_RES_ZERO;
     block_view(kv, pg->resident == KV_RES_RAM ? kv_layer_data(kv, e->page, layer) : kv->zero_blk,
-               e, i, v);
+               e, i, lim, v);
 }
 
 /* sv's arrays for n views and, with n_sel > 0, the n_sel entries of the per-head lists. */
@@ -161,7 +164,7 @@ static int gather_selected(st_kv *kv, st_ctx *ctx, kv_seq *s, int layer, seq_vie
             if (at[h] < sv->sel_n[h] && list[h][at[h]] == v)
                 sv->sel_idx[(size_t)h * stride + at[h]++] = c;
         sv->page[c] = phys[v];
-        entry_view(kv, s, ent[v], layer, &sv->v[c], &sv->cold[c]);
+        entry_view(kv, s, ent[v], layer, 0, &sv->v[c], &sv->cold[c]);
         sv->n = c + 1;
     }
     free(list);
@@ -180,10 +183,11 @@ static int gather(st_kv *kv, st_ctx *ctx, kv_seq *s, int layer, seq_views *sv) {
     int rc = alloc_views(ctx, sv, (size_t)s->n_ent, 0); /* holes leave some unused */
     if (rc) return rc;
     int32_t c = 0;
-    for (int64_t i = 0; i < s->n_ent; i++) {
+    const int64_t n_ent = sv->lim > 0 ? (sv->lim + kv->p.page_size - 1) / kv->p.page_size : s->n_ent;
+    for (int64_t i = 0; i < n_ent; i++) {
         if (s->ent[i].page < 0) continue;
         sv->page[c] = s->ent[i].page;
-        entry_view(kv, s, i, layer, &sv->v[c], &sv->cold[c]);
+        entry_view(kv, s, i, layer, sv->lim, &sv->v[c], &sv->cold[c]);
         c++;
     }
     sv->n = c;
@@ -194,7 +198,7 @@ static void refresh(st_kv *kv, seq_views *sv, int layer) {
     for (int32_t j = 0; j < sv->n; j++) {
         const kv_page *pg = &kv->pages[sv->page[j]];
         if (pg->resident == KV_RES_RAM && sv->cold[j])
-            entry_view(kv, sv->s, sv->v[j].pos0 / kv->p.page_size, layer, &sv->v[j], &sv->cold[j]);
+            entry_view(kv, sv->s, sv->v[j].pos0 / kv->p.page_size, layer, sv->lim, &sv->v[j], &sv->cold[j]);
     }
 }
 
@@ -323,7 +327,7 @@ static void window_views(const streamer *st, int b, st_attn_page *out) {
         if (w->rd_of[u] >= 0) {
             const uint8_t *blk = st->buf[b] + (size_t)w->rd_of[u] * st->kv->g.layer_bytes;
             const int64_t i = out[u].pos0 / st->kv->p.page_size;
-            block_view(st->kv, blk, &st->sv->s->ent[i], i, &out[u]);
+            block_view(st->kv, blk, &st->sv->s->ent[i], i, st->sv->lim, &out[u]);
         }
     }
 }
@@ -587,8 +591,8 @@ static int prepare(st_kv *kv, st_ctx *ctx, int layer, seq_views *sv, int n_seq, 
 }
 
 static int begin(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, int layer,
-                 const st_kv_seq_id *seqs, int n_seq, const st_kv_select *const *sel,
-                 seq_views *sv) {
+                 const st_kv_seq_id *seqs, const int64_t *lens, int n_seq,
+                 const st_kv_select *const *sel, seq_views *sv) {
     int rc = geom_check(kv, ctx, g, layer);
     if (rc) return rc;
     if (!ws) return st_seterr(ctx, ST_E_INVAL, "kv: attend: workspace is NULL");
@@ -596,8 +600,13 @@ static int begin(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, 
         kv_seq *s;
         if ((rc = kv_seq_get_ok(kv, seqs[i], &s)) != 0) return rc;
         sv[i].sel = sel && sel[i] && !st_kv_select_dense(sel[i]) ? sel[i] : NULL;
+        sv[i].lim = lens && lens[i] > 0 ? lens[i] : 0;
+        if (sv[i].lim && (sv[i].sel || sv[i].lim > s->len))
+            return st_seterr(ctx, ST_E_INVAL, "kv: attend: a length limit of %lld for sequence %lld "
+                             "(length %lld)%s", (long long)sv[i].lim, (long long)s->id,
+                             (long long)s->len, sv[i].sel ? " with a sparse selection" : "");
         if ((rc = gather(kv, ctx, s, layer, &sv[i])) != 0) return rc;
-        if (sel && sel[i] && st_kv_select_dense(sel[i]) && st_kv_select_n_views(sel[i]) != sv[i].n)
+        if (!sv[i].lim && sel && sel[i] && st_kv_select_dense(sel[i]) && st_kv_select_n_views(sel[i]) != sv[i].n)
             return st_seterr(ctx, ST_E_INVAL, "kv: attend: selection for %d views, seq has %d",
                              st_kv_select_n_views(sel[i]), sv[i].n);
     }
@@ -630,6 +639,12 @@ static void as_attn_seq(const seq_views *sv, st_attn_seq *a) {
 int st_kv_attend_decode(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
                         int layer, const st_kv_seq_id *seqs, int n_seq,
                         const st_kv_select *const *sel, const float *q, float *out) {
+    return st_kv_attend_decode_at(kv, ctx, ws, g, layer, seqs, NULL, n_seq, sel, q, out);
+}
+
+int st_kv_attend_decode_at(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
+                           int layer, const st_kv_seq_id *seqs, const int64_t *lens, int n_seq,
+                           const st_kv_select *const *sel, const float *q, float *out) {
     KV_CHECK_ON_RETURN(kv);
     if (!kv) return ST_E_INVAL;
     if (n_seq < 0 || (n_seq > 0 && (!seqs || !q || !out)))
@@ -639,7 +654,7 @@ int st_kv_attend_decode(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_ge
     st_attn_seq *as = calloc((size_t)n_seq, sizeof *as);
     int rc = sv && as ? 0 : st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
     int stream = 0;
-    if (!rc) rc = begin(kv, ctx, ws, g, layer, seqs, n_seq, sel, sv);
+    if (!rc) rc = begin(kv, ctx, ws, g, layer, seqs, lens, n_seq, sel, sv);
     if (!rc) rc = prepare(kv, ctx, layer, sv, n_seq, 1, &stream);
     const size_t row = (size_t)g->n_head * (size_t)g->head_dim;
     if (!rc && !stream) {
@@ -674,7 +689,7 @@ int st_kv_attend_chunk(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geo
     seq_views *sv = calloc(1, sizeof *sv);
     int rc = sv ? 0 : st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
     int stream = 0;
-    if (!rc) rc = begin(kv, ctx, ws, g, layer, &seq, 1, NULL, sv);
+    if (!rc) rc = begin(kv, ctx, ws, g, layer, &seq, NULL, 1, NULL, sv);
     if (!rc && n_q == 0) {
         end(sv, 1);
         return 0;

@@ -392,6 +392,28 @@ int st_kv_seq_truncate(st_kv *kv, st_kv_seq_id seq, int64_t len) {
     return 0;
 }
 
+int st_kv_seq_rewind(st_kv *kv, st_kv_seq_id seq, int64_t len) {
+    KV_CHECK_ON_RETURN(kv);
+    kv_seq *s;
+    int rc = kv_seq_get_ok(kv, seq, &s);
+    if (rc) return rc;
+    if (len < 0 || len > s->len)
+        return st_seterr(kv->ctx, ST_E_INVAL, "kv: rewind of seq %lld to %lld (length %lld)",
+                         (long long)seq, (long long)len, (long long)s->len);
+    /* the pages only this sequence holds were sealed by its own appends: their keys name
+     * tokens that are going away */
+    for (int64_t i = len / kv->p.page_size; i < s->n_ent; i++) {
+        const int32_t id = s->ent[i].page;
+        if (id < 0) continue;
+        kv_page *pg = &kv->pages[id];
+        if (pg->refs != 1 || pg->pins) continue;
+        if (pg->registered) kv_index_remove(kv, id);
+        pg->has_key = 0;
+        kv_unseal(kv, id);
+    }
+    return st_kv_seq_truncate(kv, seq, len);
+}
+
 int st_kv_seq_remove(st_kv *kv, st_kv_seq_id seq, int64_t p0, int64_t p1) {
     KV_CHECK_ON_RETURN(kv);
     kv_seq *s;

@@ -21,6 +21,8 @@ typedef struct span {
     int32_t i0, n;  /* tokens [i0, i0+n) of the chunk */
     int64_t pos0;   /* position of token i0 */
     int prefill;    /* chunk attention (prompt tokens); else one decode token */
+    int verify;     /* a verify run: each token attends densely as the decode token of its
+                       position (the KV views end at it) */
     int64_t budget; /* decode: Quest budget of this sequence (-1: the runner's) */
 } span;
 
@@ -299,6 +301,7 @@ static int quest_select(st_runner *r, int layer, const span *sp, int n_sp) {
     if (layer == 0) r->qst.steps++;
     const int audit = r->audit_every > 0 && (r->qst.steps - 1) % r->audit_every == 0;
     for (int s = 0; s < n_sp; s++) {
+        if (sp[s].verify) continue; /* dense */
         if (!r->qsel[s] && st_kv_select_create(&r->qsel[s])) return ST_E_NOMEM;
         st_kv_select *sel = r->qsel[s];
         st_kv_quest_params qp = r->quest;
@@ -351,14 +354,29 @@ static int attention(st_runner *r, int layer, const span *sp, int n_sp, int n_de
     if (quest && (rc = quest_alloc(r))) return st_seterr(r->ctx, rc, "attention: out of memory");
     if (quest && (rc = quest_select(r, layer, sp, n_dec))) return rc;
     /* The KV library attends (SSD tier: fetching or streaming cold pages), bit-identical to
-     * the kernels over the views. */
+     * the kernels over the views. A verify run's tokens are entries of the same call, each
+     * limited to the positions up to its own: the views a decode step at that length had. */
     if (n_dec) {
-        st_kv_seq_id ids_buf[64], *ids = n_dec <= 64 ? ids_buf : malloc((size_t)n_dec * sizeof *ids);
-        if (!ids) return st_seterr(r->ctx, ST_E_NOMEM, "attention: out of memory");
-        for (int s = 0; s < n_dec; s++) ids[s] = sp[s].seq;
-        rc = st_kv_attend_decode(r->kv, r->ctx, r->ws, &r->ag, layer, ids, n_dec,
-                                 quest ? (const st_kv_select *const *)r->qsel : NULL, r->q, r->att);
-        if (ids != ids_buf) free(ids);
+        const int32_t n_ent = sp[n_dec - 1].i0 + sp[n_dec - 1].n;
+        st_kv_seq_id *ids = malloc((size_t)n_ent * sizeof *ids);
+        int64_t *lens = malloc((size_t)n_ent * sizeof *lens);
+        const st_kv_select **sel = malloc((size_t)n_ent * sizeof *sel);
+        if (!ids || !lens || !sel) {
+            free(ids), free(lens), free(sel);
+            return st_seterr(r->ctx, ST_E_NOMEM, "attention: out of memory");
+        }
+        int any_lim = 0;
+        for (int s = 0; s < n_dec; s++)
+            for (int32_t t = 0; t < sp[s].n; t++) {
+                const int32_t e = sp[s].i0 + t;
+                ids[e] = sp[s].seq;
+                lens[e] = sp[s].verify ? sp[s].pos0 + t + 1 : 0;
+                sel[e] = quest && !sp[s].verify ? r->qsel[s] : NULL;
+                any_lim |= sp[s].verify;
+            }
+        rc = st_kv_attend_decode_at(r->kv, r->ctx, r->ws, &r->ag, layer, ids, any_lim ? lens : NULL, n_ent,
+                                    quest ? sel : NULL, r->q, r->att);
+        free(ids), free(lens), free(sel);
         if (rc) r->failed_seq = failed_of(r, sp, n_dec);
     }
     for (int s = n_dec; s < n_sp && !rc; s++) {
@@ -537,7 +555,7 @@ static int run_chunk(st_runner *r, const int32_t *tokens, span *sp, int n_sp, in
     }
     embed(r, tokens, n);
     rows(r, NULL, OP_NORM, r->m->layers[0].attn_norm.data, NULL, n);
-    const int32_t n_prefill = n - n_dec;
+    const int32_t n_prefill = n - (n_dec ? sp[n_dec - 1].i0 + sp[n_dec - 1].n : 0);
     for (int il = 0; il < hp->n_layer; il++) {
         if ((rc = layer_forward(r, il, sp, n_sp, n, n_dec))) return rc;
         if (n_prefill && r->progress) r->progress(r->progress_user, r->prog_done += n_prefill, r->prog_total);
@@ -557,6 +575,7 @@ typedef struct run {
     int32_t i0, n;
     int64_t len0;   /* sequence length before the call */
     int prefill;    /* prompt tokens: chunk attention */
+    int verify;     /* decode-attended run (st_batch.verify) */
     int64_t budget; /* Quest budget of the sequence's decode token (-1: the runner's) */
 } run;
 
@@ -584,7 +603,9 @@ static int plan_runs(st_runner *r, const st_batch *b, run **out, int *n_out) {
                 goto fail;
             }
         rs[nr] = (run){.seq = s, .i0 = i, .n = 1, .prefill = b->prefill && b->prefill[i],
+                       .verify = b->verify && b->verify[i],
                        .budget = b->quest_budget ? b->quest_budget[i] : -1};
+        if (rs[nr].verify) rs[nr].prefill = 0;
         if ((rc = st_kv_seq_len(r->kv, s, &rs[nr].len0))) {
             r->failed_seq = s;
             rc = st_seterr(r->ctx, rc, "batch index %d: sequence %lld: %s", i, (long long)s,
@@ -594,7 +615,7 @@ static int plan_runs(st_runner *r, const st_batch *b, run **out, int *n_out) {
         nr++;
     }
     for (int j = 0; j < nr; j++) {
-        if (rs[j].n > 1) rs[j].prefill = 1;
+        if (rs[j].n > 1 && !rs[j].verify) rs[j].prefill = 1;
         if (rs[j].budget < -1) {
             rc = st_seterr(r->ctx, ST_E_INVAL, "sequence %lld: Quest budget %lld", (long long)rs[j].seq,
                            (long long)rs[j].budget);
@@ -651,16 +672,24 @@ int st_runner_forward(st_runner *r, const st_batch *b, float *logits) {
      * then the prompt runs in batch order, a run cut wherever a chunk fills up. Every token's
      * rows are computed alike in any chunk (see model.h), so the cut changes no bit. */
     int jd = 0, jp = 0;  /* next decode run; next prompt run */
-    int32_t done_p = 0;  /* tokens of run jp already run */
+    int32_t done_p = 0, done_d = 0;  /* tokens of run jp / jd already run */
     for (;;) {
         int n_sp = 0, n_dec = 0;
         int32_t n = 0;
-        for (; jd < nr && n < r->n_batch; jd++) {
-            if (rs[jd].prefill) continue;
-            sp[n_sp++] = (span){.seq = rs[jd].seq, .i0 = n, .n = 1, .budget = rs[jd].budget};
-            tok[n] = b->tokens[rs[jd].i0];
-            orow[n] = out_row[rs[jd].i0];
-            n++;
+        while (jd < nr && n < r->n_batch) {
+            if (rs[jd].prefill) {
+                jd++;
+                continue;
+            }
+            int32_t k = rs[jd].n - done_d, room = r->n_batch - n;
+            if (k > room) k = room;
+            sp[n_sp++] = (span){.seq = rs[jd].seq, .i0 = n, .n = k, .verify = rs[jd].verify,
+                                .budget = rs[jd].verify ? 0 : rs[jd].budget};
+            memcpy(tok + n, b->tokens + rs[jd].i0 + done_d, (size_t)k * sizeof *tok);
+            memcpy(orow + n, out_row + rs[jd].i0 + done_d, (size_t)k * sizeof *orow);
+            n += k;
+            done_d += k;
+            if (done_d == rs[jd].n) jd++, done_d = 0;
         }
         n_dec = n_sp;
         while (jp < nr && n < r->n_batch) {

@@ -172,6 +172,10 @@ static void metrics_text(const st_server *s, mbuf *m) {
     one(m, "prefix_cache_hits_tokens_total", "counter", "Prompt tokens attached from the prefix cache.",
         k->prefix_tokens_reused);
     one(m, "preemptions_total", "counter", "Running requests preempted to free RAM.", e->preemptions);
+    one(m, "spec_drafts_total", "counter", "Speculative decoding: verify rounds (a token with a draft).", e->spec_drafts);
+    one(m, "spec_drafted_tokens_total", "counter", "Speculative decoding: drafted tokens verified.", e->spec_drafted);
+    one(m, "spec_accepted_tokens_total", "counter", "Speculative decoding: drafted tokens accepted (emitted).",
+        e->spec_accepted);
     one(m, "sparse_pages_attended_total", "counter",
         "Quest sparse decode: KV pages attended, summed over sparse layers and KV heads.", s->qst.pages_listed);
     one(m, "sparse_pages_total", "counter", "Quest sparse decode: KV pages a dense pass would have read, same sum.",

@@ -443,5 +443,41 @@ TEST(test_ops_auth_and_off) {
     srv_close(&v);
 }
 
+/* A request with "spec_ngram" drafts by prompt lookup: its text is the plain request's, and
+ * the speculative counters in /metrics are the engine's, with real rounds in them. */
+TEST(test_spec_request) {
+    srv v;
+    st_server_params sp = {.metrics = 1};
+    CHECK_OK(srv_open(&v, &sp, 0, 256));
+    if (!v.s) return;
+    char *a = NULL, *b = NULL, *m = NULL;
+    const char *body = "{\"prompt\":\"abc abc abc abc abc abc\",\"max_tokens\":40,\"temperature\":0%s}";
+    char ba[256], bb[256];
+    snprintf(ba, sizeof ba, body, "");
+    snprintf(bb, sizeof bb, body, ",\"spec_ngram\":2,\"draft_max\":6");
+    CHECK_INT(http(&v, "plain", "/v1/completions", ba, NULL, &a), 200);
+    CHECK_INT(http(&v, "spec", "/v1/completions", bb, NULL, &b), 200);
+    REQUIRE(a && b);
+    json_t *oa = parse(a), *ob = parse(b);
+    const char *ta = json_string_value(json_object_get(json_array_get(json_object_get(oa, "choices"), 0), "text"));
+    const char *tb = json_string_value(json_object_get(json_array_get(json_object_get(ob, "choices"), 0), "text"));
+    CHECK_STR(ta, tb);
+    CHECK_INT(http(&v, "bad", "/v1/completions", "{\"prompt\":\"x\",\"spec_ngram\":99}", NULL, NULL), 400);
+    CHECK_INT(http(&v, "metrics", "/metrics", NULL, NULL, &m), 200);
+    REQUIRE(m);
+    promtool_check(m);
+    st_engine_stats es;
+    st_kv_stats ks;
+    st_server_get_stats(v.s, &es, &ks);
+    CHECK(es.spec_drafts > 0);
+    CHECK(es.spec_accepted > 0 && es.spec_accepted <= es.spec_drafted);
+    CHECK_INT(isample(m, "strata_spec_drafts_total"), es.spec_drafts);
+    CHECK_INT(isample(m, "strata_spec_drafted_tokens_total"), es.spec_drafted);
+    CHECK_INT(isample(m, "strata_spec_accepted_tokens_total"), es.spec_accepted);
+    json_decref(oa), json_decref(ob);
+    free(a), free(b), free(m);
+    srv_close(&v);
+}
+
 TEST_MAIN(test_metrics_values, test_metrics_sparse, test_slots_no_text, test_slots_show_text, test_rejected_queue_full,
-          test_ops_auth_and_off)
+          test_ops_auth_and_off, test_spec_request)

@@ -1,0 +1,81 @@
+/* Prompt lookup drafting (speculative decoding): a request's history (prompt + generated
+ * tokens), the n-gram search that proposes a draft from it, and the throttle that turns
+ * drafting down while drafts keep being rejected. The verify round itself (one forward,
+ * acceptance, rewind) is the step's, in engine.c. */
+#include "engine/engine_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int en_spec_push(en_req *q, int32_t t) {
+    if (q->n_gen == q->cap_gen) {
+        int32_t c = q->cap_gen ? 2 * q->cap_gen : 64;
+        int32_t *n = realloc(q->gen, (size_t)c * sizeof *n);
+        if (!n) return ST_E_NOMEM;
+        q->gen = n, q->cap_gen = c;
+    }
+    q->gen[q->n_gen++] = t;
+    return 0;
+}
+
+static inline int32_t hist_at(const en_req *q, int64_t i) {
+    return i < q->n_prompt ? q->prompt[i] : q->gen[i - q->n_prompt];
+}
+
+/* llama.cpp's prompt lookup: the most recent earlier occurrence of the last N tokens of
+ * prompt + generated text proposes the tokens that followed it. */
+int32_t en_spec_draft(en_req *q, int32_t max) {
+    const int32_t N = q->spec_ngram;
+    const int64_t n = (int64_t)q->n_prompt + q->n_gen;
+    if (N < 1 || max < 1 || n <= N) return 0;
+    if (q->spec_cool > 0) {
+        q->spec_cool--;
+        return 0;
+    }
+    const int64_t tail = n - N;
+    for (int64_t j = tail - 1; j >= 0; j--) {
+        int32_t m = 0;
+        while (m < N && hist_at(q, j + m) == hist_at(q, tail + m)) m++;
+        if (m < N) continue;
+        int32_t k = 0;
+        while (k < max && j + N + k < n) {
+            q->draft[k] = hist_at(q, j + N + k);
+            k++;
+        }
+        return k;
+    }
+    return 0;
+}
+
+/* How many tokens q may draft this step: what can still be emitted after the bonus token,
+ * a page (a step's growth is then one page, as admission and the RAM check count), and with
+ * a Quest budget the exactness gate: the budget must cover every page of the sequence at
+ * every length the round reaches, plus one position of margin, so the selection plain
+ * decode would make there lists every page (quest.h) and the round's dense attention is
+ * bit for bit the same; past that crossover the request decodes plain tokens. */
+int32_t en_spec_room(const en_req *q, int page, int64_t quest_budget, int64_t len, int32_t room) {
+    int64_t d = q->draft_max < room ? q->draft_max : room;
+    if (d > page) d = page;
+    const int64_t left = (int64_t)q->max_gen - q->st.n_generated - 1;
+    if (d > left) d = left;
+    const int64_t budget = q->budget < 0 ? quest_budget : q->budget;
+    if (budget > 0) {
+        const int64_t cover = budget / page * page - len - 2;
+        if (d > cover) d = cover;
+    }
+    return d > 0 ? (int32_t)d : 0;
+}
+
+/* After a round with `accepted` of `drafted` tokens taken: a round that took none pauses
+ * drafting for 1, 2, 4 ... 32 steps (a draft's verify costs more than a plain step where the
+ * text does not repeat itself); one that took some resets the pause. */
+void en_spec_after(en_req *q, int32_t drafted, int32_t accepted) {
+    if (drafted <= 0) return;
+    if (accepted > 0) {
+        q->spec_miss = 0;
+        return;
+    }
+    if (q->spec_miss < 5) q->spec_miss++;
+    q->spec_cool = 1 << q->spec_miss >> 1;
+    if (q->spec_cool < 1) q->spec_cool = 1;
+}
