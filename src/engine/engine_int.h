@@ -85,4 +85,40 @@ void en_spec_after(en_req *q, int32_t drafted, int32_t accepted);
 /* Appends n bytes to a growing buffer. 0 or ST_E_NOMEM. */
 int en_buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
 
+/* The engine (engine.h's opaque handle): engine_open.c opens and frees it, engine.c runs its
+ * requests, engine_prefix.c saves and loads its prefix cache. */
+struct st_engine {
+    st_engine_params p;
+    char *model_path, *spill_dir, *instance_id; /* copies of the params' strings */
+    st_ctx *ctx;
+    void *synth_buf;
+    st_model *model;
+    st_tok *tok;
+    st_kv *kv;
+    st_runner *runner;
+    int32_t n_ctx, n_vocab, page;
+    int64_t cap_pages;      /* pages admission may hand out (logical pool, RAM + disk) */
+    int64_t ram_pages;      /* hot pool (== the pool without a tier) */
+    int tier;
+    st_req_id next_id;
+    en_req **reqs;          /* active requests in id order */
+    int n_reqs, cap_reqs;
+    /* step scratch */
+    int32_t *b_tok;
+    st_kv_seq_id *b_seq;
+    uint8_t *b_want, *b_prefill, *b_verify;
+    int64_t *b_budget;
+    float *logits;          /* [rows][n_vocab]: a row per decoding request, and per drafted token */
+    int32_t cap_rows;
+    int32_t *eog, n_eog;    /* the vocabulary's end-of-generation ids (ignore_eos bans them) */
+    st_engine_event *ev;
+    int n_ev, cap_ev;
+    char *text;             /* the step's released bytes (events point into it) */
+    size_t n_text, cap_text;
+    st_engine_stats st;
+};
+
+/* Pages holding tokens positions. */
+static inline int64_t pages_for(const st_engine *e, int64_t tokens) { return (tokens + e->page - 1) / e->page; }
+
 #endif
