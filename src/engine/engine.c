@@ -130,6 +130,7 @@ int st_engine_submit(st_engine *e, const st_engine_req_params *p, st_req_id *id)
      * their page (q8_0 rescales a page for a larger value) */
     q->spec_ngram = p->spec_ngram < 0 ? e->p.spec_ngram : p->spec_ngram;
     q->draft_max = p->draft_max > 0 ? p->draft_max : e->p.draft_max;
+    q->spec_len = q->draft_max;
     if (p->sampling.temp > 0 || e->p.kv_type == ST_TYPE_Q8_0) q->spec_ngram = 0;
     if (q->spec_ngram && !(q->draft = malloc((size_t)q->draft_max * sizeof *q->draft))) {
         en_req_free(q);

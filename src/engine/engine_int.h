@@ -45,6 +45,8 @@ typedef struct en_req {
     int32_t *gen;           /* [n_gen] generated tokens (the lookup's history after the prompt) */
     int32_t n_gen, cap_gen;
     int32_t *draft;         /* [draft_max] this step's draft */
+    int32_t spec_len;       /* this round's draft length at most: doubles after a round that
+                               took its whole draft, falls to one past what a round took */
     int32_t spec_miss;      /* rounds in a row that accepted nothing (capped) */
     int32_t spec_cool;      /* steps left without drafting */
     int64_t kv_keep;        /* during a round: the KV length its emitted tokens justify; -1 */

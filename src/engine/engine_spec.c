@@ -54,7 +54,7 @@ int32_t en_spec_draft(en_req *q, int32_t max) {
  * decode would make there lists every page (quest.h) and the round's dense attention is
  * bit for bit the same; past that crossover the request decodes plain tokens. */
 int32_t en_spec_room(const en_req *q, int page, int64_t quest_budget, int64_t len, int32_t room) {
-    int64_t d = q->draft_max < room ? q->draft_max : room;
+    int64_t d = q->spec_len < room ? q->spec_len : room;
     if (d > page) d = page;
     const int64_t left = (int64_t)q->max_gen - q->st.n_generated - 1;
     if (d > left) d = left;
@@ -66,11 +66,15 @@ int32_t en_spec_room(const en_req *q, int page, int64_t quest_budget, int64_t le
     return d > 0 ? (int32_t)d : 0;
 }
 
-/* After a round with `accepted` of `drafted` tokens taken: a round that took none pauses
- * drafting for 1, 2, 4 ... 32 steps (a draft's verify costs more than a plain step where the
- * text does not repeat itself); one that took some resets the pause. */
+/* After a round with `accepted` of `drafted` tokens taken, the next draft's length: a round
+ * that took its whole draft doubles it (up to draft_max), one that took part of it drafts one
+ * more than it took, since each rejected token cost a verify position for nothing; a round
+ * that took none also pauses drafting for 1, 2, 4 ... 32 steps (where the text does not
+ * repeat itself a verify costs more than a plain step); one that took some resets the pause. */
 void en_spec_after(en_req *q, int32_t drafted, int32_t accepted) {
     if (drafted <= 0) return;
+    if (accepted >= drafted) q->spec_len = 2 * q->spec_len < q->draft_max ? 2 * q->spec_len : q->draft_max;
+    else q->spec_len = accepted + 1;
     if (accepted > 0) {
         q->spec_miss = 0;
         return;
