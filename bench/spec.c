@@ -102,6 +102,7 @@ static const char *passage =
     "you to Tom, and they played with the ball together all day long. They were very happy.";
 
 int main(int argc, char **argv) {
+    const char *synth = "none", *models_dir = "/tmp/strata-bench";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(a, "-t")) n_threads = atoi(v), i++;
@@ -109,8 +110,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--ngram")) ngram = atoi(v), i++;
         else if (!strcmp(a, "--draft-max")) draft_max = atoi(v), i++;
         else if (!strcmp(a, "--reps")) reps = atoi(v), i++;
+        else if (!strcmp(a, "--synth")) synth = v, i++;
+        else if (!strcmp(a, "--models")) models_dir = v, i++;
         else {
-            fprintf(stderr, "usage: spec [-t THREADS] [-n TOKENS] [--ngram N] [--draft-max M] [--reps R]\n");
+            fprintf(stderr, "usage: spec [-t THREADS] [-n TOKENS] [--ngram N] [--draft-max M] [--reps R] "
+                            "[--synth none|small|1b|both] [--models DIR]\n");
             return 2;
         }
     }
@@ -146,6 +150,28 @@ int main(int argc, char **argv) {
         q.n_ctx = 512;
         row(models[m], "copy", &q, copy);
         row(models[m], "free", &q, free_prompt);
+    }
+    /* the synthetic models of bench/batch: random weights (their text loops, which the lookup
+     * catches), but sizes where a step's cost is the weights' read (1b: from DRAM) */
+    const int small = !strcmp(synth, "small") || !strcmp(synth, "both"), big = !strcmp(synth, "1b") || !strcmp(synth, "both");
+    if (small || big) {
+        st_ctx *ctx = NULL;
+        st_ctx_params cp = st_ctx_default_params();
+        if (st_ctx_create(&cp, &ctx)) return 1;
+        const char *names[2] = {"small-q8_0", "1b-q4_k_m"}, *presets[2] = {"small", "1b"}, *types[2] = {"q8_0", "q4_k_m"};
+        for (int m = 0; m < 2; m++) {
+            if (!(m ? big : small)) continue;
+            char path[1024];
+            if (bench_ensure_model(ctx, "spec", names[m], presets[m], types[m], bench_shared_dir(), models_dir, path,
+                                   sizeof path))
+                continue;
+            st_engine_params q = p;
+            q.model_path = path;
+            q.n_ctx = 1024;
+            row(names[m], "copy", &q, copy);
+            row(names[m], "free", &q, free_prompt);
+        }
+        st_ctx_destroy(ctx);
     }
     return 0;
 }

@@ -45,8 +45,9 @@
  * sample (temp > 0: the speculative acceptance rule is not implemented) and with a q8_0 KV
  * cache (its pages rescale for later tokens); with a Quest budget a request drafts only
  * while the budget still covers every page of its sequence (plus one position), so that
- * plain decode's selection would be dense too, and decodes plain tokens past that. A round
- * that accepts nothing pauses the request's drafting for 1, 2, 4 .. 32 steps.
+ * plain decode's selection would be dense too, and decodes plain tokens past that. The draft
+ * length follows the acceptance (doubling after a whole draft taken, one past what a partial
+ * round took), and a round that accepts nothing pauses drafting for 1, 2, 4 .. 32 steps.
  *
  * Errors of one request (its pages, its context, an I/O error on its pages) finish that
  * request with ST_FINISH_ERROR and the error; the other requests go on.
