@@ -41,9 +41,11 @@
  * been), draws its tokens from the run's logits in order as plain decode would, emits them
  * while they equal the draft plus the first that does not (the bonus token), and rewinds
  * the rejected ones out of the KV (st_kv_seq_rewind). The output is token for token the
- * output of plain decode, at any thread count and batch. Drafting is off for requests that
- * sample (temp > 0: the speculative acceptance rule is not implemented) and with a q8_0 KV
- * cache (its pages rescale for later tokens); with a Quest budget a request drafts only
+ * output of plain decode, at any thread count and batch. A request that samples (temp > 0)
+ * takes a drafted token by the speculative rule (st_sampler_sample_draft: with its
+ * probability, else a token from the rest of the distribution), so its output has plain
+ * decode's distribution, though not the same tokens for a seed. Drafting is off with a q8_0
+ * KV cache (its pages rescale for later tokens); with a Quest budget a request drafts only
  * while the budget still covers every page of its sequence (plus one position), so that
  * plain decode's selection would be dense too, and decodes plain tokens past that. The draft
  * length follows the acceptance (doubling after a whole draft taken, one past what a partial

@@ -52,6 +52,17 @@ void st_sampler_destroy(st_sampler *s); /* NULL is a no-op */
  * Does not record it in the history: call st_sampler_accept for the token actually used. */
 int32_t st_sampler_sample(st_sampler *s, const float *logits);
 
+/* Picks a token at a position where a draft proposed `draft`, by the speculative sampling
+ * rule for a deterministic draft (a point mass on `draft`), so the token has exactly the
+ * distribution st_sampler_sample draws from: with p that distribution (the same penalties
+ * and truncations), the draft is taken with probability p(draft) (one uniform from the
+ * sampler's RNG); otherwise the token comes from p without the draft, renormalized (the
+ * residual max(p - q, 0)). *accepted says whether the draft was taken (the result equals
+ * `draft` only then). Greedy (temp <= 0): the argmax, accepted when it equals the draft.
+ * The same seed gives a different stream than st_sampler_sample's (more draws are used):
+ * equal in distribution, not token for token. No history change: st_sampler_accept. */
+int32_t st_sampler_sample_draft(st_sampler *s, const float *logits, int32_t draft, int *accepted);
+
 /* Appends a token to the repetition-penalty history (prompt tokens too, as llama.cpp does). */
 void st_sampler_accept(st_sampler *s, int32_t token);
 

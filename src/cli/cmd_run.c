@@ -361,9 +361,6 @@ int st_cmd_run(int argc, char **argv) {
     ep.mem_limit = st_cli_mem_available();
     ep.spec_ngram = o.spec.ngram;
     ep.draft_max = o.spec.draft_max;
-    if (o.spec.ngram && o.sp.temp > 0)
-        fprintf(stderr, "strata run: --spec-ngram drafts only for greedy decoding (--temp 0): off at --temp %g\n",
-                (double)o.sp.temp);
     if ((rc = st_cli_kv_flags_engine(&o.tier, &ep, "run"))) {
         free(text);
         return st_cli_exit_code(rc);

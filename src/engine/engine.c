@@ -125,13 +125,12 @@ int st_engine_submit(st_engine *e, const st_engine_req_params *p, st_req_id *id)
     q->st.n_cached = (int32_t)q->len0;
     q->budget = p->quest_budget;
     q->kv_keep = -1;
-    /* Drafting is exact only for greedy requests (sampling would need the speculative
-     * acceptance rule) over a KV type whose stored tokens do not depend on later tokens of
-     * their page (q8_0 rescales a page for a larger value) */
+    /* Drafting is exact only over a KV type whose stored tokens do not depend on later
+     * tokens of their page (q8_0 rescales a page for a larger value) */
     q->spec_ngram = p->spec_ngram < 0 ? e->p.spec_ngram : p->spec_ngram;
     q->draft_max = p->draft_max > 0 ? p->draft_max : e->p.draft_max;
     q->spec_len = q->draft_max;
-    if (p->sampling.temp > 0 || e->p.kv_type == ST_TYPE_Q8_0) q->spec_ngram = 0;
+    if (e->p.kv_type == ST_TYPE_Q8_0) q->spec_ngram = 0;
     if (q->spec_ngram && !(q->draft = malloc((size_t)q->draft_max * sizeof *q->draft))) {
         en_req_free(q);
         free(q);
@@ -437,10 +436,12 @@ static int on_token(st_engine *e, en_req *q, int32_t t) {
 }
 
 /* The verify round of a request whose last token ran with a draft: row + i holds the logits
- * after the draft's first i tokens. Tokens are drawn in order exactly as plain decode
- * draws them (the same sampler, history, biases and logprobs over the same logits: the
- * verify run's logits are decode's, model.h) and emitted while they equal the draft; the
- * first one that differs, or the one after the whole draft, is the bonus token. A finish
+ * after the draft's first i tokens. Tokens are drawn in order over the distribution plain
+ * decode draws from (the same sampler, history, biases and logprobs over the same logits:
+ * the verify run's logits are decode's, model.h); at a drafted position by the speculative
+ * rule (st_sampler_sample_draft: greedy takes the argmax, sampling accepts the draft with
+ * its probability, else draws from the rest), and emitted while the draft is accepted; the
+ * first token that is not, or the one after the whole draft, ends the round. A finish
  * (stop string, limit, end of generation) cuts the round where plain decode would stop.
  * The KV keeps the tokens fed before the last one drawn (st_kv_seq_rewind drops the rest). */
 static int spec_round(st_engine *e, en_req *q, int32_t row) {
@@ -450,8 +451,10 @@ static int spec_round(st_engine *e, en_req *q, int32_t row) {
     e->st.spec_drafts++;
     e->st.spec_drafted += k;
     for (int32_t i = 0; i <= k; i++) {
-        const int32_t t = en_req_sample(q, e->eog, e->n_eog, e->logits + (size_t)(row + i) * e->n_vocab, e->n_vocab);
-        const int more = i < k && t == q->draft[i];
+        int taken = 0;
+        const int32_t t = en_req_sample(q, e->eog, e->n_eog, e->logits + (size_t)(row + i) * e->n_vocab, e->n_vocab,
+                                        i < k ? q->draft[i] : -1, &taken);
+        const int more = i < k && taken;
         q->kv_keep = len0 + i + 1;
         if (more) acc++, e->st.spec_accepted++;
         if (!more) {
@@ -530,7 +533,7 @@ int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) 
             } else if (q->step_draft > 0) {
                 rc = spec_round(e, q, row);
             } else {
-                int32_t t = en_req_sample(q, e->eog, e->n_eog, e->logits + (size_t)row * e->n_vocab, e->n_vocab);
+                int32_t t = en_req_sample(q, e->eog, e->n_eog, e->logits + (size_t)row * e->n_vocab, e->n_vocab, -1, NULL);
                 rc = on_token(e, q, t);
             }
             if (e->n_reqs == before) i++;

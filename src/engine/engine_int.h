@@ -63,8 +63,11 @@ int en_req_init(en_req *q, st_ctx *ctx, const st_tok *tok, int32_t n_vocab, cons
 void en_req_free(en_req *q);
 
 /* Samples the next token from logits (biases applied in place; with ignore_eos the n_eog
- * end-of-generation ids eog[] banned). */
-int32_t en_req_sample(en_req *q, const int32_t *eog, int32_t n_eog, float *logits, int32_t n_vocab);
+ * end-of-generation ids eog[] banned) and records it in the sampler's history. draft >= 0:
+ * a drafted position, drawn by st_sampler_sample_draft (*accepted set); -1: a plain draw
+ * (accepted may be NULL). */
+int32_t en_req_sample(en_req *q, const int32_t *eog, int32_t n_eog, float *logits, int32_t n_vocab, int32_t draft,
+                      int *accepted);
 
 /* Feeds a generated (non end-of-generation) token's text: bytes that can be released go to
  * out (appended; *stopped = 1 when a stop string matched: the text before it is released and

@@ -88,10 +88,11 @@ static void logprobs(en_req *q, const float *l, int32_t n_vocab, int32_t t) {
     q->n_top = n;
 }
 
-int32_t en_req_sample(en_req *q, const int32_t *eog, int32_t n_eog, float *logits, int32_t n_vocab) {
+int32_t en_req_sample(en_req *q, const int32_t *eog, int32_t n_eog, float *logits, int32_t n_vocab, int32_t draft,
+                      int *accepted) {
     for (int i = 0; i < q->n_bias; i++) logits[q->bias[i].token] += q->bias[i].bias;
     for (int32_t i = 0; q->ignore_eos && i < n_eog; i++) logits[eog[i]] = -INFINITY;
-    int32_t t = st_sampler_sample(q->smp, logits);
+    int32_t t = draft >= 0 ? st_sampler_sample_draft(q->smp, logits, draft, accepted) : st_sampler_sample(q->smp, logits);
     st_sampler_accept(q->smp, t);
     if (q->n_logprobs >= 0) logprobs(q, logits, n_vocab, t);
     return t;

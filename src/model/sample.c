@@ -209,10 +209,11 @@ static int32_t greedy(const st_sampler *s, const float *logits) {
     return best;
 }
 
-int32_t st_sampler_sample(st_sampler *s, const float *logits) {
+/* The candidates the plain draw picks from (penalties, top-k, top-p, min-p applied) in
+ * s->cands; returns their count, *mx the largest logit among them. temp > 0 only. */
+static int32_t candidates(st_sampler *s, const float *logits, float *mx_out) {
     const st_sampler_params *p = &s->p;
     const int32_t nv = s->n_vocab;
-    if (p->temp <= 0) return greedy(s, logits);
     const float *w = logits; /* the logits, or their penalized copy */
     if (any_penalty(s)) {
         memcpy(s->work, logits, (size_t)nv * sizeof *s->work);
@@ -260,12 +261,55 @@ int32_t st_sampler_sample(st_sampler *s, const float *logits) {
             if (c[i].logit >= thr) c[m++] = c[i];
         n = m ? m : 1;
     }
+    *mx_out = mx;
+    return n;
+}
+
+/* One draw from the candidates' softmax at the temperature, skipping token `skip` (-1: none). */
+static int32_t draw(st_sampler *s, int32_t n, float mx, int32_t skip) {
+    const cand *c = s->cands;
+    const double temp = s->p.temp;
     double sum = 0;
-    for (int32_t i = 0; i < n; i++) sum += exp(((double)c[i].logit - mx) / p->temp);
+    int32_t last = -1;
+    for (int32_t i = 0; i < n; i++)
+        if (c[i].id != skip) sum += exp(((double)c[i].logit - mx) / temp), last = i;
     double r = rng_uniform(s->rng) * sum, acc = 0;
     for (int32_t i = 0; i < n; i++) {
-        acc += exp(((double)c[i].logit - mx) / p->temp);
+        if (c[i].id == skip) continue;
+        acc += exp(((double)c[i].logit - mx) / temp);
         if (r < acc) return c[i].id;
     }
-    return c[n - 1].id;
+    return c[last].id;
+}
+
+int32_t st_sampler_sample(st_sampler *s, const float *logits) {
+    if (s->p.temp <= 0) return greedy(s, logits);
+    float mx;
+    const int32_t n = candidates(s, logits, &mx);
+    return draw(s, n, mx, -1);
+}
+
+int32_t st_sampler_sample_draft(st_sampler *s, const float *logits, int32_t draft, int *accepted) {
+    *accepted = 0;
+    if (s->p.temp <= 0) {
+        const int32_t t = greedy(s, logits);
+        *accepted = t == draft;
+        return t;
+    }
+    float mx;
+    const int32_t n = candidates(s, logits, &mx);
+    const cand *c = s->cands;
+    double sum = 0, px = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const double w = exp(((double)c[i].logit - mx) / s->p.temp);
+        sum += w;
+        if (c[i].id == draft) px = w;
+    }
+    /* accept with probability p(draft); n == 1 means p(draft) is 1 or 0 exactly */
+    if (px > 0 && (px >= sum || rng_uniform(s->rng) * sum < px)) {
+        *accepted = 1;
+        return draft;
+    }
+    /* rejected: the residual max(p - q, 0) normalized is p without the draft */
+    return px > 0 ? draw(s, n, mx, draft) : draw(s, n, mx, -1);
 }

@@ -41,6 +41,8 @@ static st_engine_params params(int n_threads) {
     return p;
 }
 
+static float drive_temp; /* the requests' temperature (0: greedy) */
+
 static int drive(st_engine *e, job *jobs, int n) {
     int step = 0, left = n;
     for (int i = 0; i < n; i++) jobs[i].id = 0, jobs[i].n_toks = 0, jobs[i].n_text = 0, jobs[i].fin = 0;
@@ -49,7 +51,8 @@ static int drive(st_engine *e, job *jobs, int n) {
             if (!jobs[i].id && jobs[i].at_step <= step) {
                 st_engine_req_params rp = st_engine_req_default_params();
                 rp.tokens = jobs[i].prompt, rp.n_tokens = jobs[i].n_prompt;
-                rp.sampling.temp = 0;
+                rp.sampling.temp = drive_temp;
+                rp.sampling.seed = 77u + (uint64_t)i;
                 rp.max_tokens = jobs[i].max_tokens;
                 rp.spec_ngram = jobs[i].spec;
                 rp.draft_max = jobs[i].draft_max;
@@ -309,5 +312,40 @@ TEST(test_spec_params) {
     CHECK(es.spec_drafts > 0);
 }
 
-TEST_MAIN(test_spec_equals_plain_ram, test_spec_mixed_batch, test_spec_stop_and_limit, test_spec_spill,
+/* Sampling requests draft too (the speculative rule, st_sampler_sample_draft, whose
+ * distribution test_sample checks): drafts are made and some are taken at temperature > 0,
+ * every request finishes with its tokens, and the pool ends as plain decode's does. */
+TEST(test_spec_sampling_drafts) {
+    static job a[4], b[4];
+    make_jobs(a, 4, 0);
+    make_jobs(b, 4, 2);
+    drive_temp = 0.05f;
+    st_engine_params p = params(2);
+    st_engine *e = NULL;
+    st_engine_stats es;
+    st_kv_stats k0, k1;
+    CHECK_OK(st_engine_create(&p, &e, NULL, 0));
+    if (!e) return;
+    CHECK(drive(e, a, 4) > 0);
+    st_kv_get_stats(st_engine_kv(e), &k0);
+    st_engine_destroy(e);
+    CHECK_OK(st_engine_create(&p, &e, NULL, 0));
+    if (!e) return;
+    CHECK(drive(e, b, 4) > 0);
+    st_engine_get_stats(e, &es);
+    st_kv_get_stats(st_engine_kv(e), &k1);
+    st_engine_destroy(e);
+    drive_temp = 0;
+    report("sampling, temp 0.05", &es);
+    CHECK(es.spec_drafts > 0);
+    CHECK(es.spec_accepted > 0);
+    for (int i = 0; i < 4; i++) {
+        CHECK_INT(b[i].fin, ST_FINISH_LENGTH);
+        CHECK_INT(b[i].n_toks, 64);
+    }
+    CHECK_INT(k1.pages_used, k0.pages_used);
+    CHECK_INT(k1.n_seqs, 0);
+}
+
+TEST_MAIN(test_spec_sampling_drafts, test_spec_equals_plain_ram, test_spec_mixed_batch, test_spec_stop_and_limit, test_spec_spill,
           test_spec_quest_gate, test_spec_params)

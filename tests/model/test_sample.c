@@ -2,6 +2,8 @@
 #include "strata/sample.h"
 #include "../test.h"
 
+#include <math.h>
+
 #define NV 1000
 
 static void fill(float *lg, unsigned seed) {
@@ -171,5 +173,97 @@ TEST(test_frequency_presence_penalties) {
     }
 }
 
-TEST_MAIN(test_greedy, test_top_k_one_is_greedy_and_filters_bound_choices, test_seed_reproducible,
+/* Pearson's chi-square of counts[n] against probabilities p[n] over `total` draws (cells whose
+ * expectation is below 5 pooled into one). *df its degrees of freedom. */
+static double chi_square(const long *counts, const double *p, int n, long total, int *df) {
+    double chi = 0, pool_e = 0, pool_o = 0;
+    int cells = 0;
+    for (int i = 0; i < n; i++) {
+        const double e = p[i] * (double)total;
+        if (e < 5) {
+            pool_e += e, pool_o += (double)counts[i];
+            continue;
+        }
+        chi += ((double)counts[i] - e) * ((double)counts[i] - e) / e, cells++;
+    }
+    if (pool_e > 0) chi += (pool_o - pool_e) * (pool_o - pool_e) / pool_e, cells++;
+    *df = cells - 1;
+    return chi;
+}
+
+/* Wilson-Hilferty: a chi-square with df degrees of freedom as a standard normal z. */
+static double chi_z(double chi, int df) {
+    const double k = df, a = 2.0 / (9.0 * k);
+    return (cbrt(chi / k) - (1 - a)) / sqrt(a);
+}
+
+/* The speculative rule for a deterministic draft: over many seeds, the token drawn at a
+ * drafted position has exactly st_sampler_sample's distribution (chi-square against the
+ * softmax the sampler draws from, and two-sample against st_sampler_sample's own draws), the
+ * draft is taken with its probability, and a draft outside the candidates (top-k) is never
+ * taken. The same statistic flags the wrong rule "always take the draft". */
+TEST(test_draft_rule_keeps_the_distribution) {
+    enum { N = 6, DRAWS = 40000 };
+    const float lg[N] = {2.0f, 1.5f, 1.0f, 0.5f, 0.0f, -1.0f};
+    for (int variant = 0; variant < 2; variant++) {
+        st_sampler_params sp = st_sampler_default_params();
+        sp.temp = 0.9f, sp.top_p = 1.0f, sp.min_p = 0.0f;
+        sp.top_k = variant ? 3 : 0;
+        const int32_t draft = variant ? 4 : 1; /* variant 1: a draft the top-k cut leaves out */
+        /* the distribution the plain draw picks from: softmax at temp over the candidates */
+        double p[N] = {0}, sum = 0;
+        const int nc = variant ? 3 : N;
+        for (int i = 0; i < nc; i++) sum += p[i] = exp((double)lg[i] / sp.temp);
+        for (int i = 0; i < nc; i++) p[i] /= sum;
+        long spec[N] = {0}, plain[N] = {0}, taken = 0;
+        for (long d = 0; d < DRAWS; d++) {
+            sp.seed = 1000003u * (uint64_t)d + 17u;
+            st_sampler *s = NULL;
+            CHECK_OK(st_sampler_create(&sp, N, &s));
+            if (!s) return;
+            int acc = -1;
+            const int32_t t = st_sampler_sample_draft(s, lg, draft, &acc);
+            CHECK(t >= 0 && t < N && (acc == 0 || acc == 1));
+            if (t < 0 || t >= N) {
+                st_sampler_destroy(s);
+                return;
+            }
+            CHECK_INT(acc, t == draft); /* taken exactly when the token is the draft */
+            spec[t]++, taken += acc;
+            st_sampler_reset(s);
+            plain[st_sampler_sample(s, lg)]++;
+            st_sampler_destroy(s);
+        }
+        int df = 0, df_plain = 0, df_wrong = 0;
+        const double c_spec = chi_square(spec, p, N, DRAWS, &df), z_spec = chi_z(c_spec, df);
+        const int df_spec = df;
+        const double c_plain = chi_square(plain, p, N, DRAWS, &df_plain), z_plain = chi_z(c_plain, df_plain);
+        /* the wrong rule: every draw takes the draft */
+        long wrong[N] = {0};
+        wrong[draft] = DRAWS;
+        const double c_wrong = chi_square(wrong, p, N, DRAWS, &df_wrong), z_wrong = chi_z(c_wrong, df_wrong);
+        const double p_draft = draft < nc ? p[draft] : 0;
+        fprintf(stderr, "  %s: draft taken %.4f (p = %.4f); chi-square z: rule %.2f (df %d), plain %.2f, always-take %.0f\n",
+                variant ? "top-k 3, draft outside" : "no truncation", (double)taken / DRAWS, p_draft, z_spec, df_spec,
+                z_plain, z_wrong);
+        CHECK(z_spec < 3.72);  /* p < 1e-4 */
+        CHECK(z_plain < 3.72);
+        CHECK(z_wrong > 3.72); /* the statistic sees a wrong rule */
+        if (variant) CHECK_INT(taken, 0);
+        else CHECK(fabs((double)taken / DRAWS - p_draft) < 4 * sqrt(p_draft * (1 - p_draft) / DRAWS));
+    }
+    /* greedy: the argmax, taken when it is the draft */
+    st_sampler_params g = st_sampler_default_params();
+    g.temp = 0;
+    st_sampler *s = NULL;
+    CHECK_OK(st_sampler_create(&g, N, &s));
+    int acc = -1;
+    CHECK_INT(st_sampler_sample_draft(s, lg, 0, &acc), 0);
+    CHECK_INT(acc, 1);
+    CHECK_INT(st_sampler_sample_draft(s, lg, 2, &acc), 0);
+    CHECK_INT(acc, 0);
+    st_sampler_destroy(s);
+}
+
+TEST_MAIN(test_greedy, test_draft_rule_keeps_the_distribution, test_top_k_one_is_greedy_and_filters_bound_choices, test_seed_reproducible,
           test_repetition_penalty, test_frequency_presence_penalties)
