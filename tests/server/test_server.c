@@ -3,7 +3,7 @@
  * every error status; 16 concurrent streams each equal to its solo run; greedy stories260K
  * text equal to llama.cpp's (when ../shared has it). */
 #include "strata/server.h"
-#include "../test.h"
+#include "srv_test.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -15,23 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char dir[] = "/tmp/strata-server-XXXXXX";
-static int dir_made;
 
-static const char *tmpdir(void) {
-    if (!dir_made) {
-        ST_ASSERT(mkdtemp(dir) != NULL);
-        dir_made = 1;
-    }
-    return dir;
-}
-
-static void cleanup(void) {
-    if (!dir_made) return;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd)) fprintf(stderr, "  could not remove %s\n", dir);
-}
 
 typedef struct srv {
     st_engine *e;
@@ -92,33 +76,11 @@ static void srv_close(srv *v) {
 /* `curl` of PATH with BODY (NULL: GET); the response body into *out (malloc'd); returns the
  * HTTP status (0 when curl failed). tag names its files so parallel calls do not collide. */
 static int http(const srv *v, const char *tag, const char *path, const char *body, const char *extra, char **out) {
-    char bf[256], of[256], cmd[49152];
-    snprintf(bf, sizeof bf, "%s/%s.req", tmpdir(), tag);
-    snprintf(of, sizeof of, "%s/%s.out", tmpdir(), tag);
-    if (body) {
-        FILE *f = fopen(bf, "wb");
-        if (!f) return 0;
-        fputs(body, f);
-        fclose(f);
-    }
-    snprintf(cmd, sizeof cmd, "curl -s -N -o %s -w '%%{http_code}' %s %s%s 'http://127.0.0.1:%d%s'", of,
-             extra ? extra : "", body ? "-H 'Content-Type: application/json' --data-binary @" : "", body ? bf : "",
-             v->port, path);
-    FILE *p = popen(cmd, "r");
-    if (!p) return 0;
-    int status = 0;
-    if (fscanf(p, "%d", &status) != 1) status = 0;
-    pclose(p);
-    if (out) *out = test_slurp(of, NULL);
-    return status;
+    return srv_curl(v->port, tag, NULL, path, body, extra, out);
 }
 
 static const char *test_str(const char *s) { return s ? s : ""; }
 
-static json_t *parse(const char *s) {
-    json_error_t je;
-    return s ? json_loads(s, 0, &je) : NULL;
-}
 
 /* The text of a completion (or chat) response; "" when absent. */
 static const char *choice_text(json_t *o, int chat) {
@@ -168,7 +130,6 @@ static int parse_sse(const char *b, int chat, char *text, size_t cap, char *fini
 }
 
 TEST(test_routes_and_errors) {
-    atexit(cleanup);
     srv v;
     CHECK_OK(srv_open(&v, NULL, NULL, NULL, 4096, 4));
     if (!v.s) return;

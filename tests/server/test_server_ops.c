@@ -5,31 +5,14 @@
  * streamed request is in flight (its state, its page strip against its length and residency,
  * user text only when asked for); 401 without the API key; 501 without --metrics. */
 #include "strata/server.h"
-#include "../test.h"
+#include "srv_test.h"
 
 #include <jansson.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char dir[] = "/tmp/strata-ops-XXXXXX";
-static int dir_made;
 
-static void cleanup(void) {
-    if (!dir_made) return;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd)) fprintf(stderr, "  could not remove %s\n", dir);
-}
-
-static const char *tmpdir(void) {
-    if (!dir_made) {
-        ST_ASSERT(mkdtemp(dir) != NULL);
-        dir_made = 1;
-        atexit(cleanup);
-    }
-    return dir;
-}
 
 typedef struct srv {
     st_engine *e;
@@ -83,31 +66,9 @@ static void srv_close(srv *v) {
 /* `curl` of PATH with BODY (NULL: GET); the body into *out (malloc'd); the HTTP status (0 when
  * curl failed). tag names its files so that parallel calls do not collide. */
 static int http(const srv *v, const char *tag, const char *path, const char *body, const char *extra, char **out) {
-    char bf[256], of[256], cmd[2048];
-    snprintf(bf, sizeof bf, "%s/%s.req", tmpdir(), tag);
-    snprintf(of, sizeof of, "%s/%s.out", tmpdir(), tag);
-    if (body) {
-        FILE *f = fopen(bf, "wb");
-        if (!f) return 0;
-        fputs(body, f);
-        fclose(f);
-    }
-    snprintf(cmd, sizeof cmd, "curl -s -N -o %s -w '%%{http_code}' %s %s%s 'http://127.0.0.1:%d%s'", of,
-             extra ? extra : "", body ? "-H 'Content-Type: application/json' --data-binary @" : "", body ? bf : "",
-             v->port, path);
-    FILE *p = popen(cmd, "r");
-    if (!p) return 0;
-    int status = 0;
-    if (fscanf(p, "%d", &status) != 1) status = 0;
-    pclose(p);
-    if (out) *out = test_slurp(of, NULL);
-    return status;
+    return srv_curl(v->port, tag, NULL, path, body, extra, out);
 }
 
-static json_t *parse(const char *s) {
-    json_error_t je;
-    return s ? json_loads(s, 0, &je) : NULL;
-}
 
 /* The value of the sample named exactly `name` (labels included) in an exposition; -1 when
  * it is missing. */

@@ -5,29 +5,13 @@
  * directory; a file of another model, a truncated one and a bit-flipped one each refused
  * with its reason; bad names refused; a session directory that is a file refused. */
 #include "strata/server.h"
-#include "../test.h"
+#include "srv_test.h"
 
 #include <jansson.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char dir[] = "/tmp/strata-sessions-XXXXXX";
-static int dir_made;
 
-static const char *tmpdir(void) {
-    if (!dir_made) {
-        ST_ASSERT(mkdtemp(dir) != NULL);
-        dir_made = 1;
-    }
-    return dir;
-}
-
-static void cleanup(void) {
-    if (!dir_made) return;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd)) fprintf(stderr, "  could not remove %s\n", dir);
-}
 
 typedef struct srv {
     st_engine *e;
@@ -78,32 +62,11 @@ static void srv_close(srv *v) {
 /* `curl -X METHOD` of PATH with BODY (NULL: none); the response into *out (malloc'd);
  * returns the HTTP status (0 when curl failed). */
 static int http(const srv *v, const char *method, const char *path, const char *body, char **out) {
-    char bf[256], of[256], cmd[2048], auth[128] = "";
+    char auth[128] = "";
     if (bearer) snprintf(auth, sizeof auth, "-H 'Authorization: Bearer %s'", bearer);
-    snprintf(bf, sizeof bf, "%s/req.json", tmpdir());
-    snprintf(of, sizeof of, "%s/out.json", tmpdir());
-    if (body) {
-        FILE *f = fopen(bf, "wb");
-        if (!f) return 0;
-        fputs(body, f);
-        fclose(f);
-    }
-    snprintf(cmd, sizeof cmd, "curl -s --path-as-is -X %s -o %s -w '%%{http_code}' %s %s%s 'http://127.0.0.1:%d%s'",
-             method, of, auth, body ? "-H 'Content-Type: application/json' --data-binary @" : "", body ? bf : "",
-             v->port, path);
-    FILE *p = popen(cmd, "r");
-    if (!p) return 0;
-    int status = 0;
-    if (fscanf(p, "%d", &status) != 1) status = 0;
-    pclose(p);
-    if (out) *out = test_slurp(of, NULL);
-    return status;
+    return srv_curl(v->port, "s", method, path, body, auth, out);
 }
 
-static json_t *parse(const char *s) {
-    json_error_t je;
-    return s ? json_loads(s, 0, &je) : NULL;
-}
 
 static long long usage_of(json_t *o, const char *field) {
     json_t *u = json_object_get(o, "usage");
@@ -470,7 +433,7 @@ TEST(test_sessions_per_key) {
     bearer = NULL, keys = NULL, n_keys = 0;
 }
 
-static void all_done(void) { cleanup(); }
+static void all_done(void) { srv_test_cleanup(); }
 
 TEST(test_cleanup) { all_done(); }
 
