@@ -14,6 +14,7 @@
  * byte b that cuts the stream to len * b / 256, then every checksum the edited structure
  * still frames is recomputed (records walked with the sizes their own, possibly edited,
  * header and fields give), so the field checks behind the checksums see the edits. */
+#include "fuzz_patch.h"
 #include "strata/kv.h"
 #include "kv/kv_int.h"
 
@@ -119,10 +120,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size = gen.len;
     } else if (size >= 1 && data[0] == 'P') {
         valid_snapshot(ctx, &gen);
-        const uint8_t *e = data + 1;
-        size_t ne = size - 1, len = gen.len;
-        for (; ne >= 3; e += 3, ne -= 3) gen.buf[(e[0] | (size_t)e[1] << 8) % len] ^= e[2];
-        if (ne) len = len * e[0] / 256;
+        const size_t len = fuzz_patch(gen.buf, gen.len, data + 1, size - 1);
         fix_checksums(gen.buf, len);
         data = gen.buf;
         size = len;

@@ -11,6 +11,7 @@
  * byte b cuts the file to len * b / 256), after which every checksum the edited structure
  * still frames is recomputed (the container header's, each part's records and trailer), so
  * the checks behind the checksums see the edits. */
+#include "fuzz_patch.h"
 #include "strata/kv.h"
 #include "kv/kv_int.h"
 
@@ -126,10 +127,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size = gen.len;
     } else if (size >= 1 && data[0] == 'P') {
         valid_file(ctx, &gen);
-        const uint8_t *e = data + 1;
-        size_t ne = size - 1, len = gen.len;
-        for (; ne >= 3; e += 3, ne -= 3) gen.buf[(e[0] | (size_t)e[1] << 8) % len] ^= e[2];
-        if (ne) len = len * e[0] / 256;
+        const size_t len = fuzz_patch(gen.buf, gen.len, data + 1, size - 1);
         fix_checksums(gen.buf, len);
         data = gen.buf;
         size = len;

@@ -6,14 +6,7 @@
 # refused with a message, removed, and the request answers the same with nothing cached.
 # Built-in model; needs curl and jq (else skipped, exit 77).
 set -eu
-bin=${STRATA_BIN:?STRATA_BIN names the strata binary}
-command -v curl >/dev/null || { echo "SKIPPED: no curl"; exit 77; }
-command -v jq >/dev/null || { echo "SKIPPED: no jq"; exit 77; }
-work=$(mktemp -d /tmp/strata-prefix-sh-XXXXXX)
-pid=
-cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$work"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; [ -f "$work/log" ] && tail -20 "$work/log" >&2; exit 1; }
+. "$(dirname "$0")/serve_lib.sh"
 file="$work/spill/prefix-px1.kv"
 
 # Starts the server in the background (its log in $work/log.N); sets pid and port.
@@ -21,26 +14,13 @@ n_start=0
 start() {
   n_start=$((n_start + 1))
   log="$work/log.$n_start"
-  "$bin" serve --port 0 -t 1 -c 2048 --kv-spill "$work/spill" --instance-id px1 --kv-ram 256K \
-    --shutdown-timeout 30 >"$log" 2>&1 &
-  pid=$!
-  port=
-  for _ in $(seq 1 200); do
-    port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log")
-    [ -n "$port" ] && return 0
-    kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; fail "the server did not start"; }
-    sleep 0.05
-  done
-  fail "the server did not say where it listens"
+  serve_start -t 1 -c 2048 --kv-spill "$work/spill" --instance-id px1 --kv-ram 256K --shutdown-timeout 30
 }
 stop() {
   kill -TERM "$pid"
   rc=0; wait "$pid" || rc=$?; pid=
   [ "$rc" = 0 ] || { cat "$log" >&2; fail "SIGTERM: exit status $rc"; }
 }
-post() { curl -s -w '\n%{http_code}' -H 'Content-Type: application/json' --data-binary "$2" "http://127.0.0.1:$port$1"; }
-body_of() { printf '%s\n' "$1" | sed '$d'; }
-status_of() { printf '%s\n' "$1" | tail -n 1; }
 
 long='The harbour master kept a ledger of every ship that came in: its name, its flag, its cargo'
 long="$long, the tide it sailed on and the weather it had seen. Over forty years the ledger grew"

@@ -5,33 +5,13 @@
 # with pages spilled to disk (an 8-page hot pool), and SIGTERM lets an in-flight
 # request finish and exits 0. Built-in model; needs curl and jq (else skipped, exit 77).
 set -eu
-bin=${STRATA_BIN:?STRATA_BIN names the strata binary}
-command -v curl >/dev/null || { echo "SKIPPED: no curl"; exit 77; }
-command -v jq >/dev/null || { echo "SKIPPED: no jq"; exit 77; }
-work=$(mktemp -d /tmp/strata-sessions-sh-XXXXXX)
-pid=
-cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$work"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; [ -f "$work/log" ] && tail -20 "$work/log" >&2; exit 1; }
+. "$(dirname "$0")/serve_lib.sh"
 
 # Starts the server in the background; sets pid and port.
 start() {
-  "$bin" serve --port 0 -t 1 -c 2048 --session-dir "$work/sessions" --kv-spill "$work/spill" --instance-id t1 \
-    --kv-ram 256K --metrics --shutdown-timeout 60 >"$work/log" 2>&1 &
-  pid=$!
-  port=
-  for _ in $(seq 1 200); do
-    port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$work/log")
-    [ -n "$port" ] && return 0
-    kill -0 "$pid" 2>/dev/null || fail "the server did not start"
-    sleep 0.05
-  done
-  fail "the server did not say where it listens"
+  serve_start -t 1 -c 2048 --session-dir "$work/sessions" --kv-spill "$work/spill" --instance-id t1 \
+    --kv-ram 256K --metrics --shutdown-timeout 60
 }
-
-post() { curl -s -w '\n%{http_code}' -H 'Content-Type: application/json' --data-binary "$2" "http://127.0.0.1:$port$1"; }
-body_of() { printf '%s\n' "$1" | sed '$d'; }
-status_of() { printf '%s\n' "$1" | tail -n 1; }
 
 hist='Once upon a time, in a town by the sea, there lived a keeper of lighthouses'
 cont="$hist who counted ships"

@@ -4,6 +4,7 @@
 #ifndef STRATA_TESTS_SRV_TEST_H
 #define STRATA_TESTS_SRV_TEST_H
 
+#include "strata/server.h"
 #include "../test.h"
 
 #include <jansson.h>
@@ -67,6 +68,30 @@ static int srv_curl(int port, const char *tag, const char *method, const char *p
 static json_t *parse(const char *s) {
     json_error_t je;
     return s ? json_loads(s, 0, &je) : NULL;
+}
+
+/* Opens an engine with ep and serves it with sp on a free port (sp's port is ignored): *e,
+ * *s and *port filled. Returns 0, or the failing call's error with its reason on stderr
+ * (then nothing is left open and *e, *s are NULL). */
+static int srv_test_start(const st_engine_params *ep, const st_server_params *sp, st_engine **e, st_server **s,
+                          int *port) {
+    char why[512];
+    *e = NULL, *s = NULL;
+    int rc = st_engine_create(ep, e, why, sizeof why);
+    if (rc) {
+        fprintf(stderr, "  engine: %s\n", why);
+        return rc;
+    }
+    st_server_params p = *sp;
+    p.port = 0;
+    if ((rc = st_server_start(*e, &p, s, why, sizeof why))) {
+        fprintf(stderr, "  server: %s\n", why);
+        st_engine_destroy(*e);
+        *e = NULL;
+        return rc;
+    }
+    *port = st_server_port(*s);
+    return 0;
 }
 
 #endif

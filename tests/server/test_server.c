@@ -46,22 +46,10 @@ static int srv_open_ctx(srv *v, const char *model, const char *tmpl, const char 
     st_synth_params slow = st_engine_builtin_model();
     slow.n_layer = 8, slow.n_embd = 768, slow.n_head = 12, slow.n_head_kv = 4, slow.n_ff = 2048;
     if (slow_model && !model) ep.synth = &slow;
-    char why[512];
-    int rc = st_engine_create(&ep, &v->e, why, sizeof why);
-    if (rc) {
-        fprintf(stderr, "  engine: %s\n", why);
-        return rc;
-    }
-    st_server_params sp = {.host = sock_host, .port = 0, .api_key = key, .model_id = "m", .chat_template = tmpl, .max_body = max_body,
-                           .queue_timeout_s = queue_timeout, .request_timeout_s = request_timeout,
-                           .max_stream_buffer = stream_buffer};
-    if ((rc = st_server_start(v->e, &sp, &v->s, why, sizeof why))) {
-        fprintf(stderr, "  server: %s\n", why);
-        st_engine_destroy(v->e);
-        return rc;
-    }
-    v->port = st_server_port(v->s);
-    return 0;
+    st_server_params sp = {.host = sock_host, .api_key = key, .model_id = "m", .chat_template = tmpl,
+                           .max_body = max_body, .queue_timeout_s = queue_timeout,
+                           .request_timeout_s = request_timeout, .max_stream_buffer = stream_buffer};
+    return srv_test_start(&ep, &sp, &v->e, &v->s, &v->port);
 }
 
 static int srv_open(srv *v, const char *model, const char *tmpl, const char *key, size_t max_body, int np) {

@@ -40,22 +40,7 @@ static int srv_open(srv *v, const st_server_params *sp0, int64_t ram_pages, int3
         ep.spill_dir = v->spill;
         ep.ram_pages = ram_pages;
     }
-    char why[512];
-    int rc = st_engine_create(&ep, &v->e, why, sizeof why);
-    if (rc) {
-        fprintf(stderr, "  engine: %s\n", why);
-        return rc;
-    }
-    st_server_params sp = *sp0;
-    sp.port = 0;
-    if ((rc = st_server_start(v->e, &sp, &v->s, why, sizeof why))) {
-        fprintf(stderr, "  server: %s\n", why);
-        st_engine_destroy(v->e);
-        v->e = NULL;
-        return rc;
-    }
-    v->port = st_server_port(v->s);
-    return 0;
+    return srv_test_start(&ep, sp0, &v->e, &v->s, &v->port);
 }
 
 static void srv_close(srv *v) {

@@ -35,22 +35,9 @@ static int srv_open(srv *v, const char *sdir, uint64_t seed) {
     ep.n_ctx = 512;
     ep.n_parallel = 2;
     ep.n_batch = 64;
-    char why[512];
-    int rc = st_engine_create(&ep, &v->e, why, sizeof why);
-    if (rc) {
-        fprintf(stderr, "  engine: %s\n", why);
-        return rc;
-    }
-    st_server_params sp = {.port = 0, .model_id = "m", .chat_template = "chatml", .session_dir = sdir,
-                           .api_keys = keys, .n_api_keys = n_keys};
-    if ((rc = st_server_start(v->e, &sp, &v->s, why, sizeof why))) {
-        fprintf(stderr, "  server: %s\n", why);
-        st_engine_destroy(v->e);
-        v->e = NULL;
-        return rc;
-    }
-    v->port = st_server_port(v->s);
-    return 0;
+    st_server_params sp = {.model_id = "m", .chat_template = "chatml", .session_dir = sdir, .api_keys = keys,
+                           .n_api_keys = n_keys};
+    return srv_test_start(&ep, &sp, &v->e, &v->s, &v->port);
 }
 
 static void srv_close(srv *v) {
