@@ -1,0 +1,282 @@
+/*
+ * Quest certificates: a rigorous upper bound on the softmax mass a selection leaves out,
+ * and the growth of a selection until that bound meets a target (quest.h, "certificates",
+ * has the math and the rounding margins).
+ *
+ *   C1. S only falls and U only rises under rounding: every exponent, exp result, product
+ *       and sum is pushed by its margin in the direction that loosens the bound, so
+ *       bound_g >= the exact skipped mass whatever the rounding did.
+ *   C2. One reference m_g per query head for S and U: the largest of the selected scores
+ *       and the skipped pages' bound exponents. Every later term has an exponent <= ~0, so
+ *       nothing overflows; S is rescaled to m_g once (a rounding operation counted like the
+ *       others), and a page moved from U to S adds its exact (lowered) scores.
+ *   C3. Growth is per KV head in decreasing group bound (ties: the earlier view), one page
+ *       at a time, so the result is the shortest prefix of that order meeting epsilon; U of
+ *       the pages still skipped is a suffix sum of the fixed order, never a difference.
+ *   C4. The grown lists are rebuilt ascending, so attention reads them as any selection,
+ *       and one that lists every page for every head is marked dense (the exactness gate).
+ *   C5. Certification reads keys only through the views (pages in RAM) and boxes only for
+ *       pages that have one; a skipped page without a box (the selection never leaves one
+ *       out) would be ranked first with an infinite bound, so it can only be added.
+ */
+#include "kv_int.h"
+#include "kv_quest_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define CERT_EXP 0x1p-50   /* exponent and exp margins */
+#define CERT_SUM 0x1p-51   /* per-operation margin of sums and dot products */
+#define CERT_TINY 0x1p-1060 /* per-term absolute margin: underflow, subnormal rounding */
+#define CERT_RATIO 0x1p-48 /* final ratio */
+
+void kv_cert_free(st_kv_select *s) {
+    free(s->c_in);
+    free(s->c_ord);
+    free(s->c_y);
+    free(s->c_suf);
+    free(s->c_s);
+    free(s->c_m);
+    free(s->c_ops);
+    free(s->c_k);
+    free(s->c_box);
+}
+
+#define CGROW(ptr, n)                                                \
+    do {                                                             \
+        void *np_ = realloc((ptr), (size_t)(n) * sizeof *(ptr) + 8); \
+        if (!np_) return ST_E_NOMEM;                                 \
+        (ptr) = np_;                                                 \
+    } while (0)
+
+static int cert_grow(st_kv_select *s, int32_t nv, int32_t H, int32_t n_head, int D) {
+    if (nv > s->c_cap_views || n_head > s->c_cap_head) {
+        int64_t c = nv > s->c_cap_views ? nv : s->c_cap_views;
+        int64_t g = n_head > s->c_cap_head ? n_head : s->c_cap_head;
+        CGROW(s->c_in, c * g);
+        CGROW(s->c_ord, c);
+        CGROW(s->c_y, c * g);
+        CGROW(s->c_suf, (c + 1) * g);
+        CGROW(s->c_s, g);
+        CGROW(s->c_m, g);
+        CGROW(s->c_ops, g);
+        s->c_cap_views = c;
+        s->c_cap_head = g;
+    }
+    if ((int64_t)H * D > s->c_cap_k) {
+        CGROW(s->c_k, (int64_t)H * D);
+        CGROW(s->c_box, 2 * D);
+        s->c_cap_k = (int64_t)H * D;
+    }
+    return 0;
+}
+
+/* q . k lowered by its worst-case rounding: the products are exact in double. */
+static double dot_lo(const float *q, const float *k, int D) {
+    double s = 0, a = 0;
+    for (int d = 0; d < D; d++) {
+        const double t = (double)q[d] * k[d];
+        s += t;
+        a += fabs(t);
+    }
+    return s - D * CERT_SUM * a;
+}
+
+/* sum_d max(q_d * kmin_d, q_d * kmax_d) raised by its worst-case rounding. */
+static double box_hi(const float *q, const float *box, int D) {
+    double s = 0, a = 0;
+    for (int d = 0; d < D; d++) {
+        const double lo = (double)q[d] * box[d], hi = (double)q[d] * box[D + d];
+        const double t = lo > hi ? lo : hi;
+        s += t;
+        a += fabs(t);
+    }
+    return s + D * CERT_SUM * a;
+}
+
+/* exp(y - m), rounded down / up (C1). */
+static double exp_lo(double y, double m) {
+    return exp(y - m - CERT_EXP * (fabs(y) + fabs(m) + 1)) * (1 - CERT_EXP);
+}
+static double exp_hi(double y, double m) {
+    return exp(y - m + CERT_EXP * (fabs(y) + fabs(m) + 1)) * (1 + CERT_EXP);
+}
+
+static int slot_valid(const st_attn_page *v, int32_t t) {
+    return !v->valid || ((v->valid[t >> 6] >> (t & 63)) & 1);
+}
+
+static int32_t n_valid(const st_attn_page *v) {
+    int32_t n = 0;
+    for (int32_t t = 0; t < v->n_tokens; t++) n += slot_valid(v, t);
+    return n;
+}
+
+/* Adds the scores of view j's valid tokens for KV head h's query heads to S (online max
+ * while m is still the running selected maximum, fixed = 0; else against the fixed m_g). */
+static void add_page(const st_kv *kv, const st_kv_select *s, const st_attn_page *v,
+                     const float *q, int32_t h, int32_t G, float scale, int fixed) {
+    const int D = kv->p.head_dim;
+    for (int32_t t = 0; t < v->n_tokens; t++) {
+        if (!slot_valid(v, t)) continue;
+        kv_load_token(kv, (const uint8_t *)v->k, t, s->c_k, NULL);
+        const float *k = s->c_k + (size_t)h * D;
+        for (int32_t g = h * G; g < (h + 1) * G; g++) {
+            const double y = (double)scale * dot_lo(q + (size_t)g * D, k, D);
+            if (!fixed && !(y <= s->c_m[g])) { /* a new running max (or a NaN: poisons S) */
+                if (s->c_s[g] > 0) s->c_s[g] *= exp_lo(s->c_m[g], y), s->c_ops[g]++;
+                s->c_m[g] = y;
+            }
+            s->c_s[g] += exp_lo(y, s->c_m[g]);
+            s->c_ops[g]++;
+        }
+    }
+}
+
+/* The certified ratio from S (computed, ops operations) and U (suffix sum of n terms). */
+static double ratio(double S, int64_t ops, double U, int64_t n) {
+    if (n == 0) return 0;
+    U = U * (1 + (double)(n + 1) * CERT_SUM) + (double)n * CERT_TINY;
+    if (!(U < INFINITY) || isnan(S)) return 1;
+    S *= 1 - (double)ops * CERT_SUM;
+    if (S < 0) S = 0;
+    const double r = U / (S + U) * (1 + CERT_RATIO);
+    return r < 1 ? r : 1;
+}
+
+static int ord_cmp(const void *a, const void *b) {
+    const kv_cert_ord *x = a, *y = b;
+    if (x->key != y->key) return x->key > y->key ? -1 : 1;
+    return (x->view > y->view) - (x->view < y->view);
+}
+
+/* Certifies and grows KV head h; returns pages added, writes bound[g] of its group. */
+static int32_t certify_head(const st_kv *kv, st_kv_select *s, const st_attn_page *views,
+                            const float *q, int32_t h, int32_t G, float scale, double eps,
+                            double *bound) {
+    const int layer = s->layer;
+    const int D = kv->p.head_dim;
+    const int32_t nv = s->n_views;
+    uint8_t *in = s->c_in + (size_t)h * nv;
+    int32_t n_skip = 0;
+    for (int32_t j = 0; j < nv; j++) {
+        if (in[j]) continue;
+        kv_cert_ord *o = &s->c_ord[n_skip];
+        o->view = j;
+        o->pos = n_skip;
+        o->key = -INFINITY;
+        const int32_t page = s->phys[j];
+        for (int32_t g = 0; g < G; g++) s->c_y[(size_t)g * nv + n_skip] = INFINITY;
+        if (kv->qbox_ok[page]) {
+            const uint16_t *b = kv_qbox(kv, layer, h, page);
+            for (int d = 0; d < 2 * D; d++) s->c_box[d] = st_fp16_to_fp32(b[d]);
+            for (int32_t g = 0; g < G; g++) {
+                double y = (double)scale * box_hi(q + (size_t)(h * G + g) * D, s->c_box, D);
+                if (isnan(y)) y = INFINITY;
+                s->c_y[(size_t)g * nv + n_skip] = y;
+            }
+        }
+        for (int32_t g = 0; g < G; g++)
+            if (!(s->c_y[(size_t)g * nv + n_skip] <= o->key)) o->key = s->c_y[(size_t)g * nv + n_skip];
+        n_skip++;
+    }
+    qsort(s->c_ord, (size_t)n_skip, sizeof *s->c_ord, ord_cmp);
+    /* reference m_g (C2) */
+    for (int32_t g = 0; g < G; g++) {
+        const int32_t qg = h * G + g;
+        double m = s->c_m[qg];
+        for (int32_t i = 0; i < n_skip; i++) {
+            const double y = s->c_y[(size_t)g * nv + i];
+            if (y < INFINITY && !(y <= m)) m = y;
+        }
+        if (!(m > -INFINITY)) m = 0;
+        if (s->c_s[qg] > 0 && m > s->c_m[qg]) s->c_s[qg] *= exp_lo(s->c_m[qg], m), s->c_ops[qg]++;
+        s->c_m[qg] = m;
+    }
+    /* each query head's U terms in growth order, then their suffix sums (C3) */
+    for (int32_t g = 0; g < G; g++) {
+        const double *yrow = s->c_y + (size_t)g * nv;
+        double *t = s->c_suf + (size_t)g * (nv + 1);
+        const double m = s->c_m[h * G + g];
+        for (int32_t i = 0; i < n_skip; i++) {
+            const double y = yrow[s->c_ord[i].pos];
+            t[i] = y < INFINITY ? (double)n_valid(&views[s->c_ord[i].view]) * exp_hi(y, m) : INFINITY;
+        }
+        t[n_skip] = 0;
+        for (int32_t i = n_skip - 1; i >= 0; i--) t[i] += t[i + 1];
+    }
+    int32_t i = 0;
+    for (;; i++) {
+        double worst = 0;
+        for (int32_t g = 0; g < G; g++) {
+            const double *t = s->c_suf + (size_t)g * (nv + 1);
+            const int32_t qg = h * G + g;
+            bound[qg] = ratio(s->c_s[qg], s->c_ops[qg], t[i], n_skip - i);
+            if (bound[qg] > worst || isnan(bound[qg])) worst = isnan(bound[qg]) ? 1 : bound[qg];
+        }
+        if (worst <= eps || i == n_skip) break;
+        const int32_t j = s->c_ord[i].view;
+        add_page(kv, s, &views[j], q, h, G, scale, 1);
+        in[j] = 1;
+    }
+    /* the list, ascending (C4) */
+    int32_t *o = s->idx + (size_t)h * nv, n = 0;
+    for (int32_t j = 0; j < nv; j++)
+        if (in[j]) o[n++] = j;
+    s->n_sel[h] = n;
+    return i;
+}
+
+int st_kv_quest_certify(const st_kv *kv, const st_attn_page *views, int32_t n_views,
+                        const float *q, int32_t n_head, float scale, double epsilon,
+                        st_kv_select *s, double *bound) {
+    if (!kv || !s || !q || (n_views > 0 && !views) || n_views != s->n_views ||
+        s->n_kv_head != kv->p.n_kv_head || n_head < kv->p.n_kv_head ||
+        n_head % kv->p.n_kv_head || !(epsilon >= 0 && epsilon <= 1))
+        return kv ? st_seterr(kv->ctx, ST_E_INVAL, "quest: certify: views %d for a selection "
+                              "of %d, n_head %d, epsilon %g", n_views, s ? s->n_views : -1,
+                              n_head, epsilon)
+                  : ST_E_INVAL;
+    const int D = kv->p.head_dim;
+    const int32_t H = kv->p.n_kv_head, G = n_head / H, nv = n_views;
+    if (scale == 0) scale = 1.0f / sqrtf((float)D);
+    if (s->dense) {
+        for (int32_t g = 0; bound && g < n_head; g++) bound[g] = 0;
+        s->st.n_bound += n_head;
+        return 0;
+    }
+    if (cert_grow(s, nv, H, n_head, D))
+        return st_seterr(kv->ctx, ST_E_NOMEM, "quest: certify: out of memory");
+    memset(s->c_in, 0, (size_t)H * nv);
+    for (int32_t h = 0; h < H; h++)
+        for (int32_t i = 0; i < s->n_sel[h]; i++) s->c_in[(size_t)h * nv + s->idx[(size_t)h * nv + i]] = 1;
+    for (int32_t g = 0; g < n_head; g++) {
+        s->c_s[g] = 0;
+        s->c_m[g] = -INFINITY;
+        s->c_ops[g] = 0;
+    }
+    /* S over the selection: one pass over the views, each selected token's keys loaded
+     * once for all heads that selected its page */
+    for (int32_t j = 0; j < nv; j++)
+        for (int32_t h = 0; h < H; h++)
+            if (s->c_in[(size_t)h * nv + j]) add_page(kv, s, &views[j], q, h, G, scale, 0);
+    double local[64];
+    double *b = bound ? bound : (n_head <= 64 ? local : NULL);
+    if (!b) return st_seterr(kv->ctx, ST_E_INVAL, "quest: certify: bound NULL with %d heads", n_head);
+    int64_t grown = 0, listed = 0;
+    int all = 1;
+    for (int32_t h = 0; h < H; h++) {
+        grown += certify_head(kv, s, views, q, h, G, scale, epsilon, b);
+        listed += s->n_sel[h];
+        all &= s->n_sel[h] == nv;
+    }
+    if (all) s->dense = 1;
+    s->st.n_grown += grown;
+    s->st.n_listed = listed;
+    s->st.n_bound += n_head;
+    for (int32_t g = 0; g < n_head; g++) {
+        if (b[g] > s->st.bound_max) s->st.bound_max = b[g];
+        s->st.bound_sum += b[g];
+    }
+    return 0;
+}
