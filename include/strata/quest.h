@@ -21,6 +21,12 @@
  * exactly the dense list, and attention (which merges runs in list order) is bit-identical
  * to dense: the exactness gate. Selection reads only page tables and boxes, never page data.
  *
+ * Certified mode (certify, epsilon) replaces the fixed budget by a guarantee: the budget's
+ * selection is grown (st_kv_quest_certify) until a rigorous upper bound on the softmax mass
+ * of the pages left out is <= epsilon for every query head, the bound coming from the same
+ * boxes and the exact scores of the selected keys ("certificates" below has the math and
+ * the rounding margins). epsilon 0 selects every page: dense, bit for bit.
+ *
  * Errors follow core.h: 0, a negative ST_E_* code; outputs cleared / untouched on error.
  * Threads: an st_kv_select is used by one thread at a time; selection reads the st_kv
  * (read-only) under the rules of kv.h.
