@@ -71,27 +71,44 @@ static int cert_grow(st_kv_select *s, int32_t nv, int32_t H, int32_t n_head, int
     return 0;
 }
 
-/* q . k lowered by its worst-case rounding: the products are exact in double. */
+/* q . k lowered by its worst-case rounding: the products are exact in double, and the
+ * (D - 1) * 2^-53 * sum |t| bound on a sum's error holds for any order of the additions, so
+ * four interleaved partial sums (which the compiler can keep in vector lanes) are as safe. */
 static double dot_lo(const float *q, const float *k, int D) {
-    double s = 0, a = 0;
-    for (int d = 0; d < D; d++) {
+    double s[4] = {0, 0, 0, 0}, a[4] = {0, 0, 0, 0};
+    int d = 0;
+    for (; d + 4 <= D; d += 4)
+        for (int i = 0; i < 4; i++) {
+            const double t = (double)q[d + i] * k[d + i];
+            s[i] += t;
+            a[i] += fabs(t);
+        }
+    for (; d < D; d++) {
         const double t = (double)q[d] * k[d];
-        s += t;
-        a += fabs(t);
+        s[0] += t;
+        a[0] += fabs(t);
     }
-    return s - D * CERT_SUM * a;
+    return ((s[0] + s[1]) + (s[2] + s[3])) - D * CERT_SUM * ((a[0] + a[1]) + (a[2] + a[3]));
 }
 
-/* sum_d max(q_d * kmin_d, q_d * kmax_d) raised by its worst-case rounding. */
+/* sum_d max(q_d * kmin_d, q_d * kmax_d) raised by its worst-case rounding (as dot_lo). */
 static double box_hi(const float *q, const float *box, int D) {
-    double s = 0, a = 0;
-    for (int d = 0; d < D; d++) {
+    double s[4] = {0, 0, 0, 0}, a[4] = {0, 0, 0, 0};
+    int d = 0;
+    for (; d + 4 <= D; d += 4)
+        for (int i = 0; i < 4; i++) {
+            const double lo = (double)q[d + i] * box[d + i], hi = (double)q[d + i] * box[D + d + i];
+            const double t = lo > hi ? lo : hi;
+            s[i] += t;
+            a[i] += fabs(t);
+        }
+    for (; d < D; d++) {
         const double lo = (double)q[d] * box[d], hi = (double)q[d] * box[D + d];
         const double t = lo > hi ? lo : hi;
-        s += t;
-        a += fabs(t);
+        s[0] += t;
+        a[0] += fabs(t);
     }
-    return s + D * CERT_SUM * a;
+    return ((s[0] + s[1]) + (s[2] + s[3])) + D * CERT_SUM * ((a[0] + a[1]) + (a[2] + a[3]));
 }
 
 /* exp(y - m), rounded down / up (C1). */
@@ -150,12 +167,76 @@ static int ord_cmp(const void *a, const void *b) {
     return (x->view > y->view) - (x->view < y->view);
 }
 
+/* The bound exponents scale * b_g of KV head h's box of physical page `page` into
+ * y[g * stride] for the group; 0 when the page has no box (y untouched). */
+static int box_exps(const st_kv *kv, st_kv_select *s, int32_t page, const float *q, int32_t h,
+                    int32_t G, float scale, double *y, size_t stride) {
+    const int D = kv->p.head_dim;
+    if (!kv->qbox_ok[page]) return 0;
+    const uint16_t *b = kv_qbox(kv, s->layer, h, page);
+    for (int d = 0; d < 2 * D; d++) s->c_box[d] = st_fp16_to_fp32(b[d]);
+    for (int32_t g = 0; g < G; g++) {
+        double v = (double)scale * box_hi(q + (size_t)(h * G + g) * D, s->c_box, D);
+        y[g * stride] = isnan(v) ? INFINITY : v;
+    }
+    return 1;
+}
+
+/* The fewest pages of the growth order that could possibly meet eps: S taken at its box
+ * upper bound (exact only for the selected pages without a box, the recent tail), so any
+ * shorter prefix fails with the exact S too and need not be scored. Reads only boxes and
+ * the unboxed selected keys; uses c_suf as scratch. An estimate (plain exp, a 1e-9 slack
+ * towards trying earlier): it only decides where checking starts, never the bound. */
+static int32_t first_feasible(const st_kv *kv, st_kv_select *s, const st_attn_page *views,
+                              const float *q, int32_t h, int32_t G, float scale, double eps,
+                              int32_t n_skip) {
+    const int D = kv->p.head_dim;
+    const int32_t nv = s->n_views;
+    const uint8_t *in = s->c_in + (size_t)h * nv;
+    int32_t need = 0;
+    for (int32_t g = 0; g < G && need < n_skip; g++) {
+        const int32_t qg = h * G + g;
+        double m = -INFINITY, S = 0, yb;
+        for (int32_t j = 0; j < nv; j++) {
+            if (!in[j]) continue;
+            const st_attn_page *v = &views[j];
+            if (box_exps(kv, s, s->phys[j], q, h, G, scale, s->c_suf, 1)) {
+                yb = s->c_suf[g];
+                if (yb > m) S = S * exp(m - yb), m = yb;
+                S += (double)n_valid(v) * exp(yb - m);
+                continue;
+            }
+            for (int32_t t = 0; t < v->n_tokens; t++) {
+                if (!slot_valid(v, t)) continue;
+                kv_load_token(kv, (const uint8_t *)v->k, t, s->c_k, NULL);
+                const double y = (double)scale * dot_lo(q + (size_t)qg * D, s->c_k + (size_t)h * D, D);
+                if (y > m) S = S * exp(m - y), m = y;
+                S += exp(y - m);
+            }
+        }
+        double *t = s->c_suf;
+        const double *yrow = s->c_y + (size_t)g * nv;
+        for (int32_t i = 0; i < n_skip; i++) {
+            const double y = yrow[s->c_ord[i].pos];
+            if (y < INFINITY && y > m) S = S * exp(m - y), m = y;
+        }
+        if (!(m > -INFINITY && m < INFINITY) || isnan(S)) return 0;
+        for (int32_t i = 0; i < n_skip; i++)
+            t[i] = (double)n_valid(&views[s->c_ord[i].view]) * exp(yrow[s->c_ord[i].pos] - m);
+        t[n_skip] = 0;
+        for (int32_t i = n_skip - 1; i >= 0; i--) t[i] += t[i + 1];
+        const double thr = eps * (S + t[0]) * (1 + 1e-9);
+        int32_t i = need;
+        while (i < n_skip && !(t[i] <= thr)) i++;
+        need = i;
+    }
+    return need;
+}
+
 /* Certifies and grows KV head h; returns pages added, writes bound[g] of its group. */
 static int32_t certify_head(const st_kv *kv, st_kv_select *s, const st_attn_page *views,
                             const float *q, int32_t h, int32_t G, float scale, double eps,
                             double *bound) {
-    const int layer = s->layer;
-    const int D = kv->p.head_dim;
     const int32_t nv = s->n_views;
     uint8_t *in = s->c_in + (size_t)h * nv;
     int32_t n_skip = 0;
@@ -165,22 +246,34 @@ static int32_t certify_head(const st_kv *kv, st_kv_select *s, const st_attn_page
         o->view = j;
         o->pos = n_skip;
         o->key = -INFINITY;
-        const int32_t page = s->phys[j];
         for (int32_t g = 0; g < G; g++) s->c_y[(size_t)g * nv + n_skip] = INFINITY;
-        if (kv->qbox_ok[page]) {
-            const uint16_t *b = kv_qbox(kv, layer, h, page);
-            for (int d = 0; d < 2 * D; d++) s->c_box[d] = st_fp16_to_fp32(b[d]);
-            for (int32_t g = 0; g < G; g++) {
-                double y = (double)scale * box_hi(q + (size_t)(h * G + g) * D, s->c_box, D);
-                if (isnan(y)) y = INFINITY;
-                s->c_y[(size_t)g * nv + n_skip] = y;
-            }
-        }
+        box_exps(kv, s, s->phys[j], q, h, G, scale, s->c_y + n_skip, (size_t)nv);
         for (int32_t g = 0; g < G; g++)
             if (!(s->c_y[(size_t)g * nv + n_skip] <= o->key)) o->key = s->c_y[(size_t)g * nv + n_skip];
         n_skip++;
     }
     qsort(s->c_ord, (size_t)n_skip, sizeof *s->c_ord, ord_cmp);
+    const int32_t i0 = n_skip ? first_feasible(kv, s, views, q, h, G, scale, eps, n_skip) : 0;
+    if (i0 == n_skip) { /* only every page can do: dense, without scoring a key */
+        for (int32_t g = 0; g < G; g++) bound[h * G + g] = 0;
+        int32_t *o = s->idx + (size_t)h * nv;
+        for (int32_t j = 0; j < nv; j++) in[j] = 1, o[j] = j;
+        s->n_sel[h] = nv;
+        return n_skip;
+    }
+    /* exact S over the selection (online max), then the pages no shorter prefix can spare */
+    for (int32_t g = h * G; g < (h + 1) * G; g++) {
+        s->c_s[g] = 0;
+        s->c_m[g] = -INFINITY;
+        s->c_ops[g] = 0;
+    }
+    for (int32_t j = 0; j < nv; j++)
+        if (in[j]) add_page(kv, s, &views[j], q, h, G, scale, 0);
+    for (int32_t i = 0; i < i0; i++) {
+        const int32_t j = s->c_ord[i].view;
+        add_page(kv, s, &views[j], q, h, G, scale, 0);
+        in[j] = 1;
+    }
     /* reference m_g (C2) */
     for (int32_t g = 0; g < G; g++) {
         const int32_t qg = h * G + g;
@@ -205,7 +298,7 @@ static int32_t certify_head(const st_kv *kv, st_kv_select *s, const st_attn_page
         t[n_skip] = 0;
         for (int32_t i = n_skip - 1; i >= 0; i--) t[i] += t[i + 1];
     }
-    int32_t i = 0;
+    int32_t i = i0;
     for (;; i++) {
         double worst = 0;
         for (int32_t g = 0; g < G; g++) {
@@ -250,16 +343,6 @@ int st_kv_quest_certify(const st_kv *kv, const st_attn_page *views, int32_t n_vi
     memset(s->c_in, 0, (size_t)H * nv);
     for (int32_t h = 0; h < H; h++)
         for (int32_t i = 0; i < s->n_sel[h]; i++) s->c_in[(size_t)h * nv + s->idx[(size_t)h * nv + i]] = 1;
-    for (int32_t g = 0; g < n_head; g++) {
-        s->c_s[g] = 0;
-        s->c_m[g] = -INFINITY;
-        s->c_ops[g] = 0;
-    }
-    /* S over the selection: one pass over the views, each selected token's keys loaded
-     * once for all heads that selected its page */
-    for (int32_t j = 0; j < nv; j++)
-        for (int32_t h = 0; h < H; h++)
-            if (s->c_in[(size_t)h * nv + j]) add_page(kv, s, &views[j], q, h, G, scale, 0);
     double local[64];
     double *b = bound ? bound : (n_head <= 64 ? local : NULL);
     if (!b) return st_seterr(kv->ctx, ST_E_INVAL, "quest: certify: bound NULL with %d heads", n_head);
