@@ -38,7 +38,8 @@ void kv_cert_free(st_kv_select *s) {
     free(s->c_s);
     free(s->c_m);
     free(s->c_ops);
-    free(s->c_k);
+    free(s->c_kd);
+    free(s->c_acc);
     free(s->c_box);
 }
 
@@ -63,35 +64,19 @@ static int cert_grow(st_kv_select *s, int32_t nv, int32_t H, int32_t n_head, int
         s->c_cap_views = c;
         s->c_cap_head = g;
     }
-    if ((int64_t)H * D > s->c_cap_k) {
-        CGROW(s->c_k, (int64_t)H * D);
+    const int64_t P = s->page_size;
+    if ((int64_t)D * P > s->c_cap_k) {
+        CGROW(s->c_kd, (int64_t)D * P);
+        CGROW(s->c_acc, 3 * P);
         CGROW(s->c_box, 2 * D);
-        s->c_cap_k = (int64_t)H * D;
+        s->c_cap_k = (int64_t)D * P;
     }
     return 0;
 }
 
-/* q . k lowered by its worst-case rounding: the products are exact in double, and the
- * (D - 1) * 2^-53 * sum |t| bound on a sum's error holds for any order of the additions, so
- * four interleaved partial sums (which the compiler can keep in vector lanes) are as safe. */
-static double dot_lo(const float *q, const float *k, int D) {
-    double s[4] = {0, 0, 0, 0}, a[4] = {0, 0, 0, 0};
-    int d = 0;
-    for (; d + 4 <= D; d += 4)
-        for (int i = 0; i < 4; i++) {
-            const double t = (double)q[d + i] * k[d + i];
-            s[i] += t;
-            a[i] += fabs(t);
-        }
-    for (; d < D; d++) {
-        const double t = (double)q[d] * k[d];
-        s[0] += t;
-        a[0] += fabs(t);
-    }
-    return ((s[0] + s[1]) + (s[2] + s[3])) - D * CERT_SUM * ((a[0] + a[1]) + (a[2] + a[3]));
-}
-
-/* sum_d max(q_d * kmin_d, q_d * kmax_d) raised by its worst-case rounding (as dot_lo). */
+/* sum_d max(q_d * kmin_d, q_d * kmax_d) raised by its worst-case rounding: the products are
+ * exact in double, and the (D - 1) * 2^-53 * sum |t| bound on a sum's error holds for any
+ * order of the additions, so four interleaved partial sums are as safe. */
 static double box_hi(const float *q, const float *box, int D) {
     double s[4] = {0, 0, 0, 0}, a[4] = {0, 0, 0, 0};
     int d = 0;
@@ -129,22 +114,72 @@ static int32_t n_valid(const st_attn_page *v) {
     return n;
 }
 
-/* Adds the scores of view j's valid tokens for KV head h's query heads to S (online max
+/* KV head h's keys of page view v, dequantized exactly as kv_load_token does, into
+ * c_kd[D][P] (the page's own dim-major layout: K^T [H][D][P]). */
+static void load_head(const st_kv *kv, st_kv_select *s, const st_attn_page *v, int32_t h) {
+    const int P = kv->p.page_size, D = kv->p.head_dim;
+    const size_t off = (size_t)h * P * D, n = (size_t)P * D;
+    float *o = s->c_kd;
+    switch (kv->p.type) {
+    case ST_TYPE_F32:
+        memcpy(o, (const float *)v->k + off, n * sizeof *o);
+        break;
+    case ST_TYPE_F16: {
+        const uint16_t *k = (const uint16_t *)v->k + off;
+        for (size_t i = 0; i < n; i++) o[i] = st_fp16_to_fp32(k[i]);
+        break;
+    }
+    case ST_TYPE_BF16: {
+        const uint16_t *k = (const uint16_t *)v->k + off;
+        for (size_t i = 0; i < n; i++) o[i] = st_bf16_to_fp32(k[i]);
+        break;
+    }
+    case ST_TYPE_Q8_0: {
+        const int8_t *k = (const int8_t *)v->k + off;
+        const float sc = v->k_scale[h];
+        for (size_t i = 0; i < n; i++) o[i] = (float)k[i] * sc;
+        break;
+    }
+    default: ST_ASSERT(0);
+    }
+}
+
+/* y[t] = scale * (q . k_t lowered by its worst-case rounding) for the n_tokens slots of the
+ * page in c_kd. Each slot's sum runs over d in order (the lanes are the slots), so the
+ * (D - 1) * 2^-53 * sum |t| error bound of a sequential sum holds lane by lane. */
+static void score_head(const st_kv *kv, st_kv_select *s, const float *q, float scale, int32_t n_tok,
+                       double *y) {
+    const int P = kv->p.page_size, D = kv->p.head_dim;
+    double *acc = s->c_acc, *abs_ = s->c_acc + P;
+    for (int32_t t = 0; t < n_tok; t++) acc[t] = abs_[t] = 0;
+    for (int d = 0; d < D; d++) {
+        const double qd = q[d];
+        const float *kd = s->c_kd + (size_t)d * P;
+        for (int32_t t = 0; t < n_tok; t++) {
+            const double x = qd * kd[t];
+            acc[t] += x;
+            abs_[t] += fabs(x);
+        }
+    }
+    for (int32_t t = 0; t < n_tok; t++) y[t] = (double)scale * (acc[t] - D * CERT_SUM * abs_[t]);
+}
+
+/* Adds the scores of view v's valid tokens for KV head h's query heads to S (online max
  * while m is still the running selected maximum, fixed = 0; else against the fixed m_g). */
-static void add_page(const st_kv *kv, const st_kv_select *s, const st_attn_page *v,
+static void add_page(const st_kv *kv, st_kv_select *s, const st_attn_page *v,
                      const float *q, int32_t h, int32_t G, float scale, int fixed) {
     const int D = kv->p.head_dim;
-    for (int32_t t = 0; t < v->n_tokens; t++) {
-        if (!slot_valid(v, t)) continue;
-        kv_load_token(kv, (const uint8_t *)v->k, t, s->c_k, NULL);
-        const float *k = s->c_k + (size_t)h * D;
-        for (int32_t g = h * G; g < (h + 1) * G; g++) {
-            const double y = (double)scale * dot_lo(q + (size_t)g * D, k, D);
-            if (!fixed && !(y <= s->c_m[g])) { /* a new running max (or a NaN: poisons S) */
-                if (s->c_s[g] > 0) s->c_s[g] *= exp_lo(s->c_m[g], y), s->c_ops[g]++;
-                s->c_m[g] = y;
+    double *y = s->c_acc + 2 * kv->p.page_size;
+    load_head(kv, s, v, h);
+    for (int32_t g = h * G; g < (h + 1) * G; g++) {
+        score_head(kv, s, q + (size_t)g * D, scale, v->n_tokens, y);
+        for (int32_t t = 0; t < v->n_tokens; t++) {
+            if (!slot_valid(v, t)) continue;
+            if (!fixed && !(y[t] <= s->c_m[g])) { /* a new running max (or a NaN: poisons S) */
+                if (s->c_s[g] > 0) s->c_s[g] *= exp_lo(s->c_m[g], y[t]), s->c_ops[g]++;
+                s->c_m[g] = y[t];
             }
-            s->c_s[g] += exp_lo(y, s->c_m[g]);
+            s->c_s[g] += exp_lo(y[t], s->c_m[g]);
             s->c_ops[g]++;
         }
     }
@@ -206,12 +241,13 @@ static int32_t first_feasible(const st_kv *kv, st_kv_select *s, const st_attn_pa
                 S += (double)n_valid(v) * exp(yb - m);
                 continue;
             }
+            double *ys = s->c_acc + 2 * kv->p.page_size;
+            load_head(kv, s, v, h);
+            score_head(kv, s, q + (size_t)qg * D, scale, v->n_tokens, ys);
             for (int32_t t = 0; t < v->n_tokens; t++) {
                 if (!slot_valid(v, t)) continue;
-                kv_load_token(kv, (const uint8_t *)v->k, t, s->c_k, NULL);
-                const double y = (double)scale * dot_lo(q + (size_t)qg * D, s->c_k + (size_t)h * D, D);
-                if (y > m) S = S * exp(m - y), m = y;
-                S += exp(y - m);
+                if (ys[t] > m) S = S * exp(m - ys[t]), m = ys[t];
+                S += exp(ys[t] - m);
             }
         }
         double *t = s->c_suf;

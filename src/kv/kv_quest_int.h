@@ -36,7 +36,9 @@ struct st_kv_select {
     double *c_suf;      /* [G][n_views + 1] suffix sums of the U terms in growth order */
     double *c_s, *c_m;  /* [n_head] S (rounded down) and its reference m */
     int64_t *c_ops;     /* [n_head] rounding operations that went into S */
-    float *c_k;         /* [n_kv_head * head_dim] one token's keys */
+    float *c_kd;        /* [head_dim][page_size] one page's keys of one head, dequantized */
+    double *c_acc;      /* [3][page_size] score sums, |term| sums, scores */
+    int32_t page_size;  /* the pool's, for the scratch above */
     float *c_box;       /* [2 * head_dim] one box in f32 */
     int64_t c_cap_views, c_cap_head, c_cap_k;
 };
