@@ -335,18 +335,39 @@ static int32_t certify_head(const st_kv *kv, st_kv_select *s, const st_attn_page
         for (int32_t i = n_skip - 1; i >= 0; i--) t[i] += t[i + 1];
     }
     int32_t i = i0;
-    for (;; i++) {
+    for (;;) {
         double worst = 0;
+        int32_t need = i + 1;
         for (int32_t g = 0; g < G; g++) {
             const double *t = s->c_suf + (size_t)g * (nv + 1);
             const int32_t qg = h * G + g;
             bound[qg] = ratio(s->c_s[qg], s->c_ops[qg], t[i], n_skip - i);
             if (bound[qg] > worst || isnan(bound[qg])) worst = isnan(bound[qg]) ? 1 : bound[qg];
+            if (i == n_skip || bound[qg] <= eps) continue;
+            /* pages added from here on raise S by at most their U terms, so no prefix
+             * shorter than the first i' with t[i'] <= eps * (S + t[i]) can pass: skip the
+             * checks before it (binary search: t does not increase) */
+            const double thr = eps * (s->c_s[qg] + t[i]) * (1 + 1e-9);
+            int32_t lo = i + 1, hi = n_skip;
+            while (lo < hi) {
+                const int32_t mid = lo + (hi - lo) / 2;
+                if (t[mid] <= thr) hi = mid;
+                else lo = mid + 1;
+            }
+            if (lo > need) need = lo;
         }
         if (worst <= eps || i == n_skip) break;
-        const int32_t j = s->c_ord[i].view;
-        add_page(kv, s, &views[j], q, h, G, scale, 1);
-        in[j] = 1;
+        if (need == n_skip) { /* only every page can do: dense, the rest unscored */
+            for (int32_t g = 0; g < G; g++) bound[h * G + g] = 0;
+            for (int32_t k = i; k < n_skip; k++) in[s->c_ord[k].view] = 1;
+            i = n_skip;
+            break;
+        }
+        for (; i < need; i++) {
+            const int32_t j = s->c_ord[i].view;
+            add_page(kv, s, &views[j], q, h, G, scale, 1);
+            in[j] = 1;
+        }
     }
     /* the list, ascending (C4) */
     int32_t *o = s->idx + (size_t)h * nv, n = 0;
