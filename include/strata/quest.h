@@ -51,6 +51,10 @@ typedef struct st_kv_quest_params {
                          0: the fixed budget */
     double epsilon;   /* certified mode: the skipped-mass bound every query head must meet,
                          in [0, 1]; 0 = dense (every page selected) */
+    double cert_dense_frac; /* certified mode: a KV head whose selection would have to list
+                         more than this fraction of the pages goes dense at once (scoring
+                         keys to spare a few pages costs more than reading them); 0 = 0.5,
+                         >= 1: grow page by page to the end */
 } st_kv_quest_params;
 
 /* budget 0 (dense), sinks -1, recent -1, dense_layers -1, certify 0 (the defaults above). */

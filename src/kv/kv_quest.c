@@ -427,6 +427,7 @@ int st_kv_quest_select(const st_kv *kv, st_kv_seq_id seq, int layer, const st_at
     s->n_ent = sq->n_ent;
     s->layer = layer;
     s->page_size = kv->p.page_size;
+    s->dense_frac = p->cert_dense_frac > 0 ? p->cert_dense_frac : 0.5;
     const int P = kv->p.page_size;
     const int32_t dense_layers = p->dense_layers < 0 ? 2 : p->dense_layers;
     /* certified mode: epsilon 0 admits no skipped mass (the exactness gate); otherwise the

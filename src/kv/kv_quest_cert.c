@@ -18,6 +18,12 @@
  *   C5. Certification reads keys only through the views (pages in RAM) and boxes only for
  *       pages that have one; a skipped page without a box (the selection never leaves one
  *       out) would be ranked first with an infinite bound, so it can only be added.
+ *   C6. Work: S for a prefix of the order is known only by scoring its keys, but the pages
+ *       added raise S by at most their U terms, so the first prefix that could pass is
+ *       found from the boxes (first_feasible, then a binary search after each check) and
+ *       the checks before it are skipped. A head that would list more than dense_frac of
+ *       the pages goes dense at once: scoring keys (scalar double) costs several times
+ *       reading them, so a nearly dense selection saves nothing.
  */
 #include "kv_int.h"
 #include "kv_quest_int.h"
@@ -290,7 +296,9 @@ static int32_t certify_head(const st_kv *kv, st_kv_select *s, const st_attn_page
     }
     qsort(s->c_ord, (size_t)n_skip, sizeof *s->c_ord, ord_cmp);
     const int32_t i0 = n_skip ? first_feasible(kv, s, views, q, h, G, scale, eps, n_skip) : 0;
-    if (i0 == n_skip) { /* only every page can do: dense, without scoring a key */
+    /* the most pages a selection may list before going dense is cheaper (C6) */
+    const double cap = s->dense_frac * nv;
+    if (i0 == n_skip || (double)(nv - n_skip + i0) > cap) { /* dense, without scoring a key */
         for (int32_t g = 0; g < G; g++) bound[h * G + g] = 0;
         int32_t *o = s->idx + (size_t)h * nv;
         for (int32_t j = 0; j < nv; j++) in[j] = 1, o[j] = j;
@@ -357,7 +365,7 @@ static int32_t certify_head(const st_kv *kv, st_kv_select *s, const st_attn_page
             if (lo > need) need = lo;
         }
         if (worst <= eps || i == n_skip) break;
-        if (need == n_skip) { /* only every page can do: dense, the rest unscored */
+        if (need == n_skip || (double)(nv - n_skip + need) > cap) { /* dense, the rest unscored */
             for (int32_t g = 0; g < G; g++) bound[h * G + g] = 0;
             for (int32_t k = i; k < n_skip; k++) in[s->c_ord[k].view] = 1;
             i = n_skip;

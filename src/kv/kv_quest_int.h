@@ -39,6 +39,7 @@ struct st_kv_select {
     float *c_kd;        /* [head_dim][page_size] one page's keys of one head, dequantized */
     double *c_acc;      /* [3][page_size] score sums, |term| sums, scores */
     int32_t page_size;  /* the pool's, for the scratch above */
+    double dense_frac;  /* cert_dense_frac of the params the selection was made with */
     float *c_box;       /* [2 * head_dim] one box in f32 */
     int64_t c_cap_views, c_cap_head, c_cap_k;
 };

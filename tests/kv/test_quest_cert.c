@@ -86,6 +86,7 @@ TEST(test_bound_tight) {
     p.dense_layers = 0;
     p.certify = 1;
     p.epsilon = 1;
+    p.cert_dense_frac = 1; /* grow page by page: the growth order is what is checked */
     st_kv_select *sel;
     REQUIRE(st_kv_select_create(&sel) == 0);
     st_attn_page views[16];

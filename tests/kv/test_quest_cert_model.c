@@ -69,6 +69,7 @@ static void check_certified(st_ctx *ctx, st_model *m, const int32_t *prompt, int
     qp.dense_layers = 0;
     qp.certify = 1;
     qp.epsilon = eps;
+    qp.cert_dense_frac = 1; /* grow to the end: the bound is checked on selections that skip */
     gen_out o = {.tokens = malloc((size_t)n_gen * sizeof(int32_t))};
     CHECK_OK(gen(ctx, m, prompt, n_prompt, n_gen, P, &qp, 1, &o));
     print_stats(what, &o.qs);
