@@ -234,40 +234,44 @@ static int32_t first_feasible(const st_kv *kv, st_kv_select *s, const st_attn_pa
     const int D = kv->p.head_dim;
     const int32_t nv = s->n_views;
     const uint8_t *in = s->c_in + (size_t)h * nv;
-    int32_t need = 0;
-    for (int32_t g = 0; g < G && need < n_skip; g++) {
-        const int32_t qg = h * G + g;
-        double m = -INFINITY, S = 0, yb;
-        for (int32_t j = 0; j < nv; j++) {
-            if (!in[j]) continue;
-            const st_attn_page *v = &views[j];
-            if (box_exps(kv, s, s->phys[j], q, h, G, scale, s->c_suf, 1)) {
-                yb = s->c_suf[g];
-                if (yb > m) S = S * exp(m - yb), m = yb;
-                S += (double)n_valid(v) * exp(yb - m);
-                continue;
+    double *m = s->c_m + (size_t)h * G, *S = s->c_s + (size_t)h * G; /* reset by the caller after */
+    double *yb = s->c_suf, *ys = s->c_acc + 2 * kv->p.page_size;
+    for (int32_t g = 0; g < G; g++) m[g] = -INFINITY, S[g] = 0;
+    for (int32_t j = 0; j < nv; j++) {
+        if (!in[j]) continue;
+        const st_attn_page *v = &views[j];
+        if (box_exps(kv, s, s->phys[j], q, h, G, scale, yb, 1)) {
+            const double n = (double)n_valid(v);
+            for (int32_t g = 0; g < G; g++) {
+                if (yb[g] > m[g]) S[g] *= exp(m[g] - yb[g]), m[g] = yb[g];
+                S[g] += n * exp(yb[g] - m[g]);
             }
-            double *ys = s->c_acc + 2 * kv->p.page_size;
-            load_head(kv, s, v, h);
-            score_head(kv, s, q + (size_t)qg * D, scale, v->n_tokens, ys);
+            continue;
+        }
+        load_head(kv, s, v, h);
+        for (int32_t g = 0; g < G; g++) {
+            score_head(kv, s, q + (size_t)(h * G + g) * D, scale, v->n_tokens, ys);
             for (int32_t t = 0; t < v->n_tokens; t++) {
                 if (!slot_valid(v, t)) continue;
-                if (ys[t] > m) S = S * exp(m - ys[t]), m = ys[t];
-                S += exp(ys[t] - m);
+                if (ys[t] > m[g]) S[g] *= exp(m[g] - ys[t]), m[g] = ys[t];
+                S[g] += exp(ys[t] - m[g]);
             }
         }
+    }
+    int32_t need = 0;
+    for (int32_t g = 0; g < G && need < n_skip; g++) {
         double *t = s->c_suf;
         const double *yrow = s->c_y + (size_t)g * nv;
         for (int32_t i = 0; i < n_skip; i++) {
             const double y = yrow[s->c_ord[i].pos];
-            if (y < INFINITY && y > m) S = S * exp(m - y), m = y;
+            if (y < INFINITY && y > m[g]) S[g] *= exp(m[g] - y), m[g] = y;
         }
-        if (!(m > -INFINITY && m < INFINITY) || isnan(S)) return 0;
+        if (!(m[g] > -INFINITY && m[g] < INFINITY) || isnan(S[g])) return 0;
         for (int32_t i = 0; i < n_skip; i++)
-            t[i] = (double)n_valid(&views[s->c_ord[i].view]) * exp(yrow[s->c_ord[i].pos] - m);
+            t[i] = (double)n_valid(&views[s->c_ord[i].view]) * exp(yrow[s->c_ord[i].pos] - m[g]);
         t[n_skip] = 0;
         for (int32_t i = n_skip - 1; i >= 0; i--) t[i] += t[i + 1];
-        const double thr = eps * (S + t[0]) * (1 + 1e-9);
+        const double thr = eps * (S[g] + t[0]) * (1 + 1e-9);
         int32_t i = need;
         while (i < n_skip && !(t[i] <= thr)) i++;
         need = i;
