@@ -12,6 +12,13 @@ void st_cli_quest_init(st_cli_quest *q) {
 int st_cli_quest_arg(st_cli_quest *q, const char *a, const char *v) {
     long long x;
     int64_t *dst = NULL;
+    if (!strcmp(a, "--kv-cert-dense")) {
+        double e;
+        if (!v || st_cli_float(v, 0.001, 1, &e)) return -1;
+        q->given = 1;
+        q->p.cert_dense_frac = e;
+        return 1;
+    }
     if (!strcmp(a, "--kv-epsilon")) {
         double e;
         if (!v || st_cli_float(v, 0, 1, &e)) return -1;

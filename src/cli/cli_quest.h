@@ -1,5 +1,6 @@
 /* The Quest sparse-decode flags shared by strata run, perplexity and bench:
- * --kv-budget N, --kv-sinks N, --kv-recent N, --kv-dense-layers N, --kv-audit N, --kv-epsilon E. */
+ * --kv-budget N, --kv-sinks N, --kv-recent N, --kv-dense-layers N, --kv-audit N, --kv-epsilon E,
+ * --kv-cert-dense F. */
 #ifndef STRATA_CLI_QUEST_H
 #define STRATA_CLI_QUEST_H
 
@@ -13,7 +14,8 @@
     "(default 2), --kv-audit N (every N decode steps measure the softmax mass captured; with\n"   \
     "--kv-epsilon also check it against the certified bound), --kv-epsilon E (certified: grow\n"  \
     "each selection from the budget until the skipped softmax mass is provably <= E for every\n"  \
-    "query head; 0 = dense).\n"
+    "query head; 0 = dense), --kv-cert-dense F (a head whose certified selection would list\n"   \
+    "more than F of the pages goes dense at once; default 0.5, 1 = grow to the end).\n"
 
 typedef struct st_cli_quest {
     st_kv_quest_params p;
