@@ -15,7 +15,11 @@
  *
  *   build/bench/sparse [--context 1k,4k,8k,16k,32k] [-n N_GEN] [--reps R] [--budget 2048]
  *                      [--page 16] [--preset small] [--dense-layers 2] [--svg FILE]
- *                      [-t THREADS] [--spill-dir DIR] [--no-tiered]
+ *                      [-t THREADS] [--spill-dir DIR] [--no-tiered] [--epsilon E]
+ *
+ * --epsilon E adds a fourth mode, certified sparse decode (quest.h, certificates): the same
+ * budget as the starting selection, grown until the skipped softmax mass is provably <= E
+ * for every query head; its rows give the speed, the pages it read and the largest bound.
  *
  * Targets: sparse at 32k >= 10x llama.cpp's decode at that depth (bench_peer.h: llama-bench
  * run now when it is on PATH, else ../shared/peers/llama-bench.md) and >= 0.7x this run's own
@@ -42,6 +46,10 @@ typedef struct point {
     double listed_frac;             /* pages read / pages present, sparse layers */
     double tier_mib_step;           /* MiB read from the spill file per tiered step */
     long long ram_pages, kv_pages;  /* tiered pool */
+    double cert_tps, cert_frac, cert_bound_max, cert_bound_mean; /* --epsilon mode */
+    long long cert_listed, cert_total; /* its pages, to keep them out of the sparse share */
+    double cert_bsum;                  /* its bounds: sum and count */
+    long long cert_nb;
 } point;
 
 static double mode_tps(const point *p, int mode) {
@@ -96,7 +104,7 @@ typedef struct bench {
     st_ctx *ctx;
     const st_model *m;
     st_runner_params rp;
-    st_kv_quest_params dense, sparse;
+    st_kv_quest_params dense, sparse, cert; /* cert.certify 0: no certified mode */
     const int32_t *toks;
     float *lg;
     long long page, n_gen, reps;
@@ -121,6 +129,40 @@ static int tiered_setup(const bench *B, point *p, st_kv **kv, st_runner **r, st_
     return rc;
 }
 
+/* One timed certified run (interleaved with the others by run_point), its share of pages
+ * read and its bounds from the runner's counters around it. */
+static int cert_run(const bench *B, st_runner *r, st_kv *kv, st_kv_seq_id seq, const int32_t *dt, point *p) {
+    st_runner_quest_stats a, b;
+    int rc = st_runner_set_quest(r, &B->cert, 0);
+    if (rc) return rc;
+    st_runner_get_quest_stats(r, &a);
+    const double v = decode_steps(r, kv, seq, (int)B->n_gen, dt, B->lg, &rc);
+    st_runner_get_quest_stats(r, &b);
+    if (rc) return rc;
+    if (v > p->cert_tps) p->cert_tps = v;
+    p->cert_listed += b.pages_listed - a.pages_listed;
+    p->cert_total += b.pages_total - a.pages_total;
+    p->cert_frac = p->cert_total ? (double)p->cert_listed / (double)p->cert_total : 1;
+    if (b.bound_max > p->cert_bound_max) p->cert_bound_max = b.bound_max; /* over the whole run */
+    p->cert_bsum += b.bound_mean * (double)b.cert_bounds - a.bound_mean * (double)a.cert_bounds;
+    p->cert_nb += b.cert_bounds - a.cert_bounds;
+    p->cert_bound_mean = p->cert_nb ? p->cert_bsum / (double)p->cert_nb : 0;
+    return 0;
+}
+
+static void print_cert_table(const point *pts, int np, double eps) {
+    printf("\ncertified sparse decode, epsilon %g (bound on the skipped softmax mass per query head):\n"
+           "| context | dense tok/s | sparse tok/s | certified tok/s | certified/dense | certified/sparse | "
+           "pages read: sparse | pages read: certified | bound max (this and smaller contexts) | bound mean |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n", eps);
+    for (int i = 0; i < np; i++) {
+        const point *p = &pts[i];
+        printf("| %lld | %.1f | %.1f | %.1f | %.2f | %.2f | %.1f%% | %.1f%% | %.3g | %.3g |\n", p->ctx, p->dense_tps,
+               p->sparse_tps, p->cert_tps, p->cert_tps / p->dense_tps, p->cert_tps / p->sparse_tps,
+               100 * p->listed_frac, 100 * p->cert_frac, p->cert_bound_max, p->cert_bound_mean);
+    }
+}
+
 static int run_point(const bench *B, st_runner *r, st_kv *kv, st_kv_seq_id seq, point *p) {
     st_kv *tkv = NULL;
     st_runner *tr = NULL;
@@ -140,8 +182,10 @@ static int run_point(const bench *B, st_runner *r, st_kv *kv, st_kv_seq_id seq, 
         if (!rc && v > p->sparse_tps) p->sparse_tps = v;
         if (!rc && tr) v = decode_steps(tr, tkv, tseq, (int)B->n_gen, dt, B->lg, &rc);
         if (!rc && tr && v > p->tiered_tps) p->tiered_tps = v;
+        if (!rc && B->cert.certify) rc = cert_run(B, r, kv, seq, dt, p);
     }
     st_runner_get_quest_stats(r, &s1);
+    s1.pages_listed -= p->cert_listed, s1.pages_total -= p->cert_total;
     p->listed_frac = s1.pages_total > s0.pages_total
                          ? (double)(s1.pages_listed - s0.pages_listed) / (double)(s1.pages_total - s0.pages_total)
                          : 1;
@@ -278,6 +322,7 @@ int main(int argc, char **argv) {
     long long ctxs[MAX_POINTS] = {1024, 4096, 8192, 16384, 32768};
     int n_ctx = 5, tiered = 1;
     long long n_gen = 32, reps = 3, budget = 2048, page = 16, dense_layers = 2, n_threads = 0;
+    double epsilon = -1; /* --epsilon: < 0 no certified mode */
     const char *svg = "sparse.svg", *preset = "small", *spill_root = "/tmp";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -300,12 +345,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--preset")) preset = v;
         else if (!strcmp(a, "-t")) n_threads = atoll(v);
         else if (!strcmp(a, "--spill-dir")) spill_root = v;
+        else if (!strcmp(a, "--epsilon")) epsilon = atof(v);
         else n_ctx = -1;
     }
-    if (n_ctx < 1 || n_gen < 1 || reps < 1 || budget < 1 || page < 8) {
+    if (n_ctx < 1 || n_gen < 1 || reps < 1 || budget < 1 || page < 8 || epsilon > 1) {
         fprintf(stderr, "usage: sparse [--context 1k,4k,...] [-n N_GEN] [--reps R] [--budget N] [--page P] "
                         "[--dense-layers N] [--preset small] [--svg FILE] [-t THREADS] [--spill-dir DIR] "
-                        "[--no-tiered]\n");
+                        "[--no-tiered] [--epsilon E]\n");
         return 2;
     }
     for (int i = 1; i < n_ctx; i++)
@@ -341,6 +387,9 @@ int main(int argc, char **argv) {
     B.dense = B.sparse = st_kv_quest_default_params();
     B.sparse.budget = budget;
     B.sparse.dense_layers = (int32_t)dense_layers;
+    B.cert = B.sparse;
+    B.cert.certify = epsilon >= 0;
+    B.cert.epsilon = epsilon >= 0 ? epsilon : 0;
     if (!rc) rc = st_runner_create(ctx, m, kv, &B.rp, &r);
     st_kv_seq_id seq = -1;
     if (!rc) rc = st_kv_seq_create(kv, &seq);
@@ -384,6 +433,7 @@ int main(int argc, char **argv) {
         peer_at_depth(buf, size, preset, &sp, pts[np - 1].ctx, n_gen, reps,
                       st_threadpool_n_threads(st_ctx_threadpool(ctx)), &peer);
         print_table(pts, np, tiered, &peer);
+        if (B.cert.certify) print_cert_table(pts, np, epsilon);
         printf("load average (1 min) at start %.2f, at end %.2f%s\n", load0, load1,
                load0 > 1.0 ? " -- other processes were running: figures are low" : "");
         write_svg(svg, pts, np, budget, tiered, peer.tps);

@@ -164,6 +164,10 @@ typedef struct st_engine_req_params {
     int n_bias;
     int ignore_eos;               /* never sample an end-of-generation token */
     int64_t quest_budget;         /* < 0: the engine's quest params; 0: dense; > 0 tokens */
+    double quest_epsilon;         /* < 0: the engine's; else certified sparse decode (quest.h,
+                                     certificates) with this skipped-mass bound, in [0, 1],
+                                     starting from the budget; 0: dense. Such a request does
+                                     not draft (its selection may skip pages). */
     void *user;                   /* handed back in events */
     st_kv_seq_id seq;             /* < 0: a new sequence (its prefix attached from the cache);
                                      else a sequence of st_engine_kv(e) the caller owns (kept
@@ -180,7 +184,8 @@ typedef struct st_engine_req_params {
     int32_t draft_max;            /* drafted tokens per round at most; 0: the engine's */
 } st_engine_req_params;
 
-/* sampling = st_sampler_default_params(), max_tokens 128, quest_budget -1, seq -1, n_logprobs
+/* sampling = st_sampler_default_params(), max_tokens 128, quest_budget -1, quest_epsilon -1,
+ * seq -1, n_logprobs
  * -1, spec_ngram -1, the rest 0. */
 st_engine_req_params st_engine_req_default_params(void);
 

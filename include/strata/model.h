@@ -183,6 +183,9 @@ typedef struct st_batch {
     const int64_t *quest_budget; /* [n_tokens] or NULL: per run (its first token's entry) the
                                    Quest budget of a decode token, -1 for the runner's setting
                                    (st_runner_set_quest), 0 dense */
+    const double *quest_epsilon; /* [n_tokens] or NULL: per run the certified-mode epsilon of
+                                   a decode token (quest.h, certificates; 0 dense), < 0 for
+                                   the runner's setting */
     const uint8_t *verify;      /* [n_tokens] or NULL: a run whose first flag here is nonzero is
                                    a verify run (speculative decoding): its tokens go through
                                    the weights together, and each attends as the decode token
@@ -261,7 +264,11 @@ double st_runner_last_seconds(const st_runner *r);
  * sequence); prompt tokens stay dense. p NULL or
  * budget 0: dense (the default). audit_every > 0: every audit_every-th decode step also
  * measures, per sparse layer and query head, the fraction of the dense softmax mass the
- * selection captured (a dense pass). Returns 0 or ST_E_INVAL (negative budget/audit). */
+ * selection captured (a dense pass). p->certify (quest.h, certificates): every sparse
+ * selection is grown by st_kv_quest_certify until its skipped-mass bound is <= p->epsilon
+ * for every query head (a step whose sequence has a page on disk goes dense); the audit then
+ * also checks each sample's true skipped mass against its bound (cert_violations).
+ * Returns 0 or ST_E_INVAL (negative budget/audit, epsilon outside [0, 1]). */
 int st_runner_set_quest(st_runner *r, const st_kv_quest_params *p, int32_t audit_every);
 
 typedef struct st_runner_quest_stats {
@@ -271,6 +278,19 @@ typedef struct st_runner_quest_stats {
     int64_t pages_total;  /* pages a dense pass would have read, same sum */
     int64_t audits;       /* (query head, layer, step) samples of the captured mass */
     double mass_mean, mass_min; /* over the samples; 1 / 1 when none */
+    /* certified mode (p->certify, or a batch's quest_epsilon): */
+    int64_t cert_selects; /* certified (sequence, sparse layer) selections (in selects) */
+    int64_t cert_bounds;  /* (query head, sparse layer, step) bounds reported */
+    double bound_max, bound_mean; /* of those bounds (0 for a selection that went dense) */
+    int64_t pages_grown;  /* pages certification added to the budget's selection */
+    int64_t cert_dense;   /* certified selections made dense because a page was on disk */
+    int64_t cert_audits;  /* audited (query head, layer, step) samples of the bound */
+    int64_t cert_audits_skipping; /* ... of them whose KV head left some page out */
+    int64_t cert_violations; /* samples whose true skipped mass exceeded the bound: a bug */
+    double skip_max;      /* the largest true skipped mass audited */
+    int64_t viol_step;    /* the first violation: decode step, layer, query head, mass, bound */
+    int32_t viol_layer, viol_head;
+    double viol_skip, viol_bound;
 } st_runner_quest_stats;
 void st_runner_get_quest_stats(const st_runner *r, st_runner_quest_stats *out);
 

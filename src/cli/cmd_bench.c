@@ -1,6 +1,7 @@
 /* strata bench: prefill and decode speed of one model (a file, or a synthetic preset made in
  * memory), with the bandwidth roofline probed in the same run. bench/e2e runs the set of shapes
  * llama.cpp was measured on. */
+#include "cli/cli_quest.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "core/membw.h"
@@ -16,7 +17,7 @@ static void usage(FILE *f) {
                "at, as llama-bench's -d; the forward calls are timed, not the choice of each next\n"
                "token, as llama-bench) and decode's fraction of the read-bandwidth roofline. The\n"
                "context is N_PROMPT + N_GEN (a model file's own limit applies). THREADS: default\n"
-               "$STRATA_THREADS, else the CPUs this process may run on.\n");
+               "$STRATA_THREADS, else the CPUs this process may run on.\n" ST_CLI_QUEST_USAGE);
 }
 
 /* The next token of the timed decode loop: the first largest logit, as --temp 0 picks it. */
@@ -32,6 +33,8 @@ int st_cmd_bench(int argc, char **argv) {
     st_synth_params sp = st_synth_default_params();
     long long n_pp = 512, n_tg = 128, n_threads = 0, n_batch = 512, kv_page = 16;
     st_type kv_type = ST_TYPE_F16;
+    st_cli_quest quest;
+    st_cli_quest_init(&quest);
     for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = v != NULL;
@@ -47,6 +50,7 @@ int st_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-b")) ok = !st_cli_int(v, 1, 1 << 16, &n_batch);
         else if (!strcmp(a, "--kv-page")) ok = !st_cli_int(v, 8, 256, &kv_page) && !(kv_page & (kv_page - 1));
         else if (!strcmp(a, "--kv-type")) ok = v && !st_cli_kv_type(v, &kv_type);
+        else if ((ok = st_cli_quest_arg(&quest, a, v)) != 0) ok = ok > 0;
         else {
             fprintf(stderr, "strata bench: unknown option '%s' (strata bench --help lists them)\n", a);
             return ST_EXIT_INPUT;
@@ -75,6 +79,11 @@ int st_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "strata bench: %lld + %lld tokens exceed the context of %d\n", n_pp, n_tg, s.n_ctx);
         st_cli_session_close(&s);
         return ST_EXIT_INPUT;
+    }
+    if (quest.given && (rc = st_cli_quest_apply(&quest, s.runner))) {
+        fprintf(stderr, "strata bench: %s\n", st_ctx_error(s.ctx));
+        st_cli_session_close(&s);
+        return st_cli_exit_code(rc);
     }
     double bw = st_membw_read(st_ctx_threadpool(s.ctx), 0, 3);
     int32_t *tok = malloc((size_t)n_pp * sizeof *tok);
@@ -112,6 +121,7 @@ int st_cmd_bench(int argc, char **argv) {
                "(%.0f MB/token at depth %lld: %.0f%% of roofline)\n",
                st_model_desc(s.model), (long long)st_threadpool_n_threads(st_ctx_threadpool(s.ctx)), bw, n_pp, n_pp / t_pp, n_tg, tg, bytes / 1e6, n_pp,
                100 * bytes * tg / (bw * 1e9));
+        rc = st_cli_quest_print(&quest, s.runner, stderr);
     }
     free(tok);
     free(lg);

@@ -155,7 +155,7 @@ int st_cmd_perplexity(int argc, char **argv) {
         printf("Final estimate: PPL = %.4f +/- %.5f\n", st_ppl_value(&acc), st_ppl_uncertainty(&acc));
         fprintf(stderr, "%lld tokens scored in %.2f s (%.1f tok/s evaluated)\n", acc.count, st_time_now() - t0,
                 (double)n_chunk * C / (st_time_now() - t0));
-        st_cli_quest_print(&quest, s.runner, stderr);
+        rc = st_cli_quest_print(&quest, s.runner, stderr);
     } else {
         fprintf(stderr, "strata perplexity: %s\n", *st_ctx_error(s.ctx) ? st_ctx_error(s.ctx) : st_strerror(rc));
     }

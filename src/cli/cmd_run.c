@@ -311,7 +311,7 @@ static int generate(st_engine *e, st_cli_session *s, const run_opts *o, const in
     fprintf(stderr, "KV pages: %lld in use, %lld cached for reuse, of %lld (page %d tokens, %s)\n",
             (long long)ks.pages_used, (long long)ks.pages_cached, (long long)ks.n_pages,
             st_kv_get_geometry(s->kv)->page_size, st_type_name(st_kv_get_geometry(s->kv)->type));
-    st_cli_quest_print(&o->quest, s->runner, stderr);
+    if (st_cli_quest_print(&o->quest, s->runner, stderr) && !exit_code) exit_code = st_cli_exit_code(ST_E_CORRUPT);
     st_engine_stats es;
     st_engine_get_stats(e, &es);
     if (es.spec_drafts)

@@ -82,6 +82,8 @@ int st_engine_submit(st_engine *e, const st_engine_req_params *p, st_req_id *id)
         rc = st_seterr(e->ctx, ST_E_LIMIT, "the prompt is %lld tokens, the context %d: no room to generate",
                        (long long)(q->len0 + q->n_prompt), e->n_ctx);
     if (!rc && p->quest_budget < -1) rc = st_seterr(e->ctx, ST_E_INVAL, "quest_budget %lld", (long long)p->quest_budget);
+    if (!rc && !(p->quest_epsilon < 0 || p->quest_epsilon <= 1))
+        rc = st_seterr(e->ctx, ST_E_INVAL, "quest_epsilon %g (< 0 for the engine's, else in [0, 1])", p->quest_epsilon);
     if (!rc && (p->spec_ngram < -1 || p->spec_ngram > ST_ENGINE_MAX_NGRAM))
         rc = st_seterr(e->ctx, ST_E_INVAL, "spec_ngram %d (-1 for the engine's, 0 off, up to %d)", p->spec_ngram,
                        ST_ENGINE_MAX_NGRAM);
@@ -124,6 +126,7 @@ int st_engine_submit(st_engine *e, const st_engine_req_params *p, st_req_id *id)
     q->keep_seq = p->keep_seq;
     q->st.n_cached = (int32_t)q->len0;
     q->budget = p->quest_budget;
+    q->eps = p->quest_epsilon < 0 ? -1 : p->quest_epsilon;
     q->kv_keep = -1;
     /* Drafting is exact only over a KV type whose stored tokens do not depend on later
      * tokens of their page (q8_0 rescales a page for a larger value) */
@@ -360,14 +363,18 @@ static int32_t build_batch(st_engine *e) {
         q->step_len0 = seq_len(e, q);
         e->b_tok[n] = q->last, e->b_seq[n] = q->seq, e->b_want[n] = 1, e->b_prefill[n] = 0;
         e->b_budget[n] = q->budget;
-        /* drafts take what the batch has left after one token of every decoding request */
-        const int32_t d = q->spec_ngram ? en_spec_room(q, e->page, e->p.quest.budget, q->step_len0, e->p.n_batch - n - n_dec + placed) : 0;
+        e->b_eps[n] = q->eps;
+        /* drafts take what the batch has left after one token of every decoding request; a
+         * certified selection may skip pages at any length, so it never drafts */
+        const int certified = q->eps > 0 || (q->eps < 0 && e->p.quest.certify && e->p.quest.epsilon > 0);
+        const int32_t d = q->spec_ngram && !certified ? en_spec_room(q, e->page, e->p.quest.budget, q->step_len0, e->p.n_batch - n - n_dec + placed) : 0;
         placed++;
         const int32_t k = d ? en_spec_draft(q, d) : 0;
         e->b_verify[n] = k > 0;
         for (int32_t j = 0; j < k; j++) {
             e->b_tok[n + 1 + j] = q->draft[j], e->b_seq[n + 1 + j] = q->seq, e->b_want[n + 1 + j] = 1;
             e->b_prefill[n + 1 + j] = 0, e->b_budget[n + 1 + j] = q->budget, e->b_verify[n + 1 + j] = 1;
+            e->b_eps[n + 1 + j] = -1;
         }
         q->step_draft = k;
         q->step_n = 1 + k;
@@ -385,6 +392,7 @@ static int32_t build_batch(st_engine *e) {
             e->b_tok[n + t] = q->prompt[q->n_done + t], e->b_seq[n + t] = q->seq;
             e->b_want[n + t] = q->n_done + k == q->n_prompt && t == k - 1;
             e->b_prefill[n + t] = 1, e->b_budget[n + t] = -1, e->b_verify[n + t] = 0;
+            e->b_eps[n + t] = -1;
         }
         q->step_n = k;
         n += k;
@@ -493,7 +501,7 @@ int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) 
             break;
         }
         st_batch b = {.n_tokens = n, .tokens = e->b_tok, .seq = e->b_seq, .want_logits = e->b_want,
-                      .prefill = e->b_prefill, .quest_budget = e->b_budget, .verify = e->b_verify};
+                      .prefill = e->b_prefill, .quest_budget = e->b_budget, .quest_epsilon = e->b_eps, .verify = e->b_verify};
         int frc = st_runner_forward(e->runner, &b, e->logits);
         if (!frc) break;
         en_req *bad = by_seq(e, st_runner_failed_seq(e->runner));

@@ -23,6 +23,7 @@ typedef struct en_req {
     int keep_seq;
     int32_t last;           /* the sampled token the next decode step feeds */
     int64_t budget;         /* Quest budget of its decode tokens (-1: the engine's) */
+    double eps;             /* certified-mode epsilon of its decode tokens (< 0: the engine's) */
     st_sampler *smp;
     st_detok *dt;
     char *stop[EN_MAX_STOP];
@@ -113,6 +114,7 @@ struct st_engine {
     st_kv_seq_id *b_seq;
     uint8_t *b_want, *b_prefill, *b_verify;
     int64_t *b_budget;
+    double *b_eps;          /* [n_batch + n_parallel] per token quest_epsilon */
     float *logits;          /* [rows][n_vocab]: a row per decoding request, and per drafted token */
     int32_t cap_rows;
     int32_t *eog, n_eog;    /* the vocabulary's end-of-generation ids (ignore_eos bans them) */

@@ -36,6 +36,7 @@ st_engine_req_params st_engine_req_default_params(void) {
     p.sampling = st_sampler_default_params();
     p.max_tokens = 128;
     p.quest_budget = -1;
+    p.quest_epsilon = -1;
     p.seq = -1;
     p.n_logprobs = -1;
     p.spec_ngram = -1;
@@ -71,6 +72,7 @@ void st_engine_destroy(st_engine *e) {
     free(e->b_want);
     free(e->b_prefill);
     free(e->b_budget);
+    free(e->b_eps);
     free(e->b_verify);
     free(e->logits);
     free(e->eog);
@@ -219,7 +221,7 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
     rp.n_ctx = e->n_ctx;
     rp.n_batch = p->n_batch;
     if ((rc = st_runner_create(e->ctx, e->model, e->kv, &rp, &e->runner))) return open_fail(e, rc, why, why_len, "runner");
-    if (p->quest.budget && (rc = st_runner_set_quest(e->runner, &p->quest, 0)))
+    if ((p->quest.budget || p->quest.certify) && (rc = st_runner_set_quest(e->runner, &p->quest, 0)))
         return open_fail(e, rc, why, why_len, "sparse decode");
     const size_t nb = (size_t)p->n_batch + (size_t)p->n_parallel;
     e->b_tok = malloc(nb * sizeof *e->b_tok);
@@ -227,11 +229,12 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
     e->b_want = malloc(nb);
     e->b_prefill = malloc(nb);
     e->b_budget = malloc(nb * sizeof *e->b_budget);
+    e->b_eps = malloc(nb * sizeof *e->b_eps);
     e->b_verify = malloc(nb);
     e->cap_rows = p->n_parallel;
     e->logits = malloc((size_t)p->n_parallel * (size_t)e->n_vocab * sizeof *e->logits);
     e->eog = malloc((size_t)e->n_vocab * sizeof *e->eog);
-    if (!e->b_tok || !e->b_seq || !e->b_want || !e->b_prefill || !e->b_budget || !e->b_verify || !e->logits || !e->eog)
+    if (!e->b_tok || !e->b_seq || !e->b_want || !e->b_prefill || !e->b_budget || !e->b_eps || !e->b_verify || !e->logits || !e->eog)
         return open_fail(e, ST_E_NOMEM, why, why_len, "engine");
     for (int32_t id = 0; id < e->n_vocab; id++)
         if (st_tok_is_eog(e->tok, id)) e->eog[e->n_eog++] = id;

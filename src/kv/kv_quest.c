@@ -32,6 +32,7 @@
  * page) join the forced ones, and the union is emitted in increasing view order.
  */
 #include "kv_int.h"
+#include "kv_quest_int.h"
 
 #include "strata/quest.h"
 
@@ -194,25 +195,10 @@ int kv_quest_check_box(const st_kv *kv, const uint8_t *data, size_t layer_stride
 
 /* ---- selections ------------------------------------------------------------------------ */
 
-struct st_kv_select {
-    int32_t n_kv_head, n_views, dense;
-    int32_t *idx;     /* [n_kv_head][n_views] chosen view indices, ascending */
-    int32_t *n_sel;   /* [n_kv_head] */
-    int32_t *phys;    /* [n_views] physical page of each view */
-    int32_t *ent;     /* [n_views] page-table entry of each view (views skip holes) */
-    int64_t n_ent;    /* the sequence's entries when the selection was made */
-    int32_t *fidx;    /* [n_views] view indices of the forced pages, ascending */
-    int32_t *cand;    /* [n_views] view indices of ranked pages, ascending */
-    float *scr, *scr2;/* [n_kv_head][n_views] scratch: each head's bounds, partitioned */
-    int32_t *top;     /* [n_kv_head][n_views] scratch: the chosen candidates */
-    float *bound;     /* [n_kv_head][n_views] bound of cand[c] at c, per KV head */
-    int64_t cap_views, cap_idx;
-    int32_t cap_head;
-    st_kv_select_stats st;
-};
 
 st_kv_quest_params st_kv_quest_default_params(void) {
-    st_kv_quest_params p = {.budget = 0, .sinks = -1, .recent = -1, .dense_layers = -1};
+    st_kv_quest_params p = {.budget = 0, .sinks = -1, .recent = -1, .dense_layers = -1,
+                            .certify = 0, .epsilon = 0};
     return p;
 }
 
@@ -236,6 +222,7 @@ void st_kv_select_destroy(st_kv_select *s) {
     free(s->scr2);
     free(s->top);
     free(s->bound);
+    kv_cert_free(s);
     free(s);
 }
 
@@ -422,10 +409,10 @@ int st_kv_quest_select(const st_kv *kv, st_kv_seq_id seq, int layer, const st_at
     s->dense = 1;
     memset(&s->st, 0, sizeof s->st);
     if (!ws || !q || n_head < H || n_head % H || layer < 0 || layer >= kv->p.n_layer ||
-        p->budget < 0)
+        p->budget < 0 || (p->certify && !(p->epsilon >= 0 && p->epsilon <= 1)))
         return st_seterr(kv->ctx, ST_E_INVAL, "quest: select: ws/q NULL, n_head %d for %d KV "
-                         "heads, layer %d or budget %lld", n_head, H, layer,
-                         (long long)p->budget);
+                         "heads, layer %d, budget %lld or epsilon %g", n_head, H, layer,
+                         (long long)p->budget, p->certify ? p->epsilon : 0.0);
     kv_seq *sq;
     int rc = kv_seq_get(kv, seq, &sq);
     if (rc) return rc;
@@ -438,9 +425,14 @@ int st_kv_quest_select(const st_kv *kv, st_kv_seq_id seq, int layer, const st_at
                          (long long)sq->n_ent);
     s->n_kv_head = H;
     s->n_ent = sq->n_ent;
+    s->layer = layer;
+    s->page_size = kv->p.page_size;
+    s->dense_frac = p->cert_dense_frac > 0 ? p->cert_dense_frac : 0.5;
     const int P = kv->p.page_size;
     const int32_t dense_layers = p->dense_layers < 0 ? 2 : p->dense_layers;
-    const int dense = p->budget == 0 || layer < dense_layers;
+    /* certified mode: epsilon 0 admits no skipped mass (the exactness gate); otherwise the
+     * budget is only the starting point, 0 = the forced pages alone */
+    const int dense = layer < dense_layers || (p->certify ? p->epsilon == 0 : p->budget == 0);
     const int64_t sink_pages = p->sinks < 0 ? 1 : (p->sinks + P - 1) / P;
     const int64_t recent_pages = p->recent < 0 ? 2 : (p->recent + P - 1) / P;
     int32_t n_forced = 0, n_cand = 0, j = 0;
@@ -534,12 +526,18 @@ void kv_select_views(const st_kv_select *s, const int32_t **ent, const int32_t *
 int st_kv_quest_mass(const st_kv *kv, const st_attn_page *views, int32_t n_views,
                      const st_kv_select *s, const float *q, int32_t n_head, float scale,
                      double *frac) {
+    return st_kv_quest_mass_skip(kv, views, n_views, s, q, n_head, scale, frac, NULL);
+}
+
+int st_kv_quest_mass_skip(const st_kv *kv, const st_attn_page *views, int32_t n_views,
+                          const st_kv_select *s, const float *q, int32_t n_head, float scale,
+                          double *frac, double *skip) {
     if (!kv || !s || !q || !frac || (n_views > 0 && !views) || n_views != s->n_views ||
         n_head < kv->p.n_kv_head || n_head % kv->p.n_kv_head || s->n_kv_head != kv->p.n_kv_head)
         return ST_E_INVAL;
     const int D = kv->p.head_dim, H = kv->p.n_kv_head, G = n_head / H;
     if (scale == 0) scale = 1.0f / sqrtf((float)D);
-    double *m = malloc((size_t)n_head * 3 * sizeof *m);
+    double *m = malloc((size_t)n_head * 4 * sizeof *m);
     float *k = malloc((size_t)H * D * sizeof *k);
     uint8_t *in = calloc((size_t)H * (n_views + 1), 1);
     if (!m || !k || !in) {
@@ -548,10 +546,10 @@ int st_kv_quest_mass(const st_kv *kv, const st_attn_page *views, int32_t n_views
         free(in);
         return ST_E_NOMEM;
     }
-    double *tot = m + n_head, *sel = m + 2 * n_head;
+    double *tot = m + n_head, *sel = m + 2 * n_head, *out = m + 3 * n_head;
     for (int32_t h = 0; h < n_head; h++) {
         m[h] = -INFINITY;
-        tot[h] = sel[h] = 0;
+        tot[h] = sel[h] = out[h] = 0;
     }
     for (int32_t h = 0; h < H; h++)
         for (int32_t i = 0; i < s->n_sel[h]; i++) in[(size_t)h * n_views + s->idx[(size_t)h * s->n_views + i]] = 1;
@@ -569,15 +567,20 @@ int st_kv_quest_mass(const st_kv *kv, const st_attn_page *views, int32_t n_views
                     double r = exp(m[h] - sc);
                     tot[h] *= r;
                     sel[h] *= r;
+                    out[h] *= r;
                     m[h] = sc;
                 }
                 double e = exp(sc - m[h]);
                 tot[h] += e;
                 if (in[(size_t)(h / G) * n_views + j]) sel[h] += e;
+                else out[h] += e;
             }
         }
     }
-    for (int32_t h = 0; h < n_head; h++) frac[h] = tot[h] > 0 ? sel[h] / tot[h] : (isnan(tot[h]) ? NAN : 0);
+    for (int32_t h = 0; h < n_head; h++) {
+        frac[h] = tot[h] > 0 ? sel[h] / tot[h] : (isnan(tot[h]) ? NAN : 0);
+        if (skip) skip[h] = tot[h] > 0 ? out[h] / tot[h] : (isnan(tot[h]) ? NAN : 0);
+    }
     free(m);
     free(k);
     free(in);

@@ -24,6 +24,7 @@ typedef struct span {
     int verify;     /* a verify run: each token attends densely as the decode token of its
                        position (the KV views end at it) */
     int64_t budget; /* decode: Quest budget of this sequence (-1: the runner's) */
+    double eps;     /* decode: certified-mode epsilon (< 0: the runner's setting) */
 } span;
 
 struct st_runner {
@@ -58,7 +59,8 @@ struct st_runner {
     st_kv_select **qsel;    /* [n_batch] one selection per decode slot, made on first use */
     st_kv_seq_id failed_seq; /* the sequence the last failed forward's error belongs to, or -1 */
     double *qfrac;          /* [n_head] audit scratch */
-    double mass_sum;
+    double *qbound, *qskip; /* [n_head] certified bound of the selection in flight, audit */
+    double mass_sum, bound_sum;
     st_runner_quest_stats qst;
     /* test hook (st_runner_set_act_tap): where the projection in flight reads its input */
     st_act_tap_fn tap;
@@ -106,6 +108,8 @@ void st_runner_destroy(st_runner *r) {
     for (int32_t i = 0; r->qsel && i < r->n_batch; i++) st_kv_select_destroy(r->qsel[i]);
     free(r->qsel);
     free(r->qfrac);
+    free(r->qbound);
+    free(r->qskip);
     free(r->tap_seq);
     free(r->tap_pos);
     free(r);
@@ -198,14 +202,17 @@ static int quest_alloc(st_runner *r) {
     if (r->qsel) return 0;
     r->qsel = calloc((size_t)r->n_batch, sizeof *r->qsel);
     r->qfrac = malloc((size_t)r->ag.n_head * sizeof *r->qfrac);
-    return r->qsel && r->qfrac ? 0 : ST_E_NOMEM;
+    r->qbound = malloc((size_t)r->ag.n_head * sizeof *r->qbound);
+    r->qskip = malloc((size_t)r->ag.n_head * sizeof *r->qskip);
+    return r->qsel && r->qfrac && r->qbound && r->qskip ? 0 : ST_E_NOMEM;
 }
 
 int st_runner_set_quest(st_runner *r, const st_kv_quest_params *p, int32_t audit_every) {
     st_kv_quest_params q = p ? *p : st_kv_quest_default_params();
-    if (q.budget < 0 || audit_every < 0)
-        return st_seterr(r->ctx, ST_E_INVAL, "quest: budget %lld / audit %d", (long long)q.budget, audit_every);
-    if (q.budget > 0 && quest_alloc(r)) return ST_E_NOMEM;
+    if (q.budget < 0 || audit_every < 0 || (q.certify && !(q.epsilon >= 0 && q.epsilon <= 1)))
+        return st_seterr(r->ctx, ST_E_INVAL, "quest: budget %lld / audit %d / epsilon %g", (long long)q.budget,
+                         audit_every, q.certify ? q.epsilon : 0.0);
+    if ((q.budget > 0 || q.certify) && quest_alloc(r)) return ST_E_NOMEM;
     r->quest = q;
     r->audit_every = audit_every;
     return 0;
@@ -214,6 +221,21 @@ int st_runner_set_quest(st_runner *r, const st_kv_quest_params *p, int32_t audit
 void st_runner_get_quest_stats(const st_runner *r, st_runner_quest_stats *out) {
     *out = r->qst;
     if (out->audits) out->mass_mean = r->mass_sum / (double)out->audits;
+    if (out->cert_bounds) out->bound_mean = r->bound_sum / (double)out->cert_bounds;
+}
+
+/* A decode span's Quest parameters: the runner's, with the batch's per-sequence budget and
+ * epsilon (a request's epsilon turns certified mode on). */
+static st_kv_quest_params span_quest(const st_runner *r, const span *sp) {
+    st_kv_quest_params qp = r->quest;
+    if (sp->budget >= 0) qp.budget = sp->budget;
+    if (sp->eps >= 0) qp.certify = 1, qp.epsilon = sp->eps;
+    return qp;
+}
+
+static int span_sparse(const st_runner *r, const span *sp) {
+    const st_kv_quest_params qp = span_quest(r, sp);
+    return !sp->verify && (qp.certify || qp.budget > 0);
 }
 
 /* ---- elementwise pieces (as ggml computes them) ------------------------------------------- */
@@ -304,8 +326,7 @@ static int quest_select(st_runner *r, int layer, const span *sp, int n_sp) {
         if (sp[s].verify) continue; /* dense */
         if (!r->qsel[s] && st_kv_select_create(&r->qsel[s])) return ST_E_NOMEM;
         st_kv_select *sel = r->qsel[s];
-        st_kv_quest_params qp = r->quest;
-        if (sp[s].budget >= 0) qp.budget = sp[s].budget;
+        st_kv_quest_params qp = span_quest(r, &sp[s]);
         const float *q = r->q + (size_t)sp[s].i0 * r->HQ;
         /* budget 0 makes a dense selection, so every decode span has one and the attend call
          * below can take the array as it is */
@@ -314,24 +335,77 @@ static int quest_select(st_runner *r, int layer, const span *sp, int n_sp) {
             r->failed_seq = sp[s].seq;
             return st_seterr(r->ctx, rc, "Quest selection (layer %d): %s", layer, st_strerror(rc));
         }
-        if (st_kv_select_dense(sel)) continue;
-        st_kv_select_stats ss;
-        st_kv_select_get_stats(sel, &ss);
-        const int32_t nv_sel = st_kv_select_n_views(sel);
-        r->qst.selects++;
-        r->qst.pages_listed += ss.n_listed;
-        r->qst.pages_total += (int64_t)nv_sel * r->ag.n_kv_head;
-        if (!audit) continue;
-        int nv = 0;
-        rc = fetch_views(r, sp[s].seq, layer, 0, &nv);
-        if (rc == ST_E_STATE) continue; /* some page is on disk: skip this sample */
-        if (rc) return st_seterr(r->ctx, rc, "Quest audit: KV views: %s", st_strerror(rc));
-        rc = st_kv_quest_mass(r->kv, r->views, nv, sel, q, r->ag.n_head, r->ag.scale, r->qfrac);
+        const int cert = qp.certify && layer >= (qp.dense_layers < 0 ? 2 : qp.dense_layers);
+        int have_views = 0, nv = 0;
+        if (cert && !st_kv_select_dense(sel)) {
+            /* the certificate reads the selected keys: with a page on disk the step goes
+             * dense rather than fault the past in for a bound */
+            rc = fetch_views(r, sp[s].seq, layer, 0, &nv);
+            if (rc == ST_E_STATE) {
+                st_kv_quest_params dq = qp;
+                dq.epsilon = 0;
+                rc = st_kv_quest_select(r->kv, sp[s].seq, layer, r->ws, q, r->ag.n_head, &dq, sel);
+                r->qst.cert_dense++;
+            } else if (!rc) {
+                have_views = 1;
+                rc = st_kv_quest_certify(r->kv, r->views, nv, q, r->ag.n_head, r->ag.scale, qp.epsilon, sel,
+                                         r->qbound);
+            }
+            if (rc) {
+                r->failed_seq = sp[s].seq;
+                return st_seterr(r->ctx, rc, "Quest certificate (layer %d): %s", layer, st_strerror(rc));
+            }
+        }
+        if (cert) {
+            st_kv_select_stats ss;
+            st_kv_select_get_stats(sel, &ss);
+            const int dense = st_kv_select_dense(sel);
+            r->qst.selects++;
+            r->qst.cert_selects++;
+            r->qst.pages_listed += dense ? (int64_t)st_kv_select_n_views(sel) * r->ag.n_kv_head : ss.n_listed;
+            r->qst.pages_total += (int64_t)st_kv_select_n_views(sel) * r->ag.n_kv_head;
+            r->qst.pages_grown += ss.n_grown;
+            for (int h = 0; h < r->ag.n_head; h++) {
+                const double b = have_views ? r->qbound[h] : 0;
+                r->bound_sum += b;
+                if (b > r->qst.bound_max) r->qst.bound_max = b;
+                r->qst.cert_bounds++;
+            }
+            if (dense || !audit) continue;
+        } else {
+            if (st_kv_select_dense(sel)) continue;
+            st_kv_select_stats ss;
+            st_kv_select_get_stats(sel, &ss);
+            r->qst.selects++;
+            r->qst.pages_listed += ss.n_listed;
+            r->qst.pages_total += (int64_t)st_kv_select_n_views(sel) * r->ag.n_kv_head;
+            if (!audit) continue;
+            rc = fetch_views(r, sp[s].seq, layer, 0, &nv);
+            if (rc == ST_E_STATE) continue; /* some page is on disk: skip this sample */
+            if (rc) return st_seterr(r->ctx, rc, "Quest audit: KV views: %s", st_strerror(rc));
+        }
+        rc = st_kv_quest_mass_skip(r->kv, r->views, nv, sel, q, r->ag.n_head, r->ag.scale, r->qfrac,
+                                   cert ? r->qskip : NULL);
         if (rc) return st_seterr(r->ctx, rc, "Quest audit: %s", st_strerror(rc));
         for (int h = 0; h < r->ag.n_head; h++) {
             r->mass_sum += r->qfrac[h];
             if (r->qfrac[h] < r->qst.mass_min) r->qst.mass_min = r->qfrac[h];
             r->qst.audits++;
+        }
+        for (int h = 0; cert && h < r->ag.n_head; h++) {
+            const int32_t *idx;
+            int32_t n_sel;
+            st_kv_select_head(sel, h / (r->ag.n_head / r->ag.n_kv_head), &idx, &n_sel);
+            r->qst.cert_audits++;
+            r->qst.cert_audits_skipping += n_sel < nv;
+            if (r->qskip[h] > r->qst.skip_max) r->qst.skip_max = r->qskip[h];
+            /* NaN compares false: a NaN mass (NaN keys) is no evidence either way */
+            if (r->qskip[h] > r->qbound[h]) {
+                if (!r->qst.cert_violations++) {
+                    r->qst.viol_step = r->qst.steps, r->qst.viol_layer = layer, r->qst.viol_head = h;
+                    r->qst.viol_skip = r->qskip[h], r->qst.viol_bound = r->qbound[h];
+                }
+            }
         }
     }
     return 0;
@@ -350,7 +424,7 @@ static st_kv_seq_id failed_of(const st_runner *r, const span *sp, int n_sp) {
 static int attention(st_runner *r, int layer, const span *sp, int n_sp, int n_dec) {
     int rc = 0;
     int quest = 0;
-    for (int s = 0; s < n_dec && !quest; s++) quest = (sp[s].budget < 0 ? r->quest.budget : sp[s].budget) > 0;
+    for (int s = 0; s < n_dec && !quest; s++) quest = span_sparse(r, &sp[s]);
     if (quest && (rc = quest_alloc(r))) return st_seterr(r->ctx, rc, "attention: out of memory");
     if (quest && (rc = quest_select(r, layer, sp, n_dec))) return rc;
     /* The KV library attends (SSD tier: fetching or streaming cold pages), bit-identical to
@@ -577,6 +651,7 @@ typedef struct run {
     int prefill;    /* prompt tokens: chunk attention */
     int verify;     /* decode-attended run (st_batch.verify) */
     int64_t budget; /* Quest budget of the sequence's decode token (-1: the runner's) */
+    double eps;     /* its certified-mode epsilon (< 0: the runner's) */
 } run;
 
 /* Splits the batch into runs of one sequence; checks ids, contiguity, lengths. */
@@ -604,7 +679,8 @@ static int plan_runs(st_runner *r, const st_batch *b, run **out, int *n_out) {
             }
         rs[nr] = (run){.seq = s, .i0 = i, .n = 1, .prefill = b->prefill && b->prefill[i],
                        .verify = b->verify && b->verify[i],
-                       .budget = b->quest_budget ? b->quest_budget[i] : -1};
+                       .budget = b->quest_budget ? b->quest_budget[i] : -1,
+                       .eps = b->quest_epsilon ? b->quest_epsilon[i] : -1};
         if (rs[nr].verify) rs[nr].prefill = 0;
         if ((rc = st_kv_seq_len(r->kv, s, &rs[nr].len0))) {
             r->failed_seq = s;
@@ -619,6 +695,11 @@ static int plan_runs(st_runner *r, const st_batch *b, run **out, int *n_out) {
         if (rs[j].budget < -1) {
             rc = st_seterr(r->ctx, ST_E_INVAL, "sequence %lld: Quest budget %lld", (long long)rs[j].seq,
                            (long long)rs[j].budget);
+            goto fail;
+        }
+        if (!(rs[j].eps < 0 || rs[j].eps <= 1)) {
+            rc = st_seterr(r->ctx, ST_E_INVAL, "sequence %lld: Quest epsilon %g (not in [0, 1])",
+                           (long long)rs[j].seq, rs[j].eps);
             goto fail;
         }
         if (rs[j].len0 + rs[j].n > r->n_ctx) {
@@ -684,7 +765,8 @@ int st_runner_forward(st_runner *r, const st_batch *b, float *logits) {
             int32_t k = rs[jd].n - done_d, room = r->n_batch - n;
             if (k > room) k = room;
             sp[n_sp++] = (span){.seq = rs[jd].seq, .i0 = n, .n = k, .verify = rs[jd].verify,
-                                .budget = rs[jd].verify ? 0 : rs[jd].budget};
+                                .budget = rs[jd].verify ? 0 : rs[jd].budget,
+                                .eps = rs[jd].verify ? -1 : rs[jd].eps};
             memcpy(tok + n, b->tokens + rs[jd].i0 + done_d, (size_t)k * sizeof *tok);
             memcpy(orow + n, out_row + rs[jd].i0 + done_d, (size_t)k * sizeof *orow);
             n += k;
@@ -699,7 +781,7 @@ int st_runner_forward(st_runner *r, const st_batch *b, float *logits) {
             }
             int32_t k = rs[jp].n - done_p, room = r->n_batch - n;
             if (k > room) k = room;
-            sp[n_sp++] = (span){.seq = rs[jp].seq, .i0 = n, .n = k, .prefill = 1, .budget = -1};
+            sp[n_sp++] = (span){.seq = rs[jp].seq, .i0 = n, .n = k, .prefill = 1, .budget = -1, .eps = -1};
             memcpy(tok + n, b->tokens + rs[jp].i0 + done_p, (size_t)k * sizeof *tok);
             memcpy(orow + n, out_row + rs[jp].i0 + done_p, (size_t)k * sizeof *orow);
             n += k;
