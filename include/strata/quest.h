@@ -93,9 +93,13 @@ int st_kv_select_head(const st_kv_select *s, int32_t h, const int32_t **idx, int
 int st_kv_select_apply(const st_kv_select *s, st_attn_seq *a);
 
 /* Counters of the last select on s (per KV head summed): pages listed, pages forced in
- * (sinks, recent, no box), pages ranked by bound. */
+ * (sinks, recent, no box), pages ranked by bound, and page boxes scored to rank them: all
+ * n_ranked when the flat ranking ran, fewer when the two-level one did (a box per group of
+ * st_kv_params.quest_group physical pages first, then the pages of the groups that can
+ * still hold one of the k best: the same selection, bit for bit), 0 when the budget took
+ * every ranked page or none. */
 typedef struct st_kv_select_stats {
-    int64_t n_listed, n_forced, n_ranked;
+    int64_t n_listed, n_forced, n_ranked, n_scored;
 } st_kv_select_stats;
 void st_kv_select_get_stats(const st_kv_select *s, st_kv_select_stats *out);
 
