@@ -23,6 +23,10 @@
  *   build/bench/sparse [--context 1k,4k,8k,16k,32k] [-n N_GEN] [--reps R] [--budget 2048]
  *                      [--page 16] [--preset small | -m MODEL] [--dense-layers 2]
  *                      [--svg FILE] [-t THREADS] [--spill-dir DIR] [--no-tiered] [--no-dense]
+ *                      [--quest-group G]
+ *
+ * --quest-group G sets the pools' Quest group size (st_kv_params.quest_group; 1 = the flat
+ * ranking), to compare the two rankings' speed: their selections are the same.
  *
  * Targets: sparse at 32k >= 10x llama.cpp's decode at that depth (bench_peer.h: llama-bench
  * run now when it is on PATH, else ../shared/peers/llama-bench.md) and >= 0.7x this run's own
@@ -86,9 +90,12 @@ static double decode_steps(st_runner *r, st_kv *kv, st_kv_seq_id seq, int n, con
 }
 
 /* A pool for `pages` pages of the model's geometry; ram_pages > 0: tiered under dir. */
+static int quest_group; /* --quest-group: st_kv_params.quest_group of every pool (0 = default) */
+
 static int make_kv(st_ctx *ctx, const st_model_hparams *hp, long long page, long long pages,
                    long long ram_pages, const char *dir, st_kv **kv) {
     st_kv_params kp = st_kv_default_params();
+    kp.quest_group = quest_group;
     kp.n_layer = hp->n_layer, kp.n_kv_head = hp->n_head_kv, kp.head_dim = hp->head_dim;
     kp.page_size = (int)page;
     kp.n_pages = pages;
@@ -355,6 +362,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--svg")) svg = v;
         else if (!strcmp(a, "--preset")) preset = v;
         else if (!strcmp(a, "-m")) model_path = v;
+        else if (!strcmp(a, "--quest-group")) quest_group = atoi(v);
         else if (!strcmp(a, "-t")) n_threads = atoll(v);
         else if (!strcmp(a, "--spill-dir")) spill_root = v;
         else n_ctx = -1;
@@ -431,8 +439,9 @@ int main(int argc, char **argv) {
             printf("text: %d files of %s (docs, include/strata, src/*), %d tokens; decode fed the text's next "
                    "tokens\n", n_files, STRATA_SOURCE_DIR, n_toks);
         printf("KV f16, page %lld; %d threads; best of %lld runs of %lld decode steps per point; "
-               "Quest budget %lld tokens, %lld dense layers%s%s\n", page,
+               "Quest budget %lld tokens, %lld dense layers, group %d pages%s%s\n", page,
                st_threadpool_n_threads(st_ctx_threadpool(ctx)), reps, n_gen, budget, dense_layers,
+               quest_group ? quest_group : 16,
                tiered ? "; spill dir " : "", tiered ? dir : "");
     }
     for (int i = 0; i < n_ctx && !rc; i++) {
