@@ -23,10 +23,12 @@
  *   build/bench/sparse [--context 1k,4k,8k,16k,32k] [-n N_GEN] [--reps R] [--budget 2048]
  *                      [--page 16] [--preset small | -m MODEL] [--dense-layers 2]
  *                      [--svg FILE] [-t THREADS] [--spill-dir DIR] [--no-tiered] [--no-dense]
- *                      [--quest-group G]
+ *                      [--quest-group G] [--compare-flat]
  *
  * --quest-group G sets the pools' Quest group size (st_kv_params.quest_group; 1 = the flat
- * ranking), to compare the two rankings' speed: their selections are the same.
+ * ranking). --compare-flat adds a mode: sparse decode on a copy of the RAM sequence (a
+ * snapshot read into a pool with quest_group 1), interleaved with the others, so the
+ * two-level and the flat ranking, which select the same pages, are timed side by side.
  *
  * Targets: sparse at 32k >= 10x llama.cpp's decode at that depth (bench_peer.h: llama-bench
  * run now when it is on PATH, else ../shared/peers/llama-bench.md) and >= 0.7x this run's own
@@ -51,7 +53,9 @@ typedef struct point {
     long long want, ctx;            /* asked for; measured at (cut to the model's context) */
     double pp_tps, pp_tiered_tps;   /* prefill: RAM segment, tiered from 0 */
     double dense_tps, sparse_tps, tiered_tps;
+    double flat_tps;                /* --compare-flat: sparse on a copy of the pool, flat ranking */
     double listed_frac;             /* pages read / pages present, sparse layers */
+    double scored_frac;             /* page boxes scored / ranked (two-level ranking < 1) */
     double tier_mib_step;           /* MiB read from the spill file per tiered step */
     long long ram_pages, kv_pages;  /* tiered pool */
 } point;
@@ -116,7 +120,7 @@ typedef struct bench {
     int text;        /* toks is real text: decode is fed the tokens after the prefix */
     float *lg;
     long long page, n_gen, reps;
-    int with_dense;
+    int with_dense, compare_flat;
     const char *dir; /* NULL: no tiered mode */
 } bench;
 
@@ -138,11 +142,36 @@ static int tiered_setup(const bench *B, point *p, st_kv **kv, st_runner **r, st_
     return rc;
 }
 
+/* --compare-flat: a copy of the RAM sequence (through a snapshot in memory) in a pool whose
+ * Quest ranking is flat (quest_group 1), with its own runner: the same keys and boxes, so
+ * the same selections, ranked the other way. */
+static int flat_setup(const bench *B, st_kv *kv, st_kv_seq_id seq, st_kv **fkv, st_runner **fr,
+                      st_kv_seq_id *fseq) {
+    const st_model_hparams *hp = st_model_get_hparams(B->m);
+    const int saved = quest_group;
+    quest_group = 1;
+    int rc = make_kv(B->ctx, hp, B->page, st_kv_get_params(kv)->n_pages, 0, NULL, fkv);
+    quest_group = saved;
+    st_kv_io w, rd;
+    st_kv_io_mem_writer(&w);
+    int n = 0;
+    if (!rc) rc = st_kv_snapshot_write(kv, &seq, 1, -1, &w);
+    if (!rc) {
+        st_kv_io_mem_reader(&rd, w.buf, w.len);
+        rc = st_kv_snapshot_read(*fkv, &rd, fseq, 1, &n);
+    }
+    st_kv_io_mem_release(&w);
+    if (!rc) rc = st_runner_create(B->ctx, B->m, *fkv, &B->rp, fr);
+    if (!rc) rc = st_runner_set_quest(*fr, &B->sparse, 0);
+    return rc;
+}
+
 static int run_point(const bench *B, st_runner *r, st_kv *kv, st_kv_seq_id seq, point *p) {
-    st_kv *tkv = NULL;
-    st_runner *tr = NULL;
-    st_kv_seq_id tseq = -1;
+    st_kv *tkv = NULL, *fkv = NULL;
+    st_runner *tr = NULL, *fr = NULL;
+    st_kv_seq_id tseq = -1, fseq = -1;
     int rc = B->dir ? tiered_setup(B, p, &tkv, &tr, &tseq) : 0;
+    if (!rc && B->compare_flat) rc = flat_setup(B, kv, seq, &fkv, &fr, &fseq);
     st_runner_quest_stats s0, s1;
     st_runner_get_quest_stats(r, &s0);
     st_kv_stats k0, k1;
@@ -158,11 +187,16 @@ static int run_point(const bench *B, st_runner *r, st_kv *kv, st_kv_seq_id seq, 
         if (!rc && v > p->sparse_tps) p->sparse_tps = v;
         if (!rc && tr) v = decode_steps(tr, tkv, tseq, (int)B->n_gen, dt, B->lg, &rc);
         if (!rc && tr && v > p->tiered_tps) p->tiered_tps = v;
+        if (!rc && fr) v = decode_steps(fr, fkv, fseq, (int)B->n_gen, dt, B->lg, &rc);
+        if (!rc && fr && v > p->flat_tps) p->flat_tps = v;
     }
     st_runner_get_quest_stats(r, &s1);
     p->listed_frac = s1.pages_total > s0.pages_total
                          ? (double)(s1.pages_listed - s0.pages_listed) / (double)(s1.pages_total - s0.pages_total)
                          : 1;
+    p->scored_frac = s1.boxes_ranked > s0.boxes_ranked ? (double)(s1.boxes_scored - s0.boxes_scored) /
+                                                             (double)(s1.boxes_ranked - s0.boxes_ranked)
+                                                       : 0;
     if (tkv) {
         st_kv_get_stats(tkv, &k1);
         p->tier_mib_step = (double)(k1.tier_bytes_read - k0.tier_bytes_read) / 1048576.0 /
@@ -170,6 +204,8 @@ static int run_point(const bench *B, st_runner *r, st_kv *kv, st_kv_seq_id seq, 
     }
     st_runner_destroy(tr);
     st_kv_destroy(tkv);
+    st_runner_destroy(fr);
+    st_kv_destroy(fkv);
     return rc;
 }
 
@@ -199,17 +235,19 @@ static void peer_at_depth(const char *file, const void *gguf, size_t size, const
     if (have_file) unlink(path);
 }
 
-static void print_table(const point *pts, int np, int tiered, const bench_peer *peer) {
+static void print_table(const point *pts, int np, int tiered, int flat, const bench_peer *peer) {
     printf("| context | prefill tok/s (RAM, segment) | dense tok/s | sparse tok/s | sparse/dense | "
-           "pages read (sparse layers) |");
+           "pages read (sparse layers) | boxes scored / ranked |");
+    if (flat) printf(" sparse, flat ranking tok/s | two-level/flat |");
     if (tiered)
         printf(" tiered sparse tok/s | tiered/sparse | RAM pages / KV pages | spill MiB/step | "
                "tiered prefill tok/s (from 0) |");
-    printf("\n|---|---|---|---|---|---|%s\n", tiered ? "---|---|---|---|---|" : "");
+    printf("\n|---|---|---|---|---|---|---|%s%s\n", flat ? "---|---|" : "", tiered ? "---|---|---|---|---|" : "");
     for (int i = 0; i < np; i++) {
         const point *p = &pts[i];
-        printf("| %lld | %.0f | %.1f | %.1f | %.2f | %.1f%% |", p->ctx, p->pp_tps, p->dense_tps, p->sparse_tps,
-               p->sparse_tps / p->dense_tps, 100 * p->listed_frac);
+        printf("| %lld | %.0f | %.1f | %.1f | %.2f | %.1f%% | %.1f%% |", p->ctx, p->pp_tps, p->dense_tps,
+               p->sparse_tps, p->sparse_tps / p->dense_tps, 100 * p->listed_frac, 100 * p->scored_frac);
+        if (flat) printf(" %.1f | %.3f |", p->flat_tps, p->sparse_tps / p->flat_tps);
         if (tiered)
             printf(" %.1f | %.2f | %lld / %lld | %.2f | %.0f |", p->tiered_tps, p->tiered_tps / p->sparse_tps,
                    p->ram_pages, p->kv_pages, p->tier_mib_step, p->pp_tiered_tps);
@@ -217,9 +255,12 @@ static void print_table(const point *pts, int np, int tiered, const bench_peer *
     }
     const point *lo = &pts[0], *hi = &pts[np - 1];
     /* three decimals and an explicit verdict: 0.696 printed as "0.70" read as a pass */
-    const double flat = hi->sparse_tps / lo->sparse_tps;
+    const double flat_r = hi->sparse_tps / lo->sparse_tps;
     printf("sparse at %lld / sparse at %lld: %.3f (target >= 0.7 at 32k over 1k%s)\n", hi->ctx,
-           lo->ctx, flat, hi->want != 32768 || lo->want != 1024 ? "" : flat >= 0.7 ? ": met" : ": not met");
+           lo->ctx, flat_r, hi->want != 32768 || lo->want != 1024 ? "" : flat_r >= 0.7 ? ": met" : ": not met");
+    if (flat)
+        printf("flat ranking: sparse at %lld / sparse at %lld: %.3f\n", hi->ctx, lo->ctx,
+               hi->flat_tps / lo->flat_tps);
     char what[64];
     snprintf(what, sizeof what, "decode at depth %lld", hi->ctx);
     bench_peer_print(what, peer);
@@ -330,8 +371,8 @@ static int model_run_point(bench *B, model_run *mr, long long want, long long ct
     mr->len = ctx;
     if (!rc) rc = run_point(B, mr->r, mr->kv, mr->seq, p);
     if (!rc) {
-        fprintf(stderr, "  %s %lld: prefill %.0f tok/s, dense %.1f, sparse %.1f, tiered %.1f tok/s\n", mr->name,
-                p->ctx, p->pp_tps, p->dense_tps, p->sparse_tps, p->tiered_tps);
+        fprintf(stderr, "  %s %lld: prefill %.0f tok/s, dense %.1f, sparse %.1f, tiered %.1f, flat-ranked %.1f tok/s\n",
+                mr->name, p->ctx, p->pp_tps, p->dense_tps, p->sparse_tps, p->tiered_tps, p->flat_tps);
         mr->np++;
     }
     return rc;
@@ -339,13 +380,17 @@ static int model_run_point(bench *B, model_run *mr, long long want, long long ct
 
 int main(int argc, char **argv) {
     long long ctxs[MAX_POINTS] = {1024, 4096, 8192, 16384, 32768};
-    int n_ctx = 5, tiered = 1, with_dense = 1;
+    int n_ctx = 5, tiered = 1, with_dense = 1, compare_flat = 0;
     long long n_gen = 32, reps = 3, budget = 2048, page = 16, dense_layers = 2, n_threads = 0;
     const char *svg = "sparse.svg", *preset = "small", *spill_root = "/tmp", *model_path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--no-tiered") || !strcmp(a, "--no-dense")) {
             *(a[5] == 't' ? &tiered : &with_dense) = 0;
+            continue;
+        }
+        if (!strcmp(a, "--compare-flat")) {
+            compare_flat = 1;
             continue;
         }
         if (!v) {
@@ -421,7 +466,7 @@ int main(int argc, char **argv) {
     }
     const st_model_hparams *hp = mr[0].m ? st_model_get_hparams(mr[0].m) : NULL;
     bench B = {.ctx = ctx, .rp = st_runner_default_params(), .page = page, .n_gen = n_gen, .reps = reps,
-               .with_dense = with_dense, .dir = tiered ? dir : NULL, .toks = toks, .text = model_path != NULL};
+               .with_dense = with_dense, .compare_flat = compare_flat, .dir = tiered ? dir : NULL, .toks = toks, .text = model_path != NULL};
     B.rp.n_batch = 512;
     B.rp.n_ctx = (int32_t)max_len;
     B.dense = B.sparse = st_kv_quest_default_params();
@@ -463,7 +508,7 @@ int main(int argc, char **argv) {
             peer_at_depth(mr[k].file, mr[k].img, mr[k].img_size, preset, &sp, top->ctx, n_gen, reps,
                           st_threadpool_n_threads(st_ctx_threadpool(ctx)), &peer);
             printf("\n%s (%s):\n", mr[k].name, st_model_desc(mr[k].m));
-            print_table(mr[k].pts, mr[k].np, tiered, &peer);
+            print_table(mr[k].pts, mr[k].np, tiered, B.compare_flat, &peer);
             if (k == 0) write_svg(svg, mr[k].pts, mr[k].np, budget, tiered, peer.tps);
         }
         if (n_models == 2) {

@@ -321,6 +321,8 @@ static int quest_select(st_runner *r, int layer, const span *sp, int n_sp) {
         r->qst.selects++;
         r->qst.pages_listed += ss.n_listed;
         r->qst.pages_total += (int64_t)nv_sel * r->ag.n_kv_head;
+        r->qst.boxes_ranked += ss.n_ranked;
+        r->qst.boxes_scored += ss.n_scored;
         if (!audit) continue;
         int nv = 0;
         rc = fetch_views(r, sp[s].seq, layer, 0, &nv);
