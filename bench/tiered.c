@@ -131,8 +131,9 @@ static int bench_ctx(st_ctx *ctx, st_attn_ws *ws, const char *dir, int64_t C, co
     int direct = 0;
     int pfd = probe_open(dir, probe_bytes, &direct);
     st_attn_geom g = {.n_head = NH, .n_kv_head = H, .head_dim = D, .page_size = P, .type = ST_TYPE_F16};
-    float q[ST_ATTN_MAX_HEADS * ST_ATTN_MAX_HEAD_DIM], out[ST_ATTN_MAX_HEADS * ST_ATTN_MAX_HEAD_DIM];
-    for (int i = 0; i < NH * D; i++) q[i] = frand(&s);
+    float *q = malloc(sizeof(float) * NH * D), *out = malloc(sizeof(float) * NH * D);
+    if (!q || !out) rc = ST_E_NOMEM;
+    for (int i = 0; q && i < NH * D; i++) q[i] = frand(&s);
     /* warm-up step (workspace growth), then timed steps */
     for (int l = 0; l < L && !rc; l++) rc = st_kv_attend_decode(kv, ctx, ws, &g, l, &seq, 1, NULL, q, out);
     /* Rounds of (probe pass, decode steps), so that both see the same disk and the same
@@ -158,6 +159,8 @@ static int bench_ctx(st_ctx *ctx, st_attn_ws *ws, const char *dir, int64_t C, co
         dt += t, bytes += by, pbytes += pb, psecs += ps;
     }
     if (pfd >= 0) close(pfd);
+    free(q);
+    free(out);
     if (rc) fprintf(stderr, "attend: %s\n", st_ctx_error(ctx));
     if (getenv("TIERED_STATS")) {
         char line[512];
