@@ -486,7 +486,7 @@ int main(int argc, char **argv) {
         printf("KV f16, page %lld; %d threads; best of %lld runs of %lld decode steps per point; "
                "Quest budget %lld tokens, %lld dense layers, group %d pages%s%s\n", page,
                st_threadpool_n_threads(st_ctx_threadpool(ctx)), reps, n_gen, budget, dense_layers,
-               quest_group ? quest_group : 16,
+               quest_group > 1 ? quest_group : 1,
                tiered ? "; spill dir " : "", tiered ? dir : "");
     }
     for (int i = 0; i < n_ctx && !rc; i++) {

@@ -146,7 +146,7 @@ static int check_params(st_ctx *ctx, st_kv_params *p) {
     RANGE(n_pages, 1, ST_KV_MAX_PAGES)
     RANGE(n_reserve, 0, p->n_pages)
     RANGE(max_seqs, 1, ST_KV_MAX_SEQS)
-    if (p->quest_group == 0) p->quest_group = 16;
+    if (p->quest_group == 0) p->quest_group = 1;
     RANGE(quest_group, 1, 256)
     if (p->quest_group & (p->quest_group - 1))
         return st_seterr(ctx, ST_E_INVAL, "kv: quest_group = %d is not a power of two", p->quest_group);

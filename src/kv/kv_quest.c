@@ -443,14 +443,14 @@ static void tree_task(void *arg, int ith, int nth) {
     }
 }
 
-/* The two-level ranking pays when the budget is a small part of the candidates and these
- * lie in few groups (a sequence whose pages came in order from the pool). */
+/* The two-level ranking can pay only when the budget is a small part of the candidates and
+ * these lie in few groups (a sequence whose pages came in order from the pool). */
 static int use_tree(const st_kv *kv, st_kv_select *s, int32_t n_cand, int64_t k, int32_t H, int *rc) {
     *rc = 0;
     if (!kv->qgbox || k <= 0 || k >= n_cand || n_cand < 4 * k) return 0;
     const int n_runs = kv_quest_tree_runs(kv, &s->tree, s->phys, s->cand, n_cand, H);
     if (n_runs < 0) *rc = n_runs;
-    return n_runs > 0 && n_runs <= n_cand / 4;
+    return n_runs > 0 && n_runs <= n_cand / 2;
 }
 
 #define RANK_MIN_PARALLEL 256 /* (page, head) boxes below which one thread ranks alone */
