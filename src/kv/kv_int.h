@@ -235,7 +235,8 @@ int kv_quest_tree_runs(const st_kv *kv, kv_qtree_ws **t, const int32_t *phys, co
  * scores candidates into bound[c] (by candidate position); *pos: the scored positions,
  * ascending, *cb their bounds in that order (both owned by t, valid until its next use for
  * h); returns their count. Every candidate the flat ranking could choose is among them, with
- * all ties at the k-th bound (kv_quest_tree.c). Heads may run on different threads. */
+ * all ties at the k-th bound (kv_quest_tree.c). *pos NULL: every candidate was scored
+ * (returns n_cand). Heads may run on different threads. */
 int32_t kv_quest_tree_head(const st_kv *kv, kv_qtree_ws *t, int layer, int h, const st_attn_ws *ws,
                            const float *qg, int32_t Gq, int32_t n_cand, int64_t k, float *bound,
                            const int32_t **pos, const float **cb);

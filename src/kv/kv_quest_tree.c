@@ -27,10 +27,14 @@
  * Ranking (kv_quest_tree_head)
  * ----------------------------
  * The candidates (view order) are cut into runs of consecutive candidates in one group.
- * Per KV head: score each run's group box; visit runs by decreasing group bound (ties: the
- * earlier run), computing their pages' bounds, until at least k pages are scored; then let
- * thr be the k-th largest page bound scored so far and score every further run whose group
- * bound is >= thr, recomputing thr, until no unscored run has a group bound >= thr.
+ * Per KV head: score each run's group box; score the pages of the runs with the kr highest
+ * group bounds (ties included; kr from k and the mean run length, doubled until they hold at
+ * least k pages); then let thr be the k-th largest page bound scored so far and score every
+ * further run whose group bound is >= thr, recomputing thr, until no unscored run has a group
+ * bound >= thr.
+ * (When more than half the unscored runs reach thr, the groups do not separate: the rest is
+ * scored at once and the flat ranking's finish runs over every bound, so a layout or keys
+ * that defeat the groups cost the group boxes and one k-th search more than flat, no more.)
  * Every unscored page then has bound <= its group's < thr, so thr is the k-th largest bound
  * over all candidates and every page at or above it (ties included) was scored: the scored
  * pages, in candidate order, rank exactly as all candidates would. Hence the selection is
@@ -153,8 +157,6 @@ int kv_quest_tree_check(const st_kv *kv, char *msg, size_t cap) {
 
 /* ---- ranking ------------------------------------------------------------------------------ */
 
-typedef struct { float b; int32_t r; } run_key;
-
 struct kv_qtree_ws {
     int32_t *run_c0;  /* [n_runs + 1] first candidate position of each run */
     int32_t *run_g;   /* [n_runs] group of each run */
@@ -162,9 +164,7 @@ struct kv_qtree_ws {
     int64_t cap_runs, cap_cand;
     /* per KV head, [n_kv_head][...] */
     float *gb;        /* [n_runs] group bounds */
-    int32_t *order;   /* [n_runs] runs by decreasing group bound */
     uint8_t *done;    /* [n_runs] run scored */
-    run_key *keys;    /* [n_runs] sort scratch */
     float *cb, *w0, *w1; /* [n_cand] bounds of the scored pages (as pos); kth scratch */
     int32_t *pos;     /* [n_cand] candidate positions of the scored pages, ascending */
     int32_t *cphys;   /* [n_cand] (shared) physical page of each candidate */
@@ -176,9 +176,7 @@ void kv_quest_tree_ws_free(kv_qtree_ws *t) {
     free(t->run_c0);
     free(t->run_g);
     free(t->gb);
-    free(t->order);
     free(t->done);
-    free(t->keys);
     free(t->cb);
     free(t->pos);
     free(t->cphys);
@@ -214,9 +212,7 @@ int kv_quest_tree_runs(const st_kv *kv, kv_qtree_ws **tp, const int32_t *phys, c
         TGROW(t->run_c0, c);
         TGROW(t->run_g, c);
         TGROW(t->gb, c);
-        TGROW(t->order, c);
         TGROW(t->done, c);
-        TGROW(t->keys, c);
         t->cap_runs = c;
     }
     if (H > t->H) t->H = H;
@@ -233,12 +229,6 @@ int kv_quest_tree_runs(const st_kv *kv, kv_qtree_ws **tp, const int32_t *phys, c
     t->run_c0[n] = n_cand;
     t->n_runs = n;
     return n;
-}
-
-static int run_key_cmp(const void *a, const void *b) {
-    const run_key *x = a, *y = b;
-    if (x->b != y->b) return x->b < y->b ? 1 : -1;
-    return x->r > y->r ? 1 : x->r < y->r ? -1 : 0;
 }
 
 /* Bounds of the pages of run r (candidate positions [c0, c1)) into bound[c]: runs of
@@ -266,7 +256,6 @@ int32_t kv_quest_tree_head(const st_kv *kv, kv_qtree_ws *t, int layer, int h, co
     const int D = kv->p.head_dim;
     const int32_t R = t->n_runs;
     float *gb = t->gb + (size_t)h * (R + 1);
-    int32_t *order = t->order + (size_t)h * (R + 1);
     uint8_t *done = t->done + (size_t)h * (R + 1);
     float *cb = t->cb + (size_t)h * n_cand, *w0 = t->w0 + (size_t)h * n_cand, *w1 = t->w1 + (size_t)h * n_cand;
     /* the group bounds: runs of consecutive groups in one call */
@@ -278,21 +267,26 @@ int32_t kv_quest_tree_head(const st_kv *kv, kv_qtree_ws *t, int layer, int h, co
         ST_ASSERT(rc == 0);
         r0 = r1;
     }
-    run_key *keys = t->keys + (size_t)h * (R + 1);
     for (int32_t r = 0; r < R; r++) {
         if (isnan(gb[r])) gb[r] = INFINITY;
-        keys[r].b = gb[r], keys[r].r = r;
         done[r] = 0;
     }
-    qsort(keys, (size_t)R, sizeof *keys, run_key_cmp);
-    for (int32_t r = 0; r < R; r++) order[r] = keys[r].r;
+    /* first the runs of the kr highest group bounds (ties included), kr doubling until they
+     * hold k pages: no sort, a k-th search over the group bounds per round */
     int64_t n_done = 0;
-    int32_t i = 0;
-    while (i < R && n_done < k) {
-        const int32_t r = order[i++];
-        score_run(kv, ws, layer, h, qg, Gq, cand_phys, t->run_c0[r], t->run_c0[r + 1], bound);
-        done[r] = 1;
-        n_done += t->run_c0[r + 1] - t->run_c0[r];
+    int32_t n_runs_done = 0, kr = (int32_t)((k * R + n_cand - 1) / n_cand);
+    if (kr < 1) kr = 1;
+    while (n_done < k) {
+        if (kr > R) kr = R;
+        const float t1 = kv_quest_kth_largest(gb, w0, w1, R, kr);
+        for (int32_t r = 0; r < R; r++)
+            if (!done[r] && gb[r] >= t1) {
+                score_run(kv, ws, layer, h, qg, Gq, cand_phys, t->run_c0[r], t->run_c0[r + 1], bound);
+                done[r] = 1;
+                n_runs_done++;
+                n_done += t->run_c0[r + 1] - t->run_c0[r];
+            }
+        kr *= 2;
     }
     for (;;) {
         int32_t m = 0;
@@ -300,14 +294,22 @@ int32_t kv_quest_tree_head(const st_kv *kv, kv_qtree_ws *t, int layer, int h, co
             if (done[r])
                 for (int32_t c = t->run_c0[r]; c < t->run_c0[r + 1]; c++) cb[m++] = bound[c];
         const float thr = kv_quest_kth_largest(cb, w0, w1, m, (int32_t)k);
-        int more = 0;
-        while (i < R && gb[order[i]] >= thr) {
-            const int32_t r = order[i++];
-            score_run(kv, ws, layer, h, qg, Gq, cand_phys, t->run_c0[r], t->run_c0[r + 1], bound);
-            done[r] = 1;
-            more = 1;
+        int32_t left = 0;
+        for (int32_t r = 0; r < R; r++) left += !done[r] && gb[r] >= thr;
+        if (2 * left > R - n_runs_done) { /* the groups do not separate: score all, as flat
+                                              would (a call per run of consecutive pages) */
+            score_run(kv, ws, layer, h, qg, Gq, cand_phys, 0, n_cand, bound);
+            *pos_out = NULL;
+            *cb_out = NULL;
+            return n_cand;
         }
-        if (!more) break;
+        if (!left) break;
+        for (int32_t r = 0; r < R; r++)
+            if (!done[r] && gb[r] >= thr) {
+                score_run(kv, ws, layer, h, qg, Gq, cand_phys, t->run_c0[r], t->run_c0[r + 1], bound);
+                done[r] = 1;
+                n_runs_done++;
+            }
     }
     int32_t n = 0;
     for (int32_t r = 0; r < R; r++)
