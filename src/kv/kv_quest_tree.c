@@ -40,9 +40,15 @@
  * pages, in candidate order, rank exactly as all candidates would. Hence the selection is
  * identical to the flat ranking for every budget, query and page layout, bit for bit (the
  * page bounds are the kernel's, which gives a page the same bits in any call: see
- * attn_avx512.c, quest_groups). Only the speed depends on the layout and on the model:
- * pages of one sequence allocated in order fill whole groups; a near-uniform attention (a
- * random-weight model) scores most groups anyway.
+ * attn_avx512.c, quest_groups). Only the speed depends on the layout and on the keys:
+ * pages of one sequence allocated in order fill whole groups, but a union box's bound adds
+ * each dimension's widest side, and the page bounds of real keys sit close together, so
+ * groups of more than a few pages seldom fall below the k-th page bound; hence the flat
+ * default (quest_group 1; docs/PERFORMANCE.md, Quest sparse decode).
+ *
+ * The first phase scores the kr highest group bounds' runs (ties included) rather than
+ * sorting the groups: a sort of a few hundred group bounds per head and layer cost more than
+ * the pages it could save.
  */
 #include "kv_int.h"
 
