@@ -12,9 +12,18 @@
  * disk and the same neighbours; "ratio" is total over total, "per round" its range.
  * Target: >= 0.70.
  *
- *   usage: tiered [DIR] [contexts...]     default DIR ".", contexts 8192 32768 */
+ * With -m MODEL the pool takes that model's KV geometry and its content is real: the model
+ * (a trained one) and then its random twin of the same shape (bench_text.h) each prefill C
+ * tokens of the project's own text (chunked prefill, through the tier) and the same steps are
+ * timed on each, one row per model. Dense attention reads every page whatever the weights,
+ * so the two rows should agree: a check that the random-K/V figures stand for a real cache.
+ * Contexts beyond the model's are cut to fit.
+ *
+ *   usage: tiered [-m MODEL] [DIR] [contexts...]     default DIR ".", contexts 8192 32768 */
+#include "bench_text.h"
 #include "strata/attn.h"
 #include "strata/kv.h"
+#include "strata/model.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,7 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { L = 4, H = 2, NH = 4, D = 64 };
+static int L = 4, H = 2, NH = 4, D = 64;
 static int P = 16; /* TIERED_PAGE=64 etc.: larger pages, larger layer blocks per read */
 
 /* The probe file: `bytes` of data in dir, opened O_DIRECT when the filesystem allows. */
@@ -68,7 +77,34 @@ static float frand(uint64_t *s) {
     return (float)((*s >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
 }
 
-static int bench_ctx(st_ctx *ctx, st_attn_ws *ws, const char *dir, int64_t C) {
+/* Fills kv's sequence with C tokens: random K/V, or (m set) the model's prefill of toks. */
+static int fill(st_ctx *ctx, st_kv *kv, st_kv_seq_id seq, int64_t C, const st_model *m, const int32_t *toks) {
+    if (m) {
+        st_runner_params rp = st_runner_default_params();
+        st_runner *r = NULL;
+        float *lg = malloc((size_t)st_model_get_hparams(m)->n_vocab * sizeof *lg);
+        int rc = lg ? st_runner_create(ctx, m, kv, &rp, &r) : ST_E_NOMEM;
+        st_batch b = {.n_tokens = (int32_t)C, .tokens = toks, .seq_single = seq};
+        if (!rc) rc = st_runner_forward(r, &b, lg);
+        st_runner_destroy(r);
+        free(lg);
+        return rc;
+    }
+    const int chunk = 256;
+    float *k = malloc(sizeof(float) * L * chunk * H * D), *v = malloc(sizeof(float) * L * chunk * H * D);
+    uint64_t s = 1;
+    int rc = k && v ? 0 : ST_E_NOMEM;
+    for (int64_t t = 0; t < C && !rc; t += chunk) {
+        for (size_t i = 0; i < (size_t)L * chunk * H * D; i++) k[i] = frand(&s), v[i] = frand(&s);
+        rc = st_kv_seq_append(kv, seq, chunk, NULL, k, v);
+    }
+    free(k);
+    free(v);
+    return rc;
+}
+
+static int bench_ctx(st_ctx *ctx, st_attn_ws *ws, const char *dir, int64_t C, const st_model *m,
+                     const int32_t *toks, const char *name) {
     st_kv_params p = st_kv_default_params();
     p.n_layer = L, p.n_kv_head = H, p.head_dim = D, p.page_size = P, p.type = ST_TYPE_F16;
     p.n_pages = C / P + 2;
@@ -83,15 +119,8 @@ static int bench_ctx(st_ctx *ctx, st_attn_ws *ws, const char *dir, int64_t C) {
     }
     st_kv_seq_id seq;
     st_kv_seq_create(kv, &seq);
-    const int chunk = 256;
-    float *k = malloc(sizeof(float) * L * chunk * H * D), *v = malloc(sizeof(float) * L * chunk * H * D);
     uint64_t s = 1;
-    for (int64_t t = 0; t < C && !rc; t += chunk) {
-        for (size_t i = 0; i < (size_t)L * chunk * H * D; i++) k[i] = frand(&s), v[i] = frand(&s);
-        rc = st_kv_seq_append(kv, seq, chunk, NULL, k, v);
-    }
-    free(k);
-    free(v);
+    rc = fill(ctx, kv, seq, C, m, toks);
     if (rc || (rc = st_kv_flush(kv))) {
         fprintf(stderr, "fill: %s\n", st_ctx_error(ctx));
         st_kv_destroy(kv);
@@ -102,8 +131,9 @@ static int bench_ctx(st_ctx *ctx, st_attn_ws *ws, const char *dir, int64_t C) {
     int direct = 0;
     int pfd = probe_open(dir, probe_bytes, &direct);
     st_attn_geom g = {.n_head = NH, .n_kv_head = H, .head_dim = D, .page_size = P, .type = ST_TYPE_F16};
-    float q[NH * D], out[NH * D];
-    for (int i = 0; i < NH * D; i++) q[i] = frand(&s);
+    float *q = malloc(sizeof(float) * NH * D), *out = malloc(sizeof(float) * NH * D);
+    if (!q || !out) rc = ST_E_NOMEM;
+    for (int i = 0; q && i < NH * D; i++) q[i] = frand(&s);
     /* warm-up step (workspace growth), then timed steps */
     for (int l = 0; l < L && !rc; l++) rc = st_kv_attend_decode(kv, ctx, ws, &g, l, &seq, 1, NULL, q, out);
     /* Rounds of (probe pass, decode steps), so that both see the same disk and the same
@@ -129,6 +159,8 @@ static int bench_ctx(st_ctx *ctx, st_attn_ws *ws, const char *dir, int64_t C) {
         dt += t, bytes += by, pbytes += pb, psecs += ps;
     }
     if (pfd >= 0) close(pfd);
+    free(q);
+    free(out);
     if (rc) fprintf(stderr, "attend: %s\n", st_ctx_error(ctx));
     if (getenv("TIERED_STATS")) {
         char line[512];
@@ -136,7 +168,7 @@ static int bench_ctx(st_ctx *ctx, st_attn_ws *ws, const char *dir, int64_t C) {
         fprintf(stderr, "# %s\n", line);
     }
     const double gbs = bytes / dt / 1e9, probe = psecs > 0 ? pbytes / psecs / 1e9 : 0;
-    printf("%6lld  %9.2f  %10.1f  %8.3f  %8.3f  %6.2f  %5.2f-%-5.2f  %s\n", (long long)C,
+    printf("%-8s %6lld  %9.2f  %10.1f  %8.3f  %8.3f  %6.2f  %5.2f-%-5.2f  %s\n", name, (long long)C,
            ROUNDS * steps / dt, bytes / (ROUNDS * steps) / 1048576.0, gbs, probe,
            probe > 0 ? gbs / probe : 0.0, rmin, rmax, direct ? "O_DIRECT" : "buffered");
     st_kv_destroy(kv);
@@ -144,22 +176,62 @@ static int bench_ctx(st_ctx *ctx, st_attn_ws *ws, const char *dir, int64_t C) {
 }
 
 int main(int argc, char **argv) {
-    const char *dir = argc > 1 ? argv[1] : ".";
+    const char *model_path = NULL;
+    int ai = 1;
+    if (argc > 2 && !strcmp(argv[1], "-m")) model_path = argv[2], ai = 3;
+    const char *dir = argc > ai ? argv[ai] : ".";
     if (getenv("TIERED_PAGE")) P = atoi(getenv("TIERED_PAGE"));
+    int64_t ctxs[16] = {8192, 32768};
+    int n_ctx = 2;
+    if (argc > ai + 1) {
+        n_ctx = 0;
+        for (int i = ai + 1; i < argc && n_ctx < 16; i++) ctxs[n_ctx++] = atoll(argv[i]);
+    }
     st_ctx *ctx;
     if (st_ctx_create(NULL, &ctx)) return 1;
     st_attn_ws *ws;
     if (st_attn_ws_create(st_ctx_isa(ctx), &ws)) return 1;
-    printf("# KV-only: dense decode attention (4 layers, f16, P=%d), hot pool = 1/8 of the KV,\n"
-           "# spill in %s. bw = disk bytes streamed / time; probe = sequential 1 MiB reads,\n"
-           "# alternating with the decode steps.\n", P, dir);
-    printf("%6s  %9s  %10s  %8s  %8s  %6s  %11s\n", "ctx", "steps/s", "MiB/step", "bw GB/s", "probe",
-           "ratio", "per round");
-    int rc = 0;
-    if (argc > 2)
-        for (int i = 2; i < argc && !rc; i++) rc = bench_ctx(ctx, ws, dir, atoll(argv[i]));
-    else
-        for (int i = 0; i < 2 && !rc; i++) rc = bench_ctx(ctx, ws, dir, i ? 32768 : 8192);
+    st_model *mods[2] = {NULL, NULL};
+    void *img = NULL;
+    size_t img_size = 0;
+    st_tok *tok = NULL;
+    int32_t *toks = NULL;
+    int n_toks = 0, n_files = 0, rc = 0;
+    if (model_path) {
+        st_model_load_params lp = bench_model_load_params();
+        rc = st_model_load(ctx, model_path, &lp, &mods[0]);
+        if (!rc) rc = bench_text_twin(ctx, mods[0], model_path, &img, &img_size, &mods[1]);
+        if (!rc) rc = st_tok_load(ctx, st_model_gguf(mods[0]), NULL, &tok);
+        const st_model_hparams *hp = mods[0] ? st_model_get_hparams(mods[0]) : NULL;
+        for (int i = 0; i < n_ctx && hp; i++)
+            if (ctxs[i] > hp->n_ctx_train) ctxs[i] = hp->n_ctx_train;
+        int64_t mx = 0;
+        for (int i = 0; i < n_ctx; i++) mx = ctxs[i] > mx ? ctxs[i] : mx;
+        if (!rc && bench_text_tokens(tok, mx, &toks, &n_toks, &n_files)) rc = ST_E_INVAL;
+        if (!rc) {
+            L = hp->n_layer, H = hp->n_head_kv, NH = hp->n_head, D = hp->head_dim;
+            if (NH > ST_ATTN_MAX_HEADS || D > ST_ATTN_MAX_HEAD_DIM) rc = ST_E_LIMIT;
+        }
+        if (rc) fprintf(stderr, "tiered: %s: %s\n", model_path, st_ctx_error(ctx));
+    }
+    if (!rc) {
+        printf("# KV-only: dense decode attention (%d layers, %d/%d heads of %d, f16, P=%d), hot pool = 1/8 of "
+               "the KV,\n# spill in %s. bw = disk bytes streamed / time; probe = sequential 1 MiB reads,\n"
+               "# alternating with the decode steps.\n", L, NH, H, D, P, dir);
+        if (model_path)
+            printf("# KV content: %s (trained) and its random twin prefilling %d files of the source tree\n",
+                   model_path, n_files);
+        printf("%-8s %6s  %9s  %10s  %8s  %8s  %6s  %11s\n", "KV", "ctx", "steps/s", "MiB/step", "bw GB/s",
+               "probe", "ratio", "per round");
+    }
+    for (int i = 0; i < n_ctx && !rc; i++)
+        for (int k = 0; k < (model_path ? 2 : 1) && !rc; k++)
+            rc = bench_ctx(ctx, ws, dir, ctxs[i], mods[k], toks, !model_path ? "random" : k ? "twin" : "trained");
+    free(toks);
+    st_tok_destroy(tok);
+    st_model_destroy(mods[0]);
+    st_model_destroy(mods[1]);
+    free(img);
     st_attn_ws_destroy(ws);
     st_ctx_destroy(ctx);
     return rc ? 1 : 0;

@@ -87,6 +87,10 @@ typedef struct st_attn_seq {
     const int32_t *sel;   /* [n_kv_head][sel_stride] indices into pages, or NULL */
     const int32_t *n_sel; /* [n_kv_head], each in [0, sel_stride] */
     int32_t sel_stride;
+    /* Pages per decode run: 0 = st_attn_pages_per_run of this list. A streaming window of a
+     * longer list (st_attn_decode_runs) sets the longer list's, so that its runs are the
+     * longer list's runs; in [0, st_attn_pages_per_run(page_size, INT64_MAX)]. */
+    int32_t run_pages;
 } st_attn_seq;
 
 /* Caller-owned scratch (per-thread tiles, decode partials) plus the kernel table of one ISA.

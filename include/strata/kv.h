@@ -114,6 +114,10 @@ typedef struct st_kv_params {
     int spill_no_direct;     /* 1: buffered spill I/O (default: O_DIRECT when possible) */
     st_spill_open_fn spill_open; /* tests: open the spill file through another backend */
     void *spill_open_arg;
+    int quest_group;         /* pages per group box of Quest's two-level ranking (quest.h):
+                                0 or 1 = no group boxes (flat ranking); else a power of two
+                                in [2, 256]. The selection is the same either way; only
+                                the ranking's speed differs (docs/PERFORMANCE.md, Quest). */
 } st_kv_params;
 
 /* Zeroed params with page_size 16, type f16, max_seqs 256; caller fills the rest. */

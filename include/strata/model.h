@@ -276,6 +276,7 @@ typedef struct st_runner_quest_stats {
     int64_t selects;      /* (sequence, sparse layer) selections */
     int64_t pages_listed; /* pages attended, summed over selections and KV heads */
     int64_t pages_total;  /* pages a dense pass would have read, same sum */
+    int64_t boxes_ranked, boxes_scored; /* st_kv_select_stats n_ranked / n_scored, same sum */
     int64_t audits;       /* (query head, layer, step) samples of the captured mass */
     double mass_mean, mass_min; /* over the samples; 1 / 1 when none */
     /* certified mode (p->certify, or a batch's quest_epsilon): */

@@ -109,11 +109,15 @@ int st_kv_select_head(const st_kv_select *s, int32_t h, const int32_t **idx, int
 int st_kv_select_apply(const st_kv_select *s, st_attn_seq *a);
 
 /* Counters of the last select on s (per KV head summed): pages listed, pages forced in
- * (sinks, recent, no box), pages ranked by bound; after st_kv_quest_certify also the pages it
- * added (included in n_listed) and, over the query heads it certified (n_bound of them),
- * the largest and the sum of the certified skipped-mass bounds. */
+ * (sinks, recent, no box), pages ranked by bound, and page boxes scored to rank them: all
+ * n_ranked when the flat ranking ran, fewer when the two-level one did (a box per group of
+ * st_kv_params.quest_group physical pages first, then the pages of the groups that can
+ * still hold one of the k best: the same selection, bit for bit), 0 when the budget took
+ * every ranked page or none; after st_kv_quest_certify also the pages it added (included in
+ * n_listed) and, over the query heads it certified (n_bound of them), the largest and the
+ * sum of the certified skipped-mass bounds. */
 typedef struct st_kv_select_stats {
-    int64_t n_listed, n_forced, n_ranked;
+    int64_t n_listed, n_forced, n_ranked, n_scored;
     int64_t n_grown, n_bound;
     double bound_max, bound_sum;
 } st_kv_select_stats;

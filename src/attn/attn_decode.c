@@ -57,7 +57,7 @@ static attn_runs runs_for(const st_attn_geom *g, const st_attn_seq *s) {
         r.nsub = (g->page_size + ST_ATTN_SPLIT_TOKENS - 1) / ST_ATTN_SPLIT_TOKENS;
         r.n_runs = n * r.nsub;
     } else {
-        r.pps = st_attn_pages_per_run(g->page_size, n);
+        r.pps = s->run_pages > 0 ? s->run_pages : st_attn_pages_per_run(g->page_size, n);
         r.n_runs = (n + r.pps - 1) / r.pps;
     }
     if (r.n_runs < 1) r.n_runs = 1;
@@ -337,6 +337,8 @@ int st_attn_decode_runs(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
     if (g->page_size > ST_ATTN_MAX_PAGE_SIZE)
         return st_seterr(ctx, ST_E_INVAL, "attn: decode_runs: page_size %d > %d", g->page_size,
                          ST_ATTN_MAX_PAGE_SIZE);
+    if (seq->run_pages < 0 || seq->run_pages > st_attn_pages_per_run(g->page_size, INT64_MAX))
+        return st_seterr(ctx, ST_E_INVAL, "attn: decode_runs: run_pages %d", seq->run_pages);
     const int32_t H = g->n_kv_head, D = g->head_dim;
     int nth;
     st_threadpool *tp;

@@ -482,6 +482,7 @@ static int stream_one(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom
         if (chunk) {
             err = st_attn_chunk_fold(ctx, ws, g, &a, q, n_q, pos0_q, acc);
         } else {
+            a.run_pages = st.pps; /* the whole list's runs, whatever the window's length */
             if (st.list) {
                 a.sel = w->sub_sel;
                 a.n_sel = w->sub_nsel;

@@ -93,6 +93,10 @@ struct st_kv {
     uint8_t *qbox_ok;     /* [n_pages] box computed at the page's last seal; implies sealed
                              (kv_unseal clears both) */
     st_attn_ws *qbox_ws;  /* the box kernels of the ctx's ISA (scalar without a ctx) */
+    /* Quest group boxes (kv_quest_tree.c): the union of the valid boxes of each group of
+     * qgroup consecutive physical pages; NULL when qgroup is 1 (flat ranking only) */
+    int32_t qgroup, n_qgroups;
+    uint16_t *qgbox;      /* [n_layer][n_kv_head][n_qgroups][2][head_dim] f16 */
     /* SSD tier (kv_tier.c); spill == NULL: no tier, frame == page id for every page */
     st_spill_dir *spill_dir;
     st_spill *spill;
@@ -118,9 +122,10 @@ struct st_kv {
 /* Clears a page's sealed flag and with it its Quest box: qbox_ok[page] implies sealed
  * (kv_check), so selection, which tests a box per page of the context per layer, reads one
  * byte array instead of a kv_page each (a cache miss apiece at long contexts). */
+void kv_quest_tree_withdraw(st_kv *kv, int32_t page);
 static inline void kv_unseal(st_kv *kv, int32_t page) {
     kv->pages[page].sealed = 0;
-    kv->qbox_ok[page] = 0;
+    if (kv->qbox_ok[page]) kv_quest_tree_withdraw(kv, page); /* clears qbox_ok, shrinks its group */
 }
 
 static inline uint8_t *kv_page_data(const st_kv *kv, int32_t page) {
@@ -210,6 +215,35 @@ int kv_quest_get_box(const st_kv *kv, int32_t page, uint8_t *dst);
 void kv_quest_set_box(st_kv *kv, int32_t page, const uint8_t *src);
 int kv_quest_check_box(const st_kv *kv, const uint8_t *data, size_t layer_stride,
                        const uint8_t *box, char *msg, size_t cap);
+/* The k-th largest of v[0, n) (1 <= k <= n); w0, w1: n floats of scratch. */
+float kv_quest_kth_largest(const float *v, float *w0, float *w1, int32_t n, int32_t k);
+
+/* kv_quest_tree.c: the group boxes and the two-level ranking (its essay) */
+int kv_quest_tree_alloc(st_kv *kv); /* at create (after qbox): 0 or ST_E_NOMEM */
+void kv_quest_tree_free(st_kv *kv);
+/* A page's box was just set (qbox_ok 1); had_box: it had one already (no unseal between). */
+void kv_quest_tree_add(st_kv *kv, int32_t page, int had_box);
+int kv_quest_tree_check(const st_kv *kv, char *msg, size_t cap); /* T1: 0 or ST_E_CORRUPT */
+typedef struct kv_qtree_ws kv_qtree_ws;
+void kv_quest_tree_ws_free(kv_qtree_ws *t);
+/* Cuts the candidates (physical page phys[cand[c]] for c < n_cand, in view order) into runs
+ * of one group each, in *t (made on first use). Returns the run count (0 without group
+ * boxes), or ST_E_NOMEM. */
+int kv_quest_tree_runs(const st_kv *kv, kv_qtree_ws **t, const int32_t *phys, const int32_t *cand,
+                       int32_t n_cand, int32_t H);
+/* KV head h's two-level ranking over the runs of the last kv_quest_tree_runs (0 < k < n_cand):
+ * scores candidates into bound[c] (by candidate position); *pos: the scored positions,
+ * ascending, *cb their bounds in that order (both owned by t, valid until its next use for
+ * h); returns their count. Every candidate the flat ranking could choose is among them, with
+ * all ties at the k-th bound (kv_quest_tree.c). *pos NULL: every candidate was scored
+ * (returns n_cand). Heads may run on different threads. */
+int32_t kv_quest_tree_head(const st_kv *kv, kv_qtree_ws *t, int layer, int h, const st_attn_ws *ws,
+                           const float *qg, int32_t Gq, int32_t n_cand, int64_t k, float *bound,
+                           const int32_t **pos, const float **cb);
+static inline uint16_t *kv_qgbox(const st_kv *kv, int layer, int head, int32_t group) {
+    return kv->qgbox +
+           ((((size_t)layer * kv->p.n_kv_head + head) * kv->n_qgroups + group) * 2 * kv->p.head_dim);
+}
 static inline uint16_t *kv_qbox(const st_kv *kv, int layer, int head, int32_t page) {
     return kv->qbox +
            ((((size_t)layer * kv->p.n_kv_head + head) * kv->n_pages + page) * 2 *

@@ -146,6 +146,10 @@ static int check_params(st_ctx *ctx, st_kv_params *p) {
     RANGE(n_pages, 1, ST_KV_MAX_PAGES)
     RANGE(n_reserve, 0, p->n_pages)
     RANGE(max_seqs, 1, ST_KV_MAX_SEQS)
+    if (p->quest_group == 0) p->quest_group = 1;
+    RANGE(quest_group, 1, 256)
+    if (p->quest_group & (p->quest_group - 1))
+        return st_seterr(ctx, ST_E_INVAL, "kv: quest_group = %d is not a power of two", p->quest_group);
     if (p->ram_pages == 0) p->ram_pages = p->n_pages;
     if (p->spill_dir) {
         RANGE(ram_pages, 2, p->n_pages)
@@ -608,5 +612,6 @@ int kv_check(const st_kv *kv, char *msg, size_t cap) {
              (long long)kv->n_cached, (long long)n_used, (long long)kv->n_used,
              (long long)n_pinned, (long long)kv->n_pinned);
     free(refs);
+    if (kv_quest_tree_check(kv, msg, cap)) return ST_E_STATE;
     return kv_tier_check(kv, msg, cap);
 }

@@ -52,10 +52,13 @@ int kv_quest_alloc(st_kv *kv) {
     /* every ISA computes the same boxes; this only picks the speed */
     if (st_attn_ws_create(kv->ctx ? st_ctx_isa(kv->ctx) : ST_ISA_SCALAR, &kv->qbox_ws))
         return ST_E_NOMEM;
-    return kv->qbox && kv->qbox_ok ? 0 : ST_E_NOMEM;
+    kv->qgroup = kv->p.quest_group;
+    if (!kv->qbox || !kv->qbox_ok) return ST_E_NOMEM;
+    return kv_quest_tree_alloc(kv);
 }
 
 void kv_quest_free(st_kv *kv) {
+    kv_quest_tree_free(kv);
     st_attn_ws_destroy(kv->qbox_ws);
     kv->qbox_ws = NULL;
     st_free_aligned(kv->qbox);
@@ -99,7 +102,9 @@ void kv_quest_seal(st_kv *kv, int32_t page) {
             st_attn_box_to_f16(kv->qbox_ws, D, mm, mm + D, kv_qbox(kv, l, h, page));
         }
     }
+    const int had = kv->qbox_ok[page];
     kv->qbox_ok[page] = 1;
+    kv_quest_tree_add(kv, page, had);
 }
 
 static int has_box(const st_kv *kv, int32_t page) {
@@ -147,14 +152,19 @@ int kv_quest_get_box(const st_kv *kv, int32_t page, uint8_t *dst) {
 
 void kv_quest_set_box(st_kv *kv, int32_t page, const uint8_t *src) {
     const int D = kv->p.head_dim;
-    kv->qbox_ok[page] = src != NULL;
-    if (!src) return;
+    const int had = kv->qbox_ok[page];
+    if (!src) {
+        if (had) kv_quest_tree_withdraw(kv, page);
+        return;
+    }
     float mm[2 * ST_ATTN_MAX_HEAD_DIM];
     for (int l = 0; l < kv->p.n_layer; l++)
         for (int h = 0; h < kv->p.n_kv_head; h++, src += 2u * D * sizeof(float)) {
             memcpy(mm, src, 2u * D * sizeof(float)); /* the stream is not aligned */
             st_attn_box_to_f16(kv->qbox_ws, D, mm, mm + D, kv_qbox(kv, l, h, page));
         }
+    kv->qbox_ok[page] = 1;
+    kv_quest_tree_add(kv, page, had);
 }
 
 int kv_quest_check_box(const st_kv *kv, const uint8_t *data, size_t layer_stride,
@@ -223,6 +233,7 @@ void st_kv_select_destroy(st_kv_select *s) {
     free(s->top);
     free(s->bound);
     kv_cert_free(s);
+    kv_quest_tree_ws_free(s->tree);
     free(s);
 }
 
@@ -265,7 +276,7 @@ static int select_grow(st_kv_select *s, int32_t n_views, int32_t H) {
  * median-of-three pivot whose partition has no data-dependent branch: each value is
  * stored at both ends of the output and only the matching end advances. The bounds are close to random, so a branching (Hoare) partition mispredicted
  * about every other comparison (docs/PERFORMANCE.md, Quest). */
-static float kth_largest(const float *v, float *w0, float *w1, int32_t n, int32_t k) {
+float kv_quest_kth_largest(const float *v, float *w0, float *w1, int32_t n, int32_t k) {
     float *w = w0;
     for (;;) {
         float a = v[0], b = v[n / 2], c = v[n - 1];
@@ -320,8 +331,11 @@ static void rank_range(const st_kv *kv, const st_kv_select *s, int layer, int h,
 }
 
 /* KV head h's list once its bounds are in: the k best candidates (top-k, then in view
- * order) merged with the forced pages into idx[h], ascending. */
-static void finish_head(st_kv_select *s, int32_t h, int32_t n_forced, int32_t n_cand, int64_t k) {
+ * order) merged with the forced pages into idx[h], ascending. pos NULL: every candidate was
+ * scored (bounds at s->bound); else the n_pos scored ones, at candidate positions pos
+ * (ascending) with bounds cb, which hold every candidate the k best can include. */
+static void finish_head(st_kv_select *s, int32_t h, int32_t n_forced, int32_t n_cand, int64_t k,
+                        const int32_t *pos, const float *cb, int32_t n_pos) {
     const int64_t nv = s->n_views;
     int32_t *o = s->idx + (size_t)h * nv, n = 0;
     if (k == n_cand) { /* every page */
@@ -330,19 +344,20 @@ static void finish_head(st_kv_select *s, int32_t h, int32_t n_forced, int32_t n_
         /* the k best: bounds above the k-th largest value, then ties in page order (the
          * earlier page wins), emitted in candidate order = view order, merged with the
          * forced pages */
-        const float *bnd = s->bound + (size_t)h * nv;
+        const float *bnd = pos ? cb : s->bound + (size_t)h * nv;
+        const int32_t n_sc = pos ? n_pos : n_cand;
         float thr = INFINITY;
         int32_t above = 0, eq_left = 0, n_top = 0;
         int32_t *top = s->top + (size_t)h * nv;
         if (k > 0) {
-            thr = kth_largest(bnd, s->scr + (size_t)h * nv, s->scr2 + (size_t)h * nv, n_cand,
-                              (int32_t)k);
-            for (int32_t c = 0; c < n_cand; c++) above += bnd[c] > thr;
+            thr = kv_quest_kth_largest(bnd, s->scr + (size_t)h * nv, s->scr2 + (size_t)h * nv, n_sc,
+                                       (int32_t)k);
+            for (int32_t c = 0; c < n_sc; c++) above += bnd[c] > thr;
             eq_left = (int32_t)k - above;
             /* the chosen candidates in view order, without branches on the bounds */
-            for (int32_t c = 0; c < n_cand; c++) {
+            for (int32_t c = 0; c < n_sc; c++) {
                 const int32_t gt = bnd[c] > thr, eq = (bnd[c] == thr) & (eq_left > 0);
-                top[n_top] = s->cand[c];
+                top[n_top] = s->cand[pos ? pos[c] : c];
                 n_top += gt | eq;
                 eq_left -= eq;
             }
@@ -381,7 +396,7 @@ static void rank_task(void *arg, int ith, int nth) {
             if (j->k > 0 && j->k < j->n_cand)
                 rank_range(j->kv, j->s, j->layer, (int)h, j->ws, j->q + (size_t)h * qh, j->G, 0,
                            j->n_cand, j->s->bound + (size_t)h * nv);
-            finish_head(j->s, (int32_t)h, j->n_forced, j->n_cand, j->k);
+            finish_head(j->s, (int32_t)h, j->n_forced, j->n_cand, j->k, NULL, NULL, 0);
         }
         return;
     }
@@ -394,6 +409,33 @@ static void rank_task(void *arg, int ith, int nth) {
         rank_range(j->kv, j->s, j->layer, h, j->ws, j->q + (size_t)h * qh, j->G, (int32_t)c0,
                    (int32_t)c1, j->s->bound + (size_t)h * nv);
     }
+}
+
+/* The two-level ranking (kv_quest_tree.c), whole heads per thread. */
+static void tree_task(void *arg, int ith, int nth) {
+    const rank_job *j = arg;
+    const int64_t nv = j->s->n_views;
+    const size_t qh = (size_t)j->G * j->kv->p.head_dim;
+    int64_t lo, hi;
+    st_split_range(j->H, ith, nth, &lo, &hi);
+    for (int64_t h = lo; h < hi; h++) {
+        const int32_t *pos;
+        const float *cb;
+        const int32_t n = kv_quest_tree_head(j->kv, j->s->tree, j->layer, (int)h, j->ws, j->q + (size_t)h * qh,
+                                             j->G, j->n_cand, j->k, j->s->bound + (size_t)h * nv, &pos, &cb);
+        finish_head(j->s, (int32_t)h, j->n_forced, j->n_cand, j->k, pos, cb, n);
+        j->s->n_scored_h[h] = n;
+    }
+}
+
+/* The two-level ranking can pay only when the budget is a small part of the candidates and
+ * these lie in few groups (a sequence whose pages came in order from the pool). */
+static int use_tree(const st_kv *kv, st_kv_select *s, int32_t n_cand, int64_t k, int32_t H, int *rc) {
+    *rc = 0;
+    if (!kv->qgbox || k <= 0 || k >= n_cand || n_cand < 4 * k) return 0;
+    const int n_runs = kv_quest_tree_runs(kv, &s->tree, s->phys, s->cand, n_cand, H);
+    if (n_runs < 0) *rc = n_runs;
+    return n_runs > 0 && n_runs <= n_cand / 2;
 }
 
 #define RANK_MIN_PARALLEL 256 /* (page, head) boxes below which one thread ranks alone */
@@ -470,7 +512,15 @@ int st_kv_quest_select(const st_kv *kv, st_kv_seq_id seq, int layer, const st_at
     rank_job job = {.kv = kv, .s = s, .ws = ws, .q = q, .layer = layer, .n_cand = n_cand,
                     .n_forced = n_forced, .G = G, .H = H, .k = k, .whole_heads = H >= nth};
     const int parallel = tp && nth > 1 && (int64_t)n_cand * H >= RANK_MIN_PARALLEL;
-    if (job.whole_heads) {
+    const int tree = use_tree(kv, s, n_cand, k, H, &rc);
+    if (tree) {
+        if (parallel && H > 1) st_threadpool_run(tp, tree_task, &job);
+        else tree_task(&job, 0, 1);
+    } else if (rc) {
+        s->n_views = 0;
+        s->dense = 1;
+        return st_seterr(kv->ctx, rc, "quest: out of memory for the group ranking");
+    } else if (job.whole_heads) {
         if (parallel) st_threadpool_run(tp, rank_task, &job);
         else rank_task(&job, 0, 1);
     } else {
@@ -478,11 +528,13 @@ int st_kv_quest_select(const st_kv *kv, st_kv_seq_id seq, int layer, const st_at
             if (parallel) st_threadpool_run(tp, rank_task, &job);
             else rank_task(&job, 0, 1);
         }
-        for (int32_t h = 0; h < H; h++) finish_head(s, h, n_forced, n_cand, k);
+        for (int32_t h = 0; h < H; h++) finish_head(s, h, n_forced, n_cand, k, NULL, NULL, 0);
     }
     for (int32_t h = 0; h < H; h++) s->st.n_listed += s->n_sel[h];
     s->st.n_forced = (int64_t)n_forced * H;
     s->st.n_ranked = (int64_t)n_cand * H;
+    for (int32_t h = 0; h < H && (tree || (k > 0 && k < n_cand)); h++)
+        s->st.n_scored += tree ? s->n_scored_h[h] : n_cand;
     return 0;
 }
 

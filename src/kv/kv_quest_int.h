@@ -3,6 +3,7 @@
 #ifndef STRATA_KV_QUEST_INT_H
 #define STRATA_KV_QUEST_INT_H
 
+#include "kv_int.h"
 #include "strata/quest.h"
 
 /* A skipped page in the certificate's growth order. */
@@ -25,6 +26,8 @@ struct st_kv_select {
     float *scr, *scr2;/* [n_kv_head][n_views] scratch: each head's bounds, partitioned */
     int32_t *top;     /* [n_kv_head][n_views] scratch: the chosen candidates */
     float *bound;     /* [n_kv_head][n_views] bound of cand[c] at c, per KV head */
+    kv_qtree_ws *tree;/* two-level ranking's scratch (kv_quest_tree.c), made on first use */
+    int32_t n_scored_h[ST_KV_MAX_HEADS]; /* boxes the two-level ranking scored, per head */
     int64_t cap_views, cap_idx;
     int32_t cap_head;
     st_kv_select_stats st;

@@ -365,6 +365,8 @@ static int quest_select(st_runner *r, int layer, const span *sp, int n_sp) {
             r->qst.pages_listed += dense ? (int64_t)st_kv_select_n_views(sel) * r->ag.n_kv_head : ss.n_listed;
             r->qst.pages_total += (int64_t)st_kv_select_n_views(sel) * r->ag.n_kv_head;
             r->qst.pages_grown += ss.n_grown;
+            r->qst.boxes_ranked += ss.n_ranked;
+            r->qst.boxes_scored += ss.n_scored;
             for (int h = 0; h < r->ag.n_head; h++) {
                 const double b = have_views ? r->qbound[h] : 0;
                 r->bound_sum += b;
@@ -379,6 +381,8 @@ static int quest_select(st_runner *r, int layer, const span *sp, int n_sp) {
             r->qst.selects++;
             r->qst.pages_listed += ss.n_listed;
             r->qst.pages_total += (int64_t)st_kv_select_n_views(sel) * r->ag.n_kv_head;
+            r->qst.boxes_ranked += ss.n_ranked;
+            r->qst.boxes_scored += ss.n_scored;
             if (!audit) continue;
             rc = fetch_views(r, sp[s].seq, layer, 0, &nv);
             if (rc == ST_E_STATE) continue; /* some page is on disk: skip this sample */
