@@ -1,5 +1,6 @@
-/* The quad kernels (st_tile4_fn) of the layouts with an arithmetic of their own: Q4_K,
- * Q5_K, Q6_K and Q8_0 on AVX-512, Q4_K on AVX2 (quant.h: ST_WLAYOUT_QUADS). Each build
+/* The quad kernels (st_tile4_fn, and Q8_0's wide tile st_tilew_fn) of the layouts with an
+ * arithmetic of their own: Q4_K, Q5_K, Q6_K and Q8_0 on AVX-512, Q4_K on AVX2 (quant.h:
+ * ST_WLAYOUT_QUADS). Each build
  * against the scalar reference and at the ends of its integer ranges, and the same bits
  * whatever the tile shape and the quad's alignment. STRATA_ISA=scalar|avx2 limits the
  * builds tested. test_matmul holds the products over quads to the row layout's. */
