@@ -18,7 +18,8 @@
  * vpdpbusd chain: the same integer as subtracting it after, the sums fit in 18 bits), with
  * each block's activation scale as a float; a quad-token pair then costs 2 vpdpbusd, a
  * convert, a multiply and an FMA per block instead of 4 vpdpbusd, a subtraction, a convert,
- * a multiply and an FMA. vpdpbusd and the convert share one port, which bounds both.
+ * a multiply and an FMA: 5 vector ops on the two ports that run 512-bit ones, which is what
+ * bounds it (docs/PERFORMANCE.md, the engine).
  */
 #include "quant_int.h"
 #include "quad_avx512.h"
