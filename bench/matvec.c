@@ -2,6 +2,7 @@
  * and prefill-like matrix-matrix products.
  *
  *   matvec [--threads N] [--quick] [--rounds N] [--type NAME]... [--shape RxC]... [--no-matmul]
+ *   matvec --tiles [--rounds N] [--shape RxC]   (Q8_0 quad tiles in cache: bench_tiles)
  *
  * For each weight type and shape (rows x cols: 4096x4096 and 2048x8192) the matrix is
  * replicated into enough distinct copies that one measured pass streams >= 256 MiB
@@ -196,6 +197,76 @@ static void bench_matmul(st_threadpool *tp, const st_kernels *k, st_type t, st_w
     free(Xq);
 }
 
+/* --tiles: the Q8_0 quad products in cache, one thread (pin it: taskset -c 0), ns per 256
+ * weights per token over a ROWSxCOLS quad matrix (default 1536x512, the small model's FFN,
+ * 835 KiB: in L2) for batches of 1, 4, 16 and 64 tokens: the wide tiles (the table as is)
+ * against the same table without them (4-row x 4-token tile4 tiles, what products ran
+ * before), alternating within every round, and matvec (one token) beside them. Prints the
+ * fastest of the rounds (each pass is about a millisecond: on a machine shared with other
+ * builds a pass that lost the core for a time slice reads several times slower, so the
+ * median measures the neighbours) and checks the three give the same bits. */
+static double tiles_pass(const st_kernels *k, int which, const uint8_t *m, int64_t rows, int64_t cols, int64_t n_tok,
+                         const uint8_t *Xq, float *Y) {
+    const size_t ab = st_act_bytes(ST_TYPE_Q8_0, cols);
+    int reps = (int)(64 * 1024 * 1024 / ((double)rows * (double)cols * (double)n_tok)) + 1;
+    const double t0 = st_time_now();
+    for (int i = 0; i < reps; i++) {
+        if (which == 2) {
+            for (int64_t t = 0; t < n_tok; t++) {
+                const void *W = m;
+                float *y = Y + t * rows;
+                if (st_matvec_multi_l(NULL, k, ST_TYPE_Q8_0, ST_WLAYOUT_QUADS, 1, &W, &rows, cols, Xq + t * ab, &y)) exit(1);
+            }
+        } else if (st_matmul_l(NULL, k, ST_TYPE_Q8_0, ST_WLAYOUT_QUADS, m, rows, cols, n_tok, Xq, Y, rows)) {
+            exit(1);
+        }
+    }
+    return (st_time_now() - t0) * 1e9 / ((double)reps * (double)rows * (double)cols * (double)n_tok / 256.0);
+}
+
+static int bench_tiles(const st_kernels *k, int rounds, int64_t rows, int64_t cols) {
+    if (!st_quads_fit(k, ST_TYPE_Q8_0, rows, cols) || !k->type[ST_TYPE_Q8_0].tilew) {
+        printf("tiles: this table has no Q8_0 wide tile (AVX-512 VNNI only)\n");
+        return 0;
+    }
+    st_kernels old = *k; /* the same table with products over tile4 tiles only */
+    old.type[ST_TYPE_Q8_0].tilew = NULL;
+    enum { MAX_TOK = 64 };
+    uint8_t *m = make_matrix(ST_TYPE_Q8_0, rows, cols, 1);
+    const size_t ab = st_act_bytes(ST_TYPE_Q8_0, cols);
+    float *X = malloc((size_t)(MAX_TOK * cols) * sizeof(float));
+    float *Y[3] = {malloc((size_t)(MAX_TOK * rows) * sizeof(float)), malloc((size_t)(MAX_TOK * rows) * sizeof(float)),
+                   malloc((size_t)(MAX_TOK * rows) * sizeof(float))};
+    uint8_t *Xq = malloc(ab * MAX_TOK);
+    double *v = malloc(3 * (size_t)rounds * sizeof(double));
+    if (!m || !X || !Y[0] || !Y[1] || !Y[2] || !Xq || !v || st_pack_quads(ST_TYPE_Q8_0, m, rows, cols)) exit(1);
+    for (int64_t i = 0; i < MAX_TOK * cols; i++) X[i] = frand();
+    if (st_quantize_act_rows(NULL, k, ST_TYPE_Q8_0, X, cols, MAX_TOK, cols, Xq)) exit(1);
+    printf("Q8_0 quads %lldx%lld in cache, 1 thread, ns per 256 weights per token (best of %d rounds):\n",
+           (long long)rows, (long long)cols, rounds);
+    printf("%6s %10s %10s %10s %9s %6s\n", "tokens", "matvec", "tile4", "wide", "tile4/wide", "bits");
+    static const int64_t toks[] = {1, 4, 16, 64};
+    int all_same = 1;
+    for (int ti = 0; ti < 4; ti++) {
+        const int64_t n = toks[ti];
+        for (int r = 0; r < rounds; r++) /* old, new, matvec in turn, each round */
+            for (int w = 0; w < 3; w++) v[w * rounds + r] = tiles_pass(w == 1 ? k : &old, w, m, rows, cols, n, Xq, Y[w]);
+        const size_t yb = (size_t)(n * rows) * sizeof(float);
+        const int same = !memcmp(Y[0], Y[1], yb) && !memcmp(Y[0], Y[2], yb);
+        all_same &= same;
+        double o = v[0], nw = v[rounds], mv = v[2 * rounds];
+        for (int r = 1; r < rounds; r++) {
+            o = v[r] < o ? v[r] : o;
+            nw = v[rounds + r] < nw ? v[rounds + r] : nw;
+            mv = v[2 * rounds + r] < mv ? v[2 * rounds + r] : mv;
+        }
+        printf("%6lld %10.2f %10.2f %10.2f %8.2fx %6s\n", (long long)n, mv, o, nw, o / nw, same ? "same" : "DIFFER");
+    }
+    st_free_huge(m, st_row_bytes(ST_TYPE_Q8_0, cols) * (size_t)rows);
+    free(X), free(Y[0]), free(Y[1]), free(Y[2]), free(Xq), free(v);
+    return all_same ? 0 : 1;
+}
+
 /* llama.cpp's prefill as a matmul rate, for scale: its 1B Q8_0 pp512 (llama-bench on bench/e2e's
  * cached model when both are there, else the peers file) times the 1B shape's matmul work per
  * token, 2 flops per weight of its matrices (16 layers of q, o 2048x2048, k, v 512x2048, three
@@ -214,7 +285,7 @@ static void print_peer_matmul_rate(int n_threads) {
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, no_matmul = 0, n_only = 0, rounds = 15;
+    int quick = 0, no_matmul = 0, n_only = 0, rounds = 15, tiles = 0;
     long long shapes[8][2] = {{4096, 4096}, {2048, 8192}};
     int n_shapes = 0;
     const char *only[16];
@@ -225,6 +296,8 @@ int main(int argc, char **argv) {
             quick = 1;
         else if (!strcmp(argv[i], "--no-matmul"))
             no_matmul = 1;
+        else if (!strcmp(argv[i], "--tiles"))
+            tiles = 1;
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
             rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
@@ -237,10 +310,11 @@ int main(int argc, char **argv) {
             n_shapes++, i++;
         else {
             fprintf(stderr, "usage: %s [--threads N] [--quick] [--rounds N] [--type NAME]... [--shape RxC]... "
-                    "[--no-matmul]\n  (--shape: up to 8, cols a multiple of 256)\n", argv[0]);
+                    "[--no-matmul] [--tiles]\n  (--shape: up to 8, cols a multiple of 256)\n", argv[0]);
             return 2;
         }
     }
+    const int user_shapes = n_shapes;
     if (!n_shapes) n_shapes = 2;
     st_ctx *ctx = NULL;
     int rc = st_ctx_create(&prm, &ctx);
@@ -252,6 +326,11 @@ int main(int argc, char **argv) {
     const st_kernels *k = st_kernels_get(st_ctx_isa(ctx));
     char kname[64];
     printf("kernels: %s, threads: %d\n", bench_kernels_name(k, kname, sizeof kname), st_threadpool_n_threads(tp));
+    if (tiles) {
+        rc = bench_tiles(k, rounds, user_shapes ? shapes[0][0] : 1536, user_shapes ? shapes[0][1] : 512);
+        st_ctx_destroy(ctx);
+        return rc;
+    }
     printf("read-bandwidth probe (1 GiB, best of 3): %.2f GB/s\n", st_membw_read(tp, (size_t)1 << 30, 3));
     printf("each line: %d rounds of (probe %zu MiB, matvec pass >= %zu MiB); ratio = matvec / mean of adjacent probes\n",
            rounds, PROBE_BYTES >> 20, MIN_PASS_BYTES >> 20);

@@ -148,6 +148,16 @@ typedef void (*st_tile_fn)(int n, float *s, size_t bs, const void *x, size_t bx,
  * 0..nr-1 of it. Bit-identical per element to the table's vec_dot of the plain rows. */
 typedef void (*st_tile4_fn)(int n, float *s, size_t bs, const void *x, const void *y, size_t by,
                             int nr, int nc);
+/* A wide tile over nq consecutive whole quads of a matrix in the quad layout (x the first)
+ * against nc activation rows: s[c * bs + 4 * q + r] for q < nq, r < 4, c < nc (nq in
+ * 1..ST_TILEW_QUADS, nc in 1..ST_TILEW_TOKENS), each bit-identical to what the table's
+ * tile4 gives for that pair (so a product's bits do not depend on which of the two ran).
+ * Batches of tokens take it: the token side's per-block work is done once per call for
+ * every quad. */
+typedef void (*st_tilew_fn)(int n, float *s, size_t bs, const void *x, const void *y, size_t by,
+                            int nq, int nc);
+#define ST_TILEW_QUADS 8
+#define ST_TILEW_TOKENS 8
 
 /* Matrix-vector rows with the activation side prepared once (a matvec reads one activation
  * row against every weight row, and rebuilding its vectors for each row made a q8_0 matvec
@@ -170,6 +180,7 @@ typedef struct st_type_kernels {
     st_tile_fn tile;             /* NULL: products loop over vec_dot */
     st_tile4_fn tile4;           /* quad layout; NULL: this table does not pack the type
                                   * (products over a quad matrix unpack each quad) */
+    st_tilew_fn tilew;           /* quad layout, several tokens; NULL: tile4 tiles only */
     st_act_expand_fn act_expand; /* matvec rows over an expanded activation: both set, */
     st_rows_fn rows;             /* or both NULL (a matvec loops over vec_dot) */
 } st_type_kernels;

@@ -103,7 +103,7 @@ static const st_kernels kernels_avx2vnni = KERNELS_AVX2_(avx2vnni, true);
         [ST_TYPE_Q4_1] = ROWX_(ST_TYPE_Q8_1, st_quantize_row_q4_1_ref, st_dequantize_row_q4_1, st_vec_dot_q4_1_q8_1_avx512, st_tile_q4_1_q8_1_avx512, st_tile4_q4_1_q8_1_avx512, st_act_expand_q4_1_q8_1_avx512, st_rows_q4_1_q8_1_avx512), \
         [ST_TYPE_Q5_0] = ROWX_(ST_TYPE_Q8_0, st_quantize_row_q5_0_ref, st_dequantize_row_q5_0, st_vec_dot_q5_0_q8_0_avx512, st_tile_q5_0_q8_0_avx512, st_tile4_q5_0_q8_0_avx512, st_act_expand_q5_0_q8_0_avx512, st_rows_q5_0_q8_0_avx512), \
         [ST_TYPE_Q5_1] = ROWX_(ST_TYPE_Q8_1, st_quantize_row_q5_1_ref, st_dequantize_row_q5_1, st_vec_dot_q5_1_q8_1_avx512, st_tile_q5_1_q8_1_avx512, st_tile4_q5_1_q8_1_avx512, st_act_expand_q5_1_q8_1_avx512, st_rows_q5_1_q8_1_avx512), \
-        [ST_TYPE_Q8_0] = ROWX_(ST_TYPE_Q8_0, st_quantize_row_q8_0_avx512, st_dequantize_row_q8_0, st_vec_dot_q8_0_q8_0_avx512, st_tile_q8_0_q8_0_avx512, st_tile4_q8_0_q8_0_avx512, st_act_expand_q8_0_q8_0_avx512, st_rows_q8_0_q8_0_avx512), \
+        [ST_TYPE_Q8_0] = {.vec_dot_type = ST_TYPE_Q8_0, .from_float = st_quantize_row_q8_0_avx512, .to_float = st_dequantize_row_q8_0, .vec_dot = st_vec_dot_q8_0_q8_0_avx512, .tile = st_tile_q8_0_q8_0_avx512, .tile4 = st_tile4_q8_0_q8_0_avx512, .tilew = st_tilew_q8_0_q8_0_avx512, .act_expand = st_act_expand_q8_0_q8_0_avx512, .rows = st_rows_q8_0_q8_0_avx512}, \
         [ST_TYPE_Q8_1] = ROW_(NOT_, st_quantize_row_q8_1_avx512, st_dequantize_row_q8_1, NULL, NULL), \
         KQ_AVX512_(nib), \
     }, \

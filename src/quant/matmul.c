@@ -237,6 +237,23 @@ static void mm_tile(const struct mm_job *j, int p, const uint8_t *w, int64_t t, 
     }
 }
 
+/* Rows [r0, r1) (whole quads) of a quad matrix whose table has a wide tile: for each token
+ * block, groups of ST_TILEW_QUADS quads (their weights stay in L1/L2) against the block's
+ * tokens ST_TILEW_TOKENS at a time. */
+static void mm_task_wide(const struct mm_job *j, int64_t r0, int64_t r1) {
+    for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->tb) {
+        const int64_t t1 = t0 + j->tb < j->n_tok ? t0 + j->tb : j->n_tok;
+        for (int64_t r = r0; r < r1; r += 4 * ST_TILEW_QUADS) {
+            const int nq = (r1 - r) / 4 < ST_TILEW_QUADS ? (int)((r1 - r) / 4) : ST_TILEW_QUADS;
+            for (int64_t t = t0; t < t1; t += ST_TILEW_TOKENS) {
+                const int nc = t1 - t < ST_TILEW_TOKENS ? (int)(t1 - t) : ST_TILEW_TOKENS;
+                j->tk->tilew(j->cols, j->Y + t * j->ldy + r, (size_t)j->ldy, j->W + (size_t)r * j->rb,
+                             j->X + (size_t)t * j->ab, j->ab, nq, nc);
+            }
+        }
+    }
+}
+
 static void mm_task(void *arg, int ith, int nth) {
     const struct mm_job *j = arg;
     int64_t r0, r1;
@@ -245,6 +262,10 @@ static void mm_task(void *arg, int ith, int nth) {
     st_split_range(quads ? j->rows / 4 : j->rows, ith, nth, &r0, &r1);
     if (quads) r0 *= 4, r1 *= 4;
     const st_type_kernels *tk = j->tk;
+    if (quads && tk->tilew) {
+        mm_task_wide(j, r0, r1);
+        return;
+    }
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->tb) {
         const int64_t t1 = t0 + j->tb < j->n_tok ? t0 + j->tb : j->n_tok;
         for (int64_t r = r0; r < r1; r += ST_TILE_MAX) {

@@ -6,6 +6,7 @@
 
 #include "quant/kquants.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 bool st_quads_shape(st_type t, int64_t rows, int64_t cols) {
@@ -145,4 +146,39 @@ int st_quads_row(st_type t, const void *W, int64_t rows, int64_t cols, int64_t r
     memcpy(row, rows4 + (size_t)(r % 4) * rb, rb);
     free(rows4);
     return 0;
+}
+
+/* The Q8_0 quad kernels' arithmetic (quads_avx512.c) in plain C, lane by lane: row r's 4
+ * lanes k each sum, per block, its 8 products (elements 4k..4k+3 of both halves) exactly in
+ * an int, add it times (d_w * d_a) with one rounding (fmaf) in block order, and end as
+ * (l0 + l1) + (l2 + l3). The same bits as the AVX-512 tile4 and tilew on every input, so
+ * the tests hold both to it on any CPU. */
+void st_tilew_q8_0_q8_0_scalar(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nq, int nc) {
+    const int n_span = n / (32 * ST_Q8Q_SPAN);
+    for (int q = 0; q < nq; q++) {
+        const uint8_t *xq = (const uint8_t *)x + (size_t)q * (size_t)n_span * ST_Q8Q_BLOCK_BYTES;
+        for (int c = 0; c < nc; c++) {
+            const st_block_q8_0 *a = (const st_block_q8_0 *)((const uint8_t *)y + (size_t)c * by);
+            for (int r = 0; r < 4; r++) {
+                float l[4] = {0, 0, 0, 0};
+                for (int i = 0; i < n_span; i++) {
+                    const uint8_t *xb = xq + (size_t)i * ST_Q8Q_BLOCK_BYTES;
+                    for (int b = 0; b < ST_Q8Q_SPAN; b++) {
+                        const st_block_q8_0 *ab = &a[ST_Q8Q_SPAN * i + b];
+                        const float dwa = st_fp16_to_fp32(ld16(xb + 2 * (4 * b + r))) * st_fp16_to_fp32(ab->d);
+                        for (int k = 0; k < 4; k++) {
+                            int32_t p = 0;
+                            for (int h = 0; h < 2; h++)
+                                for (int e = 0; e < 4; e++) {
+                                    const uint8_t wq = xb[ST_Q8Q_QS + 128 * b + 64 * h + 16 * r + 4 * k + e];
+                                    p += (int32_t)(int8_t)(wq ^ 0x80) * ab->qs[16 * h + 4 * k + e];
+                                }
+                            l[k] = fmaf((float)p, dwa, l[k]);
+                        }
+                    }
+                }
+                s[(size_t)c * bs + 4 * (size_t)q + r] = (l[0] + l[1]) + (l[2] + l[3]);
+            }
+        }
+    }
 }

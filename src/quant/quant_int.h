@@ -112,6 +112,10 @@ ST_DECL_TILE4_(avx512)
 /* Q8_0 in its quad layout (quads_avx512.c): its own arithmetic, not the rows' bits */
 void st_tile4_q8_0_q8_0_avx512(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr,
                                int nc);
+/* Q8_0 wide tiles (st_tilew_fn): AVX-512 VNNI (quads_avx512.c), and the scalar twin of that
+ * arithmetic lane by lane (quads.c), the bits of st_tile4_q8_0_q8_0_avx512 on any CPU */
+void st_tilew_q8_0_q8_0_avx512(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nq, int nc);
+void st_tilew_q8_0_q8_0_scalar(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nq, int nc);
 
 /* ---- AVX2 tiles (bit-identical per element to the matching _avx2 dot) ---- */
 void st_tile_q4_0_q8_0_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,

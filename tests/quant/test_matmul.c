@@ -4,6 +4,7 @@
 #include "strata/quant.h"
 #include "../test.h"
 #include "quant_test_util.h"
+#include "quant/quant_int.h"
 
 /* f64 reference over dequantized operands: only the kernel's float summation order
  * and the products' f32 rounding differ from it. */
@@ -402,5 +403,60 @@ TEST(test_panel_layout) {
     st_threadpool_destroy(tp2);
 }
 
+
+/* Q8_0 products over quads through the wide tiles (st_tilew_fn), with rows and tokens that
+ * are no multiple of the tile (19 quads: groups of 8, 8, 3, and a 2-thread split of 9 and
+ * 10; 1..21 tokens: groups of 8 and a tail) and rows of 9 spans (past the wide tile's chunk
+ * of prepared activations): st_matmul_l with the table as it is equals, bit for bit, the
+ * same table without the wide tile (tile4 tiles), st_matvec_multi_l of each token alone,
+ * and the scalar twin of the quad arithmetic, for 1 and 2 threads. */
+TEST(test_q8_0_wide_products) {
+    const st_kernels *k = st_kernels_get(ST_ISA_AVX512);
+    if (qt_max_isa() < ST_ISA_AVX512 || k->isa != ST_ISA_AVX512 || !k->type[ST_TYPE_Q8_0].tilew) {
+        test_skip("no AVX-512 with VNNI: no Q8_0 wide tile");
+        return;
+    }
+    st_kernels narrow = *k;
+    narrow.type[ST_TYPE_Q8_0].tilew = NULL;
+    enum { R = 76, C = 2304, T = 21 };
+    const size_t rb = st_row_bytes(ST_TYPE_Q8_0, C), ab = st_act_bytes(ST_TYPE_Q8_0, C);
+    uint8_t *W = malloc(rb * R), *Xq = malloc(ab * T);
+    float *tmp = malloc(sizeof(float) * C * R), *Yw = malloc(sizeof(float) * R * T), *Yn = malloc(sizeof(float) * R * T),
+          *Yv = malloc(sizeof(float) * R * T), *Yr = malloc(sizeof(float) * R * T);
+    REQUIRE(W && Xq && tmp && Yw && Yn && Yv && Yr);
+    qt_rng r = {2027};
+    qt_fill(&r, tmp, (int64_t)C * R, 0.1f);
+    for (int i = 0; i < R; i++) CHECK_OK(st_quantize_row(ST_TYPE_Q8_0, tmp + (size_t)i * C, W + i * rb, C));
+    CHECK_OK(st_pack_quads(ST_TYPE_Q8_0, W, R, C));
+    qt_fill(&r, tmp, (int64_t)C * T, 2.0f);
+    CHECK_OK(st_quantize_act_rows(NULL, k, ST_TYPE_Q8_0, tmp, C, T, C, Xq));
+    st_tilew_q8_0_q8_0_scalar(C, Yr, R, W, Xq, ab, R / 4, T);
+    st_threadpool *tp2 = NULL;
+    CHECK_OK(st_threadpool_create(2, &tp2));
+    int same = 1, n = 0;
+    for (int th = 0; th < 2; th++) {
+        st_threadpool *tp = th ? tp2 : NULL;
+        for (int nt = 1; nt <= T; nt += (nt < 9 ? 1 : 4)) {
+            CHECK_OK(st_matmul_l(tp, k, ST_TYPE_Q8_0, ST_WLAYOUT_QUADS, W, R, C, nt, Xq, Yw, R));
+            CHECK_OK(st_matmul_l(tp, &narrow, ST_TYPE_Q8_0, ST_WLAYOUT_QUADS, W, R, C, nt, Xq, Yn, R));
+            for (int t = 0; t < nt; t++) {
+                const void *Wp = W;
+                const int64_t rows = R;
+                float *y = Yv + (size_t)t * R;
+                CHECK_OK(st_matvec_multi_l(tp, k, ST_TYPE_Q8_0, ST_WLAYOUT_QUADS, 1, &Wp, &rows, C, Xq + t * ab, &y));
+            }
+            const size_t yb = sizeof(float) * R * (size_t)nt;
+            const int ok = !memcmp(Yw, Yn, yb) && !memcmp(Yw, Yv, yb) && !memcmp(Yw, Yr, yb);
+            if (!ok) fprintf(stderr, "  q8_0 wide products differ: %d tokens, %d threads\n", nt, th + 1);
+            same &= ok;
+            n++;
+        }
+    }
+    CHECK(same);
+    CHECK_INT(n, 2 * 12);
+    st_threadpool_destroy(tp2);
+    free(W), free(Xq), free(tmp), free(Yw), free(Yn), free(Yv), free(Yr);
+}
+
 TEST_MAIN(test_products_deterministic_and_exact, test_rows_kernels_match_vec_dot, test_product_errors, test_quad_layout,
-          test_panel_layout)
+          test_panel_layout, test_q8_0_wide_products)

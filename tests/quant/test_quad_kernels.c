@@ -1,10 +1,12 @@
-/* The quad kernels (st_tile4_fn) of the layouts with an arithmetic of their own: Q4_K,
- * Q5_K, Q6_K and Q8_0 on AVX-512, Q4_K on AVX2 (quant.h: ST_WLAYOUT_QUADS). Each build
+/* The quad kernels (st_tile4_fn, and Q8_0's wide tile st_tilew_fn) of the layouts with an
+ * arithmetic of their own: Q4_K, Q5_K, Q6_K and Q8_0 on AVX-512, Q4_K on AVX2 (quant.h:
+ * ST_WLAYOUT_QUADS). Each build
  * against the scalar reference and at the ends of its integer ranges, and the same bits
  * whatever the tile shape and the quad's alignment. STRATA_ISA=scalar|avx2 limits the
  * builds tested. test_matmul holds the products over quads to the row layout's. */
 #include "../test.h"
 #include "quant/kquants.h"
+#include "quant/quant_int.h"
 #include "quant_test_util.h"
 #include "strata/core.h"
 #include "strata/quant.h"
@@ -212,4 +214,109 @@ TEST(test_q8_0_quad_extremes) {
     free(buf);
 }
 
-TEST_MAIN(test_kquant_quad_kernels, test_q8_0_quad_extremes)
+/* The Q8_0 wide tile (st_tilew_fn) and the tile4 against the scalar twin of their
+ * arithmetic (st_tilew_q8_0_q8_0_scalar), bit for bit: 19 quads of rows 256 and 2304
+ * columns wide (one span; 9 spans, past the wide tile's 8-span chunk of prepared
+ * activations) against 11 tokens, random quants with every row's first block at -128 /
+ * 127 and one token's at -128 / 127; every nq 1..ST_TILEW_QUADS starting at every quad
+ * that leaves room, every nc 1..ST_TILEW_TOKENS, the three alignments of the matrix; the
+ * tile4 at every nr, nc. The scalar twin itself against the exact sum of the dequantized
+ * products. The scalar checks run on any CPU. */
+static int rand_q8(qt_rng *r) { /* uniform over -128..127 */
+    const int v = (int)((qt_uniform(r) + 1.0f) * 128.0f);
+    return (v > 255 ? 255 : v) - 128;
+}
+
+TEST(test_q8_0_wide_tiles) {
+    const st_kernels *k = st_kernels_get(ST_ISA_AVX512);
+    const int simd = qt_max_isa() >= ST_ISA_AVX512 && k->isa == ST_ISA_AVX512 && k->type[ST_TYPE_Q8_0].tilew;
+    if (!simd) test_untested("no AVX-512 with VNNI: the Q8_0 wide and quad tiles untested, their scalar twin tested");
+    enum { NQ = 19, NA = 11, R = 4 * NQ };
+    static const int cols_list[2] = {256, 2304};
+    int bad = 0, n_simd = 0, n_ref = 0;
+    for (int ci = 0; ci < 2; ci++) {
+        const int C = cols_list[ci], NBK = C / 32;
+        const size_t rb = st_row_bytes(ST_TYPE_Q8_0, C), ab = st_act_bytes(ST_TYPE_Q8_0, C);
+        st_block_q8_0 *w = malloc(rb * R), *a = malloc(ab * NA);
+        uint8_t *buf = malloc(rb * R + 128);
+        float *ref = malloc(sizeof(float) * R * NA), *t = malloc(sizeof(float) * R * NA);
+        REQUIRE(w && a && buf && ref && t);
+        qt_rng rng = {4242 + (uint64_t)ci};
+        for (int r = 0; r < R; r++)
+            for (int b = 0; b < NBK; b++) {
+                st_block_q8_0 *blk = &w[(size_t)r * NBK + b];
+                blk->d = st_fp32_to_fp16((0.75f + 0.25f * qt_uniform(&rng)) / 64);
+                for (int e = 0; e < 32; e++)
+                    blk->qs[e] = (int8_t)(b == 0 ? ((e + r) & 1 ? 127 : -128) : rand_q8(&rng));
+            }
+        for (int c = 0; c < NA; c++)
+            for (int b = 0; b < NBK; b++) {
+                st_block_q8_0 *blk = &a[(size_t)c * NBK + b];
+                blk->d = st_fp32_to_fp16((0.75f + 0.25f * qt_uniform(&rng)) / 32);
+                for (int e = 0; e < 32; e++)
+                    blk->qs[e] = (int8_t)(c == 3 ? (e & 2 ? 127 : -128) : rand_q8(&rng));
+            }
+        uint8_t *packed = malloc(rb * R);
+        REQUIRE(packed);
+        memcpy(packed, w, rb * R);
+        CHECK_OK(st_pack_quads(ST_TYPE_Q8_0, packed, R, C));
+        st_tilew_q8_0_q8_0_scalar(C, ref, R, packed, a, ab, NQ, NA);
+        for (int r = 0; r < R; r++) /* the twin against the exact sum */
+            for (int c = 0; c < NA; c++) {
+                double exact = 0, mag = 0;
+                for (int b = 0; b < NBK; b++)
+                    for (int e = 0; e < 32; e++) {
+                        const st_block_q8_0 *x = &w[(size_t)r * NBK + b], *y = &a[(size_t)c * NBK + b];
+                        const double p = (double)st_fp16_to_fp32(x->d) * x->qs[e] * st_fp16_to_fp32(y->d) * y->qs[e];
+                        exact += p, mag += fabs(p);
+                    }
+                if (!(fabs(ref[(size_t)c * R + r] - exact) <= 1e-6 * mag)) {
+                    fprintf(stderr, "  q8_0 scalar twin row %d act %d, %d cols: %.9g vs exact %.9g\n", r, c, C,
+                            ref[(size_t)c * R + r], exact);
+                    bad++;
+                }
+                n_ref++;
+            }
+        for (int al = 0; simd && al < 3; al++) {
+            uint8_t *m = (uint8_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63) + (al == 0 ? 0 : al == 1 ? 32 : 16);
+            memcpy(m, packed, rb * R);
+            for (int nq = 1; nq <= ST_TILEW_QUADS; nq++)
+                for (int q0 = 0; q0 + nq <= NQ; q0 += (nq == 1 ? 1 : 3))
+                    for (int nc = 1; nc <= ST_TILEW_TOKENS; nc++) {
+                        const int c0 = NA - nc; /* tokens c0.. c0 + nc - 1 */
+                        for (size_t i = 0; i < (size_t)R * NA; i++) t[i] = -1.0f;
+                        k->type[ST_TYPE_Q8_0].tilew(C, t + (size_t)c0 * R + 4 * q0, R, m + (size_t)q0 * 4 * rb,
+                                                    (const uint8_t *)a + (size_t)c0 * ab, ab, nq, nc);
+                        for (int c = 0; c < NA; c++)
+                            for (int r = 0; r < R; r++) {
+                                const size_t e = (size_t)c * R + r;
+                                const int in = c >= c0 && r >= 4 * q0 && r < 4 * (q0 + nq);
+                                if (in ? memcmp(&t[e], &ref[e], sizeof(float)) != 0 : t[e] != -1.0f) {
+                                    if (bad < 10)
+                                        fprintf(stderr, "  q8_0 tilew nq %d nc %d at quad %d, %d cols, align %d: row %d act %d %.9g vs %.9g\n",
+                                                nq, nc, q0, C, al, r, c, t[e], in ? ref[e] : -1.0);
+                                    bad++;
+                                }
+                                n_simd += in;
+                            }
+                    }
+            for (int q = 0; q < NQ; q++) /* tile4 at every shape: the bits matvec gives */
+                for (int nr = 1; nr <= 4; nr++)
+                    for (int nc = 1; nc <= 4; nc++) {
+                        float s4[16];
+                        k->type[ST_TYPE_Q8_0].tile4(C, s4, 4, m + (size_t)q * 4 * rb, (const uint8_t *)a + 7 * ab, ab, nr, nc);
+                        for (int c = 0; c < nc; c++)
+                            for (int r = 0; r < nr; r++) {
+                                if (memcmp(&s4[c * 4 + r], &ref[(size_t)(7 + c) * R + 4 * q + r], sizeof(float))) bad++;
+                                n_simd++;
+                            }
+                    }
+        }
+        free(w), free(a), free(buf), free(ref), free(t), free(packed);
+    }
+    CHECK_INT(bad, 0);
+    CHECK_INT(n_ref, 2 * R * NA);
+    if (simd) CHECK(n_simd > 2 * 3 * NQ * 100);
+}
+
+TEST_MAIN(test_kquant_quad_kernels, test_q8_0_quad_extremes, test_q8_0_wide_tiles)
