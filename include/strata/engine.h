@@ -174,6 +174,10 @@ st_kv *st_engine_kv(st_engine *e);
 int32_t st_engine_n_ctx(const st_engine *e);
 const st_engine_params *st_engine_get_params(const st_engine *e);
 
+/* The draft model's KV cache (read-only use: statistics), or NULL without a draft model.
+ * Borrowed for the engine's life. */
+st_kv *st_engine_draft_kv(st_engine *e);
+
 /* The runner, for progress reports (st_runner_set_progress) and Quest statistics; forwarding
  * with it directly would bypass the engine's bookkeeping. Borrowed. */
 st_runner *st_engine_runner(st_engine *e);

@@ -73,8 +73,8 @@ int en_draft_open(st_engine *e, const st_engine_params *params, char *why, size_
     if (!differs && hp->n_vocab != e->n_vocab)
         snprintf(diff, sizeof diff, "the draft model has %d logits, the target %d", hp->n_vocab, e->n_vocab);
     if (differs || hp->n_vocab != e->n_vocab) {
-        st_seterr(e->ctx, ST_E_INVAL, "%s: its vocabulary is not the target's: %s", name, diff);
-        return draft_fail(e, ST_E_INVAL, why, why_len, "vocabulary");
+        st_seterr(e->ctx, ST_E_INVAL, "its vocabulary is not the target's: %s", diff);
+        return draft_fail(e, ST_E_INVAL, why, why_len, name);
     }
     e->dn_ctx = e->n_ctx < hp->n_ctx_train ? e->n_ctx : hp->n_ctx_train;
     st_kv_params kp = st_kv_default_params();

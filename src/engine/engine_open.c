@@ -258,6 +258,7 @@ st_runner *st_engine_runner(st_engine *e) { return e->runner; }
 const st_model *st_engine_model(const st_engine *e) { return e->model; }
 const st_tok *st_engine_tok(const st_engine *e) { return e->tok; }
 st_kv *st_engine_kv(st_engine *e) { return e->kv; }
+st_kv *st_engine_draft_kv(st_engine *e) { return e->dkv; }
 int32_t st_engine_n_ctx(const st_engine *e) { return e->n_ctx; }
 const st_engine_params *st_engine_get_params(const st_engine *e) { return &e->p; }
 
