@@ -572,6 +572,7 @@ int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) 
             if (e->n_reqs == before) i++;
         }
     }
+    if (!rc && n > 0) rc = en_draft_follow(e);
     for (int i = 0; i < e->n_ev; i++) {
         e->ev[i].text = e->text ? e->text + (uintptr_t)e->ev[i].text : "";
         e->ev[i].error_msg = e->text ? e->text + (uintptr_t)e->ev[i].error_msg : "";

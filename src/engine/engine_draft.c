@@ -176,65 +176,76 @@ static int32_t argmax_p(const float *l, int32_t n, float *p) {
     return best;
 }
 
-/* The history length q's draft sequence should reach now: a drafting request's whole
- * history, a prefilling one's prompt as far as the target has read it (within the draft
- * context). */
-static int64_t catch_up_to(const st_engine *e, const en_req *q) {
-    if (q->state == ST_REQ_DECODE) return (int64_t)q->n_prompt + q->n_gen;
-    return q->n_done < e->dn_ctx ? q->n_done : e->dn_ctx - 1;
+/* Whether q's draft sequence reads in this catch-up, and up to which history length (*to).
+ * follow (the end of a step): a running request's prompt, as far as the target has read it,
+ * within the draft context; the prompt is then read beside the target's prefill rather than
+ * in the first decode step. Else (the draft phase): a request that drafts now, all of its
+ * history; its generated tokens are read only then, in one piece after a pause in drafting. */
+static int catch_up_to(st_engine *e, en_req *q, int follow, int64_t *to) {
+    if (!q->use_dm || (q->state != ST_REQ_PREFILL && q->state != ST_REQ_DECODE)) return 0;
+    if (follow) {
+        *to = q->state == ST_REQ_PREFILL ? q->n_done : q->n_prompt;
+        if (*to > e->dn_ctx - 1) *to = e->dn_ctx - 1;
+        return *to > q->dm_len;
+    }
+    if (q->state != ST_REQ_DECODE || q->dm_want <= 0) return 0;
+    *to = (int64_t)q->n_prompt + q->n_gen;
+    if (*to + q->dm_want > e->dn_ctx) q->dm_want = (int32_t)(e->dn_ctx - *to);
+    if (q->dm_want > 0) return 1;
+    q->dm_want = 0;
+    return 0;
 }
 
-/* Catch-up: each request's draft sequence reads the history it lacks (a prefilling one up to
- * the prompt tokens the target has read; a drafting one all of it, its last token's logits
- * wanted). Returns the logits rows (drafting requests in e->drows), or -1 for no memory. */
-static int32_t catch_up(st_engine *e) {
-    int64_t need = 0;
+/* Each chosen request's draft sequence reads the history it lacks (catch_up_to); in the
+ * draft phase the last token's logits are wanted. Returns the logits rows (the drafting
+ * requests, in e->drows), or -1 for no memory. */
+static int32_t catch_up(st_engine *e, int follow) {
+    int64_t need = 0, to = 0;
     for (int i = 0; i < e->n_reqs; i++) {
         en_req *q = e->reqs[i];
-        if (!q->use_dm || (q->state != ST_REQ_PREFILL && !(q->state == ST_REQ_DECODE && q->dm_want > 0))) continue;
-        const int64_t to = catch_up_to(e, q);
-        if (q->state == ST_REQ_DECODE && to + q->dm_want > e->dn_ctx) q->dm_want = (int32_t)(e->dn_ctx - to);
-        if (q->state == ST_REQ_DECODE && q->dm_want <= 0) {
-            q->dm_want = 0;
-            continue;
-        }
+        if (!catch_up_to(e, q, follow, &to)) continue;
         if (q->dseq < 0) {
-            if (to <= 0 || st_kv_seq_create(e->dkv, &q->dseq)) continue;
+            if (to <= 0 || st_kv_seq_create(e->dkv, &q->dseq)) {
+                q->dm_want = 0;
+                continue;
+            }
             q->dm_len = 0;
         }
         /* logits of the last history token are needed: re-read it when it was read already */
-        if (q->state == ST_REQ_DECODE && q->dm_len >= to) q->dm_len = to - 1;
+        if (!follow && q->dm_len >= to) q->dm_len = to - 1;
         int64_t len = 0;
         if (st_kv_seq_len(e->dkv, q->dseq, &len) || (len > q->dm_len && st_kv_seq_rewind(e->dkv, q->dseq, q->dm_len))) {
             en_draft_release(e, q);
             q->use_dm = 0, q->dm_want = 0;
             continue;
         }
-        need += to > q->dm_len ? to - q->dm_len : 0;
+        need += to - q->dm_len;
     }
     if (!need) return 0;
     if (db_reserve(e, need)) return -1;
     int32_t n = 0, rows = 0;
     for (int i = 0; i < e->n_reqs; i++) {
         en_req *q = e->reqs[i];
-        if (!q->use_dm || q->dseq < 0) continue;
-        const int drafting = q->state == ST_REQ_DECODE && q->dm_want > 0;
-        if (q->state != ST_REQ_PREFILL && !drafting) continue;
-        const int64_t to = catch_up_to(e, q);
+        if (q->dseq < 0 || !catch_up_to(e, q, follow, &to)) continue;
         for (int64_t t = q->dm_len; t < to; t++) {
             e->db_tok[n] = en_hist_at(q, t), e->db_seq[n] = q->dseq;
-            e->db_want[n++] = drafting && t == to - 1;
+            e->db_want[n++] = !follow && t == to - 1;
         }
-        if (drafting) e->drows[rows++] = q;
-        q->dm_len = to > q->dm_len ? to : q->dm_len;
+        if (!follow) e->drows[rows++] = q;
+        q->dm_len = to;
     }
     if (n && dforward(e, n)) return 0;
     return rows;
 }
 
+int en_draft_follow(st_engine *e) {
+    if (!e->drunner) return 0;
+    return catch_up(e, 1) < 0 ? ST_E_NOMEM : 0;
+}
+
 int en_draft_run(st_engine *e) {
     if (!e->drunner) return 0;
-    int32_t rows = catch_up(e);
+    int32_t rows = catch_up(e, 0);
     if (rows < 0) return ST_E_NOMEM;
     for (int i = 0; i < rows; i++) e->drows[i]->step_draft = 0, e->drows[i]->step_src = 1;
     /* greedy drafting, one draft-model decode step per token, every drafting request at once */
@@ -257,5 +268,10 @@ int en_draft_run(st_engine *e) {
         }
         rows = n;
     }
+    /* a draft model that proposes nothing (or too little) this step pauses like a round that
+     * took nothing: its forwards cost without a verify to share them */
+    for (int i = 0; i < e->n_reqs; i++)
+        if (e->reqs[i]->step_src && e->reqs[i]->step_draft < (e->p.draft_min > 1 ? e->p.draft_min : 1))
+            en_spec_miss(e->reqs[i]);
     return 0;
 }

@@ -93,6 +93,9 @@ int32_t en_spec_draft(en_req *q, int32_t max);
 int32_t en_spec_room(const en_req *q, int page, int64_t quest_budget, int64_t len, int32_t room);
 /* The throttle's bookkeeping after a round. */
 void en_spec_after(en_req *q, int32_t drafted, int32_t accepted);
+/* A round that took nothing, or a draft model that proposed nothing (draft_p_min): drafting
+ * pauses for 1, 2, 4 .. 32 steps, as the draft costs a forward of its own. */
+void en_spec_miss(en_req *q);
 
 /* Token i of q's history: the prompt, then the generated tokens. */
 static inline int32_t en_hist_at(const en_req *q, int64_t i) {
@@ -104,12 +107,14 @@ static inline int32_t en_hist_at(const en_req *q, int64_t i) {
  * to do without one. Returns 0 or an error with the message in why (as st_engine_create). */
 int en_draft_open(st_engine *e, const st_engine_params *params, char *why, size_t why_len);
 void en_draft_close(st_engine *e);
-/* The step's draft-model phase, before the target's batch is laid out: every prefilling
- * request's draft sequence reads the prompt the target has read; every decoding request
- * with dm_want > 0 catches up on its history and drafts up to dm_want tokens into q->draft
- * (q->step_draft, q->step_src set). A failed forward turns the draft model off for the
- * requests of that forward. Returns 0 or ST_E_NOMEM. */
+/* The step's draft-model phase, before the target's batch is laid out: every decoding
+ * request with dm_want > 0 catches up on its history and drafts up to dm_want tokens into
+ * q->draft (q->step_draft, q->step_src set). A failed forward turns the draft model off for
+ * the requests of that forward. Returns 0 or ST_E_NOMEM. */
 int en_draft_run(st_engine *e);
+/* The end of a step: every running request's draft sequence reads the prompt tokens the
+ * target has read (one draft forward for all). Returns 0 or ST_E_NOMEM. */
+int en_draft_follow(st_engine *e);
 /* After a round of q drafted by the draft model with `accepted` tokens taken: its draft
  * sequence keeps its history and the accepted tokens. */
 void en_draft_after(st_engine *e, en_req *q, int32_t accepted);

@@ -71,6 +71,10 @@ void en_spec_after(en_req *q, int32_t drafted, int32_t accepted) {
         q->spec_miss = 0;
         return;
     }
+    en_spec_miss(q);
+}
+
+void en_spec_miss(en_req *q) {
     if (q->spec_miss < 5) q->spec_miss++;
     q->spec_cool = 1 << q->spec_miss >> 1;
     if (q->spec_cool < 1) q->spec_cool = 1;
