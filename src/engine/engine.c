@@ -372,7 +372,7 @@ static int plan_drafts(st_engine *e, int32_t n_dec) {
         placed++;
         if (d > 0 && q->spec_cool > 0) q->spec_cool--, d = 0;
         if (d > 0 && q->spec_ngram) q->step_draft = en_spec_draft(q, d);
-        if (d > 0 && !q->step_draft && q->use_dm && d >= e->p.draft_min) q->dm_want = d;
+        if (d > 0 && !q->step_draft && q->use_dm && d >= e->p.draft_min && !en_draft_in_debt(q)) q->dm_want = d;
         n += 1 + (q->step_draft ? q->step_draft : q->dm_want);
     }
     int rc = en_draft_run(e);
@@ -488,7 +488,7 @@ static int spec_round(st_engine *e, en_req *q, int32_t row) {
                                         i < k ? q->draft[i] : -1, &taken);
         const int more = i < k && taken;
         q->kv_keep = len0 + i + 1;
-        if (more) acc++, e->st.spec_accepted++, e->st.spec_model_accepted += model;
+        if (more) acc++, e->st.spec_accepted++, e->st.spec_model_accepted += model, q->dm_gain += model * e->t_step;
         if (!more) {
             int rc = st_kv_seq_rewind(e->kv, q->seq, q->kv_keep);
             if (rc) return fail_req(e, q, rc);
@@ -528,7 +528,13 @@ int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) 
         st_batch b = {.n_tokens = n, .tokens = e->b_tok, .seq = e->b_seq, .want_logits = e->b_want,
                       .prefill = e->b_prefill, .quest_budget = e->b_budget, .verify = e->b_verify};
         int frc = st_runner_forward(e->runner, &b, e->logits);
-        if (!frc) break;
+        if (!frc) {
+            int prefill = 0;
+            for (int32_t j = 0; j < n && !prefill; j++) prefill = e->b_prefill[j];
+            const double s = st_runner_last_seconds(e->runner);
+            if (!prefill) e->t_step = e->t_step > 0 ? 0.8 * e->t_step + 0.2 * s : s;
+            break;
+        }
         en_req *bad = by_seq(e, st_runner_failed_seq(e->runner));
         e->st.retries++;
         if (!bad) {

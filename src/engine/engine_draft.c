@@ -156,12 +156,26 @@ static void drop_batch(st_engine *e, int32_t n) {
     }
 }
 
-static int dforward(st_engine *e, int32_t n) {
+/* A draft forward of n tokens; its time is charged to the n_rows drafting requests of
+ * e->drows (none for the prompt read beside the prefill: paid once, not per draft). */
+static int dforward(st_engine *e, int32_t n, int32_t n_rows) {
     st_batch b = {.n_tokens = n, .tokens = e->db_tok, .seq = e->db_seq, .want_logits = e->db_want};
     e->st.spec_model_steps++;
     int rc = st_runner_forward(e->drunner, &b, e->dlogits);
-    if (rc) drop_batch(e, n);
-    return rc;
+    if (rc) {
+        drop_batch(e, n);
+        return rc;
+    }
+    const double s = st_runner_last_seconds(e->drunner);
+    for (int32_t r = 0; r < n_rows; r++) e->drows[r]->dm_cost += s / n_rows;
+    return 0;
+}
+
+int en_draft_in_debt(en_req *q) {
+    if (q->dm_cost <= q->dm_gain) return 0;
+    q->dm_cost = q->dm_gain;
+    en_spec_miss(q);
+    return 1;
 }
 
 /* The draft model's pick from a logits row: its argmax (the lower id on a tie), and the
@@ -234,7 +248,7 @@ static int32_t catch_up(st_engine *e, int follow) {
         if (!follow) e->drows[rows++] = q;
         q->dm_len = to;
     }
-    if (n && dforward(e, n)) return 0;
+    if (n && dforward(e, n, rows)) return 0;
     return rows;
 }
 
@@ -262,7 +276,7 @@ int en_draft_run(st_engine *e) {
             e->drows[n++] = q;
         }
         if (!n) break;
-        if (dforward(e, n)) {
+        if (dforward(e, n, n)) {
             for (int32_t r = 0; r < n; r++) e->drows[r]->step_draft = 0;
             break;
         }

@@ -57,6 +57,8 @@ typedef struct en_req {
                                any after them are a draft's, rewound at the next use */
     int32_t dm_want;        /* this step: the draft model may draft this many tokens (0: not) */
     int step_src;           /* this step's draft came from the draft model (else lookup) */
+    double dm_cost;         /* seconds of draft-model forwards spent on its drafts, and the */
+    double dm_gain;         /* target steps' seconds its accepted tokens saved (the throttle) */
     /* step scratch: what this step's batch holds of it */
     int32_t step_n;         /* tokens in the batch (0: not in it) */
     int32_t step_row;       /* its logits row, or -1 */
@@ -118,6 +120,9 @@ int en_draft_follow(st_engine *e);
 /* After a round of q drafted by the draft model with `accepted` tokens taken: its draft
  * sequence keeps its history and the accepted tokens. */
 void en_draft_after(st_engine *e, en_req *q, int32_t accepted);
+/* Whether q's draft model has cost more than it saved: then drafting with it pauses (a miss:
+ * longer each time in a row) and the debt is forgiven, so it is tried again after the pause. */
+int en_draft_in_debt(en_req *q);
 /* Frees q's draft sequence (a finish, a preemption); it is rebuilt when q drafts again. */
 void en_draft_release(st_engine *e, en_req *q);
 
@@ -167,6 +172,7 @@ struct st_engine {
     int32_t cap_db;
     float *dlogits;         /* [n_parallel][n_vocab] */
     en_req **drows;         /* [n_parallel] the request of each logits row */
+    double t_step;          /* seconds of a target forward without prompt tokens (moving mean) */
 };
 
 /* Pages holding tokens positions. */
