@@ -499,7 +499,7 @@ static int spec_round(st_engine *e, en_req *q, int32_t row) {
         if (!more) break;
     }
     q->kv_keep = -1;
-    if (model) en_draft_after(e, q, acc);
+    if (model) en_draft_after(e, q, acc), en_draft_record(e, q, acc > 0);
     en_spec_after(q, k, acc);
     return 0;
 }

@@ -171,6 +171,16 @@ static int dforward(st_engine *e, int32_t n, int32_t n_rows) {
     return 0;
 }
 
+void en_draft_record(st_engine *e, en_req *q, int ok) {
+    if (ok) {
+        q->dm_fails = 0;
+        return;
+    }
+    if (++q->dm_fails < EN_DRAFT_MAX_FAILS) return;
+    en_draft_release(e, q);
+    q->use_dm = 0;
+}
+
 int en_draft_in_debt(en_req *q) {
     if (q->dm_cost <= q->dm_gain) return 0;
     q->dm_cost = q->dm_gain;
@@ -285,7 +295,9 @@ int en_draft_run(st_engine *e) {
     /* a draft model that proposes nothing (or too little) this step pauses like a round that
      * took nothing: its forwards cost without a verify to share them */
     for (int i = 0; i < e->n_reqs; i++)
-        if (e->reqs[i]->step_src && e->reqs[i]->step_draft < (e->p.draft_min > 1 ? e->p.draft_min : 1))
+        if (e->reqs[i]->step_src && e->reqs[i]->step_draft < (e->p.draft_min > 1 ? e->p.draft_min : 1)) {
             en_spec_miss(e->reqs[i]);
+            en_draft_record(e, e->reqs[i], 0);
+        }
     return 0;
 }

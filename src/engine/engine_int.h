@@ -57,6 +57,7 @@ typedef struct en_req {
                                any after them are a draft's, rewound at the next use */
     int32_t dm_want;        /* this step: the draft model may draft this many tokens (0: not) */
     int step_src;           /* this step's draft came from the draft model (else lookup) */
+    int32_t dm_fails;       /* draft-model attempts in a row that yielded no accepted token */
     double dm_cost;         /* seconds of draft-model forwards spent on its drafts, and the */
     double dm_gain;         /* target steps' seconds its accepted tokens saved (the throttle) */
     /* step scratch: what this step's batch holds of it */
@@ -123,6 +124,11 @@ void en_draft_after(st_engine *e, en_req *q, int32_t accepted);
 /* Whether q's draft model has cost more than it saved: then drafting with it pauses (a miss:
  * longer each time in a row) and the debt is forgiven, so it is tried again after the pause. */
 int en_draft_in_debt(en_req *q);
+/* A draft-model attempt of q yielded accepted tokens (ok) or none: after
+ * EN_DRAFT_MAX_FAILS in a row the draft model is off for q (its sequence freed), since the
+ * draft reads every token of the sequence whether or not its drafts are taken. */
+#define EN_DRAFT_MAX_FAILS 8
+void en_draft_record(st_engine *e, en_req *q, int ok);
 /* Frees q's draft sequence (a finish, a preemption); it is rebuilt when q drafts again. */
 void en_draft_release(st_engine *e, en_req *q);
 
