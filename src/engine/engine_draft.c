@@ -40,9 +40,10 @@ static int vocab_diff(const st_tok *a, const st_tok *b, char *msg, size_t cap) {
     return 0;
 }
 
+/* "draft model: WHAT: the reason" (what NULL: the reason names the file already). */
 static int draft_fail(st_engine *e, int rc, char *why, size_t why_len, const char *what) {
-    if (why && why_len)
-        snprintf(why, why_len, "draft model: %s: %s", what, *st_ctx_error(e->ctx) ? st_ctx_error(e->ctx) : st_strerror(rc));
+    const char *msg = *st_ctx_error(e->ctx) ? st_ctx_error(e->ctx) : st_strerror(rc);
+    if (why && why_len) snprintf(why, why_len, "draft model: %s%s%s", what ? what : "", what ? ": " : "", msg);
     return rc;
 }
 
@@ -63,7 +64,7 @@ int en_draft_open(st_engine *e, const st_engine_params *params, char *why, size_
         rc = st_synth_write_memory(e->ctx, params->draft_synth, &e->dsynth_buf, &n);
         if (!rc) rc = st_model_load_memory(e->ctx, e->dsynth_buf, n, name, &e->dmodel);
     }
-    if (rc) return draft_fail(e, rc, why, why_len, name);
+    if (rc) return draft_fail(e, rc, why, why_len, p->draft_model_path ? NULL : name);
     st_tok *dtok = NULL;
     if ((rc = st_tok_load(e->ctx, st_model_gguf(e->dmodel), NULL, &dtok))) return draft_fail(e, rc, why, why_len, "tokenizer");
     char diff[256];
