@@ -2,8 +2,9 @@
  * (stories260K and tiny-long share one 512-token SPM vocabulary): greedy streams drafted by
  * the other model (and by the model itself) equal plain decode token for token, in RAM,
  * spilling through a few hot pages, and with a Quest budget below the context, across the
- * crossover and above the context, at 1 and 2 threads, one request and two at once; both
- * KV pools are left as plain decode leaves the target's (kv_check, stats); a draft model of
+ * crossover and above the context, at 1 and 2 threads, one request and two at once (also
+ * spilling with a preemption); both KV pools are left as plain decode leaves the target's
+ * (kv_check, stats; under preemption but for cached pages a verify round evicted); a draft model of
  * another vocabulary (the synthetic model; stories260K with one token renamed) is refused
  * naming the difference, with nothing left open. */
 #include "strata/engine.h"
@@ -200,6 +201,34 @@ TEST(test_draft_model_batched_self) {
         CHECK_INT(c.n[1], N_GEN);
         CHECK(c.es.spec_model_drafted > 0);
         CHECK_INT(c.dks.pages_used, 0);
+        /* spilling through 4 hot pages: the newer request is preempted (its draft sequence
+         * freed) and resumes (rebuilt) with the same tokens */
+        char dir[] = "/tmp/strata-specdm-pre-XXXXXX";
+        CHECK(mkdtemp(dir) != NULL);
+        p.spill_dir = dir, p.ram_pages = 4;
+        p.draft_model_path = NULL;
+        prompts[1] = "Lily and Tom"; /* both admitted at once, then grown past the RAM */
+        CHECK_OK(gen(&p, 2, 0, 0, &a));
+        p.draft_model_path = sp;
+        CHECK_OK(gen(&p, 2, 1, 0, &b));
+        for (int i = 0; i < 2; i++) {
+            CHECK_INT(b.n[i], N_GEN);
+            CHECK(!memcmp(a.toks[i], b.toks[i], sizeof a.toks[i]));
+        }
+        CHECK(b.es.preemptions > 0);
+        CHECK(b.es.spec_model_accepted > 0);
+        /* under this RAM pressure a verify round's reach into the next page can evict a
+         * cached page plain decode kept: the pool is plain decode's but for those */
+        CHECK_INT(b.ks.pages_used, a.ks.pages_used);
+        CHECK_INT(b.ks.n_seqs, a.ks.n_seqs);
+        CHECK_INT(b.ks.pages_cached + b.ks.cache_evictions, a.ks.pages_cached + a.ks.cache_evictions);
+        CHECK(b.ks.cache_evictions - a.ks.cache_evictions <= 2);
+        CHECK_INT(b.dks.pages_used, 0);
+        CHECK_INT(b.dks.n_seqs, 0);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        CHECK(system(cmd) == 0);
+        prompts[1] = passage;
     }
 }
 
