@@ -66,7 +66,11 @@
  * unchanged (st_sampler_sample_draft), and the output keeps plain decode's distribution. The
  * draft model drafts only while its sequence fits its context (min(n_ctx, the draft model's
  * training context)) and not for a request that continues a given sequence (its earlier
- * tokens are not known to the draft). A preempted request frees its draft sequence and
+ * tokens are not known to the draft). A step where the draft model proposes nothing pauses
+ * it as a round that accepts nothing does; a request whose draft forwards have cost more
+ * seconds than the target steps its accepted tokens saved pauses too; 8 attempts in a row
+ * without an accepted token turn the draft model off for the request (it reads every token
+ * whether or not its drafts are taken). A preempted request frees its draft sequence and
  * rebuilds it on resumption; a failed draft-model forward turns the draft model off for the
  * requests it held (they decode on, by lookup or plain).
  *
