@@ -1,4 +1,5 @@
-/* bench/spec: speculative decoding by prompt lookup (engine spec_ngram) against plain decode,
+/* bench/spec: speculative decoding by prompt lookup (engine spec_ngram) and by a draft model
+ * (engine draft_model_path) against plain decode,
  * side by side in one run, one request at a time, greedy, 2 threads.
  *
  * Tasks:
@@ -13,13 +14,33 @@
  * whether the two token streams are identical (they must be). Plain and speculative runs
  * alternate and the best of --reps runs of each is printed.
  *
- * usage: spec [-t THREADS] [-n TOKENS] [--ngram N] [--draft-max M] [--reps R] */
+ * With both trained models present, each also drafts for the other (their vocabularies are
+ * the same): rows for the draft model alone and for lookup with the draft model behind it,
+ * each against the same plain runs.
+ *
+ * --cpu-time times runs by the process's CPU seconds (for a loaded machine, at -t 1).
+ *
+ * usage: spec [-t THREADS] [-n TOKENS] [--ngram N] [--draft-max M] [--draft-p-min P] [--reps R]
+ *             [--cpu-time] */
 #include "bench_common.h"
 #include "strata/engine.h"
 
+#include <time.h>
 #include <unistd.h>
 
 static int n_threads = 2, n_gen = 128, ngram = 3, draft_max = 8, reps = 3;
+static float p_min = ST_ENGINE_DRAFT_P_MIN_DEFAULT;
+static int cpu_clock; /* --cpu-time: the process's CPU seconds instead of wall seconds */
+
+/* With --cpu-time a run is timed by the CPU it used (every thread of the process), which
+ * other processes on a loaded machine do not inflate the way they inflate wall time; at one
+ * thread it is the work done. */
+static double now_s(void) {
+    if (!cpu_clock) return st_time_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 typedef struct res {
     double tps;
@@ -28,13 +49,21 @@ typedef struct res {
     st_engine_stats es;
 } res;
 
-static int run_one(st_engine *e, const char *prompt, int spec, res *r) {
+/* One way of drafting: prompt lookup (ngram > 0), a draft model (draft: its path), or both. */
+typedef struct src {
+    const char *name;
+    int ngram;
+    const char *draft;
+} src;
+
+static int run_one(st_engine *e, const char *prompt, const src *sc, res *r) {
     st_engine_req_params rp = st_engine_req_default_params();
     rp.text = prompt, rp.text_len = strlen(prompt);
     rp.sampling.temp = 0;
     rp.max_tokens = n_gen;
     rp.ignore_eos = 1;
-    rp.spec_ngram = spec ? ngram : 0;
+    rp.spec_ngram = sc ? sc->ngram : 0;
+    rp.spec_draft = sc && sc->draft;
     rp.draft_max = draft_max;
     st_req_id id;
     if (st_engine_submit(e, &rp, &id)) return -1;
@@ -44,7 +73,7 @@ static int run_one(st_engine *e, const char *prompt, int spec, res *r) {
         const st_engine_event *ev;
         int nev;
         if (st_engine_step(e, &ev, &nev)) return -1;
-        const double now = st_time_now();
+        const double now = now_s();
         for (int k = 0; k < nev; k++) {
             if (ev[k].token >= 0 && r->n < 1024) {
                 if (!r->n) t_first = now;
@@ -57,41 +86,54 @@ static int run_one(st_engine *e, const char *prompt, int spec, res *r) {
     return 0;
 }
 
-/* one run on a fresh engine (nothing cached) */
-static int measure(const st_engine_params *p, const char *prompt, int spec, res *r) {
+/* one run on a fresh engine (nothing cached); sc NULL: plain decode */
+static int measure(const st_engine_params *p, const char *prompt, const src *sc, res *r) {
     st_engine *e = NULL;
     char why[512];
-    if (st_engine_create(p, &e, why, sizeof why)) {
+    st_engine_params q = *p;
+    q.draft_model_path = sc ? sc->draft : NULL;
+    if (st_engine_create(&q, &e, why, sizeof why)) {
         fprintf(stderr, "spec: %s\n", why);
         return -1;
     }
-    int rc = run_one(e, prompt, spec, r);
+    int rc = run_one(e, prompt, sc, r);
     st_engine_get_stats(e, &r->es);
     st_engine_destroy(e);
     return rc;
 }
 
-static void row(const char *model, const char *task, const st_engine_params *p, const char *prompt) {
-    /* plain and speculative runs alternate, so both see the machine's load alike; the best
-     * of each is kept */
-    static res a, b, r;
-    a.tps = b.tps = 0;
+#define MAX_SRC 4
+
+/* Plain decode and each drafting source in turn, alternating, so all see the machine's load
+ * alike; the best of each is kept and every source's row is its ratio to the same plain. */
+static void rows(const char *model, const char *task, const st_engine_params *p, const char *prompt, const src *sc,
+                 int n_src) {
+    static res best[MAX_SRC + 1], r;
+    for (int j = 0; j <= n_src; j++) best[j].tps = 0;
     for (int i = 0; i < reps; i++)
-        for (int spec = 0; spec < 2; spec++) {
-            if (measure(p, prompt, spec, &r)) {
-                printf("| %s | %s | error | | | | | |\n", model, task);
+        for (int j = 0; j <= n_src; j++) {
+            if (measure(p, prompt, j ? &sc[j - 1] : NULL, &r)) {
+                printf("| %s | %s | %s | error | | | | | |\n", model, j ? sc[j - 1].name : "plain", task);
                 return;
             }
-            res *best = spec ? &b : &a;
-            if (r.tps > best->tps) *best = r;
+            if (r.tps > best[j].tps) best[j] = r;
         }
-    const int same = a.n == b.n && !memcmp(a.toks, b.toks, sizeof(int32_t) * (size_t)a.n);
-    printf("| %s | %s | %.1f | %.1f | %.2fx | %.0f%% (%lld/%lld) | %lld | %s |\n", model, task, a.tps, b.tps,
-           a.tps > 0 ? b.tps / a.tps : 0.0,
-           b.es.spec_drafted ? 100.0 * (double)b.es.spec_accepted / (double)b.es.spec_drafted : 0.0,
-           (long long)b.es.spec_accepted, (long long)b.es.spec_drafted, (long long)b.es.spec_drafts,
-           same ? "yes" : "NO");
+    const res *a = &best[0];
+    for (int j = 1; j <= n_src; j++) {
+        const res *b = &best[j];
+        const int same = a->n == b->n && !memcmp(a->toks, b->toks, sizeof(int32_t) * (size_t)a->n);
+        printf("| %s | %s | %s | %.1f | %.1f | %.2fx | %.0f%% (%lld/%lld) | %lld | %s |\n", model, sc[j - 1].name,
+               task, a->tps, b->tps, a->tps > 0 ? b->tps / a->tps : 0.0,
+               b->es.spec_drafted ? 100.0 * (double)b->es.spec_accepted / (double)b->es.spec_drafted : 0.0,
+               (long long)b->es.spec_accepted, (long long)b->es.spec_drafted, (long long)b->es.spec_drafts,
+               same ? "yes" : "NO");
+    }
     fflush(stdout);
+}
+
+static void row(const char *model, const char *task, const st_engine_params *p, const char *prompt) {
+    const src lookup = {"lookup", ngram, NULL};
+    rows(model, task, p, prompt, &lookup, 1);
 }
 
 static const char *passage =
@@ -110,10 +152,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--ngram")) ngram = atoi(v), i++;
         else if (!strcmp(a, "--draft-max")) draft_max = atoi(v), i++;
         else if (!strcmp(a, "--reps")) reps = atoi(v), i++;
+        else if (!strcmp(a, "--draft-p-min")) p_min = (float)atof(v), i++;
+        else if (!strcmp(a, "--cpu-time")) cpu_clock = 1;
         else if (!strcmp(a, "--synth")) synth = v, i++;
         else if (!strcmp(a, "--models")) models_dir = v, i++;
         else {
-            fprintf(stderr, "usage: spec [-t THREADS] [-n TOKENS] [--ngram N] [--draft-max M] [--reps R] "
+            fprintf(stderr, "usage: spec [-t THREADS] [-n TOKENS] [--ngram N] [--draft-max M] [--draft-p-min P] [--reps R] [--cpu-time] "
                             "[--synth none|small|1b|both] [--models DIR]\n");
             return 2;
         }
@@ -124,32 +168,42 @@ int main(int argc, char **argv) {
     const size_t half = strlen(passage) / 3;
     snprintf(copy, sizeof copy, "%s\n\n%.*s", passage, (int)half, passage);
     const char *free_prompt = "Once upon a time";
-    printf("bench/spec: %d threads, %d generated tokens, greedy, --spec-ngram %d --draft-max %d, best of %d\n\n",
-           n_threads, n_gen, ngram, draft_max, reps);
-    printf("| model | task | plain tok/s | spec tok/s | speed-up | accepted | rounds | identical |\n");
-    printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    printf("bench/spec: %d threads, %d generated tokens, greedy, --spec-ngram %d --draft-max %d --draft-p-min %.2f, "
+           "best of %d, %s time\n\n", n_threads, n_gen, ngram, draft_max, p_min, reps, cpu_clock ? "CPU" : "wall");
+    printf("| model | drafts by | task | plain tok/s | spec tok/s | speed-up | accepted | rounds | identical |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     st_engine_params p = st_engine_default_params();
     p.n_threads = n_threads;
     p.n_parallel = 1;
+    p.draft_p_min = p_min;
     p.n_ctx = 1024;
     row("built-in synthetic", "copy", &p, copy);
     row("built-in synthetic", "free", &p, free_prompt);
+    /* the trained pair shares one vocabulary: each drafts for the other */
     const char *models[2] = {"stories260K.gguf", "tiny-long.gguf"};
+    char paths[2][1024];
+    int have[2];
     for (int m = 0; m < 2; m++) {
-        char path[1024];
-        snprintf(path, sizeof path, "%s/models/%s", bench_shared_dir(), models[m]);
-        if (access(path, R_OK)) {
-            snprintf(path, sizeof path, "%s/../../shared/models/%s", STRATA_SOURCE_DIR, models[m]);
-            if (access(path, R_OK)) {
-                printf("| %s | (absent) | | | | | | |\n", models[m]);
-                continue;
-            }
+        snprintf(paths[m], sizeof paths[m], "%s/models/%s", bench_shared_dir(), models[m]);
+        if ((have[m] = !access(paths[m], R_OK))) continue;
+        snprintf(paths[m], sizeof paths[m], "%s/../../shared/models/%s", STRATA_SOURCE_DIR, models[m]);
+        have[m] = !access(paths[m], R_OK);
+    }
+    for (int m = 0; m < 2; m++) {
+        if (!have[m]) {
+            printf("| %s | | (absent) | | | | | | |\n", models[m]);
+            continue;
         }
         st_engine_params q = p;
-        q.model_path = path;
+        q.model_path = paths[m];
         q.n_ctx = 512;
-        row(models[m], "copy", &q, copy);
-        row(models[m], "free", &q, free_prompt);
+        char dm[64], both[80];
+        snprintf(dm, sizeof dm, "draft %.*s", (int)(strlen(models[!m]) - 5), models[!m]);
+        snprintf(both, sizeof both, "lookup + %s", dm);
+        const src sc[3] = {{"lookup", ngram, NULL}, {dm, 0, paths[!m]}, {both, ngram, paths[!m]}};
+        const int n_src = have[!m] ? 3 : 1;
+        rows(models[m], "copy", &q, copy, sc, n_src);
+        rows(models[m], "free", &q, free_prompt, sc, n_src);
     }
     /* the synthetic models of bench/batch: random weights (their text loops, which the lookup
      * catches), but sizes where a step's cost is the weights' read (1b: from DRAM) */

@@ -37,7 +37,7 @@ printf '\x00{"prompt":"Once upon a time","max_tokens":8,"stop":["\\n",". "],"log
 printf '\x01{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi \\u00e9"}],"temperature":0.5,"stream_options":{"include_usage":true}}' \
   >"$work/seeds/server_request/chat"
 printf '\x00{"prompt":[1,5,9],"n":1,"seed":7,"top_k":3,"min_p":0.1}' >"$work/seeds/server_request/ids"
-printf '\x00{"prompt":"a b a b a","spec_ngram":2,"draft_max":4,"ignore_eos":true,"session":"s1","logprobs":3}' \
+printf '\x00{"prompt":"a b a b a","spec_ngram":2,"spec_draft":false,"draft_max":4,"ignore_eos":true,"session":"s1","logprobs":3}' \
   >"$work/seeds/server_request/fields"
 printf 'S' >"$work/seeds/session_file/valid"
 printf 'P\x00\x20\x00\x01' >"$work/seeds/session_file/count"   # the token count edited, checksum fixed

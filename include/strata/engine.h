@@ -51,6 +51,29 @@
  * length follows the acceptance (doubling after a whole draft taken, one past what a partial
  * round took), and a round that accepts nothing pauses drafting for 1, 2, 4 .. 32 steps.
  *
+ * Speculative decoding with a draft model (llama.cpp's -md). With a draft model loaded (its
+ * vocabulary checked equal to the target's at the open), a request with spec_draft on keeps
+ * a sequence of its own in the draft model's KV cache, following the target's: it reads the
+ * prompt a step behind the target's prefill (batched with the other requests' pieces), and
+ * before a round it catches up on what was accepted since (the last round's bonus token),
+ * then drafts greedily, one draft-model decode step per token, batched across the requests
+ * that draft: the draft model's argmax, while its probability is at least draft_p_min, up to
+ * the round's length. The round then runs as a lookup round does, and the draft sequence is
+ * rewound to the accepted tokens. The source, per request: prompt lookup first (when
+ * spec_ngram is on and the lookup finds a match), else the draft model (when spec_draft is
+ * on); a draft shorter than draft_min is dropped. The draft model's tokens are deterministic
+ * drafts (its greedy argmax), so for a request that samples the same acceptance rule applies
+ * unchanged (st_sampler_sample_draft), and the output keeps plain decode's distribution. The
+ * draft model drafts only while its sequence fits its context (min(n_ctx, the draft model's
+ * training context)) and not for a request that continues a given sequence (its earlier
+ * tokens are not known to the draft). A step where the draft model proposes nothing pauses
+ * it as a round that accepts nothing does; a request whose draft forwards have cost more
+ * seconds than the target steps its accepted tokens saved pauses too; 8 attempts in a row
+ * without an accepted token turn the draft model off for the request (it reads every token
+ * whether or not its drafts are taken). A preempted request frees its draft sequence and
+ * rebuilds it on resumption; a failed draft-model forward turns the draft model off for the
+ * requests it held (they decode on, by lookup or plain).
+ *
  * Errors of one request (its pages, its context, an I/O error on its pages) finish that
  * request with ST_FINISH_ERROR and the error; the other requests go on.
  *
@@ -112,22 +135,37 @@ typedef struct st_engine_params {
     int32_t spec_ngram;           /* N: draft what followed the last N tokens' most recent earlier
                                      occurrence in prompt + generated text; 0: off (default) */
     int32_t draft_max;            /* drafted tokens per round at most (0..64); 0: 8 */
+    /* speculative decoding with a draft model (llama.cpp's -md): a second, smaller model with
+     * the target's vocabulary, its own runner and KV cache (all in RAM, f16), owned here */
+    const char *draft_model_path; /* GGUF file; NULL: draft_synth, else none */
+    const st_synth_params *draft_synth; /* with draft_model_path NULL: a synthetic draft model
+                                     (borrowed for the open; e.g. the target's own params) */
+    int32_t spec_draft;           /* requests that do not set their own draft with the draft
+                                     model (1) or not (0); -1: 1 when one is loaded */
+    int32_t draft_min;            /* a draft shorter than this is not verified (0..64; either
+                                     source); 0: any */
+    float draft_p_min;            /* the draft model stops drafting when its most likely token's
+                                     probability is below this (0..1); st_engine_default_params:
+                                     0.75, llama.cpp's */
 } st_engine_params;
 
 #define ST_ENGINE_MAX_NGRAM 64
 #define ST_ENGINE_MAX_DRAFT 64
 #define ST_ENGINE_DRAFT_MAX_DEFAULT 8
+#define ST_ENGINE_DRAFT_P_MIN_DEFAULT 0.75f
 
-/* n_ctx 0, n_batch 256, n_parallel 4, page 16, f16 KV, everything else off (dense decode). */
+/* n_ctx 0, n_batch 256, n_parallel 4, page 16, f16 KV, spec_draft -1, draft_p_min 0.75,
+ * everything else off (dense decode). */
 st_engine_params st_engine_default_params(void);
 /* The built-in model used without a model path: a small random-weight llama with a byte-level
  * tokenizer (what `strata run` runs without -m). */
 st_synth_params st_engine_builtin_model(void);
 
-/* Opens the engine. Returns 0; ST_E_INVAL (a parameter out of range: named), the model
- * loader's, tokenizer's, KV pool's or runner's error (model.h, tok.h, kv.h), ST_E_NOMEM; the
- * message is in *why (why_len bytes, may be NULL) as well. *out owned by the caller:
- * st_engine_destroy. */
+/* Opens the engine. Returns 0; ST_E_INVAL (a parameter out of range: named; a draft model
+ * whose vocabulary is not the target's: the first difference named, token count, a token's
+ * text or type, BOS or EOS), the model loader's, tokenizer's, KV pool's or runner's error
+ * (model.h, tok.h, kv.h), ST_E_NOMEM; the message is in *why (why_len bytes, may be NULL) as
+ * well. On error nothing is left open. *out owned by the caller: st_engine_destroy. */
 int st_engine_create(const st_engine_params *p, st_engine **out, char *why, size_t why_len);
 /* Finishes nothing: every request is dropped and its pages released. NULL is a no-op. */
 void st_engine_destroy(st_engine *e);
@@ -139,6 +177,10 @@ const st_tok *st_engine_tok(const st_engine *e);
 st_kv *st_engine_kv(st_engine *e);
 int32_t st_engine_n_ctx(const st_engine *e);
 const st_engine_params *st_engine_get_params(const st_engine *e);
+
+/* The draft model's KV cache (read-only use: statistics), or NULL without a draft model.
+ * Borrowed for the engine's life. */
+st_kv *st_engine_draft_kv(st_engine *e);
 
 /* The runner, for progress reports (st_runner_set_progress) and Quest statistics; forwarding
  * with it directly would bypass the engine's bookkeeping. Borrowed. */
@@ -182,11 +224,12 @@ typedef struct st_engine_req_params {
     int32_t spec_ngram;           /* prompt lookup drafting (see "Speculative decoding"): -1 the
                                      engine's (the default), 0 off, 1..64 the n-gram length */
     int32_t draft_max;            /* drafted tokens per round at most; 0: the engine's */
+    int32_t spec_draft;           /* drafting with the engine's draft model: -1 the engine's
+                                     (the default), 0 off, 1 on (ignored without one) */
 } st_engine_req_params;
 
 /* sampling = st_sampler_default_params(), max_tokens 128, quest_budget -1, quest_epsilon -1,
- * seq -1, n_logprobs
- * -1, spec_ngram -1, the rest 0. */
+ * seq -1, n_logprobs -1, spec_ngram -1, spec_draft -1, the rest 0. */
 st_engine_req_params st_engine_req_default_params(void);
 
 /* Queues a request; *id receives its id. The prompt is tokenized and checked now. Returns 0;
@@ -302,6 +345,10 @@ typedef struct st_engine_stats {
     int64_t spec_drafts;         /* verify rounds run (a request's last token with a draft) */
     int64_t spec_drafted;        /* drafted tokens verified */
     int64_t spec_accepted;       /* of them equal to the token drawn, hence emitted */
+    int64_t spec_model_drafts;   /* of the rounds, drafted by the draft model (the rest: lookup) */
+    int64_t spec_model_drafted;  /* of the drafted tokens, the draft model's */
+    int64_t spec_model_accepted; /* of the accepted tokens, the draft model's */
+    int64_t spec_model_steps;    /* draft model forwards run (catch-up and drafting) */
 } st_engine_stats;
 
 /* Read-only. */

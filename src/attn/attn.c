@@ -124,11 +124,20 @@ static size_t run_blocks_max(const st_attn_geom *g) {
            (size_t)((g->page_size + ATTN_BLK - 1) / ATTN_BLK);
 }
 
+/* The kernels for a head dimension: the workspace's, else (a dimension its vector width does
+ * not divide) the widest table whose width does: AVX-512's falls back to AVX2's for head
+ * dims of 8, 24, 40 ... (stories260K's is 8) rather than straight to the scalar one. */
+static const st_attn_kernels *kernels_for(const st_attn_kernels *k, int head_dim) {
+    if (head_dim % k->d_mult == 0) return k;
+    if (k->isa == ST_ISA_AVX512 && head_dim % st_attn_kernels_avx2_.d_mult == 0) return &st_attn_kernels_avx2_;
+    return &st_attn_kernels_scalar_;
+}
+
 int attn_begin_call(st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, int R, int decode,
                       int *nth, st_threadpool **tp) {
     *tp = ctx ? st_ctx_threadpool(ctx) : NULL;
     *nth = *tp ? st_threadpool_n_threads(*tp) : 1;
-    ws->k = g->head_dim % ws->kern->d_mult ? &st_attn_kernels_scalar_ : ws->kern;
+    ws->k = kernels_for(ws->kern, g->head_dim);
     ws->g = g;
     ws->scale = g->scale > 0 ? g->scale : 1.0f / sqrtf((float)g->head_dim);
     ws->G = g->n_head / g->n_kv_head;

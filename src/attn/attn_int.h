@@ -83,7 +83,7 @@ typedef struct attn_minmax_rows {
 
 typedef struct st_attn_kernels {
     st_isa isa;
-    int d_mult; /* head_dim must be a multiple of this, else the scalar table is used */
+    int d_mult; /* head_dim must be a multiple of this, else a narrower table is used (attn.c) */
     /* Rows (queries x group heads) per st_attn_chunk tile: more rows reuse each converted
      * K/V block more, as long as the tile's state stays near L1. (The streaming chunk API
      * sizes its caller's state without a workspace, so it keeps ATTN_CHUNK_ROWS.) */

@@ -233,10 +233,22 @@ int st_cli_engine_arg(st_cli_quest *q, st_sampler_params *sp, st_cli_kv_flags *f
                       const char *v) {
     int r = st_cli_quest_arg(q, a, v);
     if (!r && sp) r = st_cli_sampler_arg(sp, a, v);
-    if (!r && spec && (!strcmp(a, "--spec-ngram") || !strcmp(a, "--draft-max"))) {
+    if (!r && spec && (!strcmp(a, "--spec-ngram") || !strcmp(a, "--draft-max") || !strcmp(a, "--draft-min"))) {
         long long n;
-        if (st_cli_int(v, a[2] == 's' ? 0 : 1, a[2] == 's' ? ST_ENGINE_MAX_NGRAM : ST_ENGINE_MAX_DRAFT, &n)) return -1;
-        *(a[2] == 's' ? &spec->ngram : &spec->draft_max) = (int32_t)n;
+        const int lookup = a[2] == 's', min = !strcmp(a, "--draft-min");
+        if (st_cli_int(v, lookup || min ? 0 : 1, lookup ? ST_ENGINE_MAX_NGRAM : ST_ENGINE_MAX_DRAFT, &n)) return -1;
+        *(lookup ? &spec->ngram : min ? &spec->draft_min : &spec->draft_max) = (int32_t)n;
+        return 1;
+    }
+    if (!r && spec && (!strcmp(a, "-md") || !strcmp(a, "--model-draft"))) {
+        if (!v || !*v) return -1;
+        spec->draft_model = v;
+        return 1;
+    }
+    if (!r && spec && !strcmp(a, "--draft-p-min")) {
+        double d;
+        if (st_cli_float(v, 0, 1, &d)) return -1;
+        spec->p_min = (float)d, spec->p_min_set = 1;
         return 1;
     }
     return r ? r : st_cli_kv_flags_arg(f, a, v);
@@ -300,4 +312,12 @@ int st_cli_session_open(const char *cmd, const st_cli_session_opts *o, st_cli_se
     if (o->n_batch > 0) rp.n_batch = o->n_batch;
     if ((rc = st_runner_create(s->ctx, s->model, s->kv, &rp, &s->runner))) return fail(cmd, s, rc, "runner");
     return 0;
+}
+
+void st_cli_spec_apply(const st_cli_spec *spec, st_engine_params *ep) {
+    ep->spec_ngram = spec->ngram;
+    ep->draft_max = spec->draft_max;
+    ep->draft_model_path = spec->draft_model;
+    ep->draft_min = spec->draft_min;
+    if (spec->p_min_set) ep->draft_p_min = spec->p_min;
 }

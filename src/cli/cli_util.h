@@ -20,15 +20,27 @@ int st_cli_float(const char *s, double lo, double hi, double *out);
  * (v valid), 0 not a sampler flag, -1 bad or missing value. */
 int st_cli_sampler_arg(st_sampler_params *sp, const char *a, const char *v);
 /* Speculative decoding flags, llama.cpp's spellings: --spec-ngram N (prompt lookup drafting
- * with an N-gram; 0 off), --draft-max N. Copied into st_engine_params (the requests' default). */
+ * with an N-gram; 0 off), -md / --model-draft FILE (a draft model), --draft-max N,
+ * --draft-min N, --draft-p-min P. Copied into st_engine_params (the requests' default);
+ * st_cli_spec_apply does that. The zeroed struct is "none given". */
 typedef struct st_cli_spec {
-    int32_t ngram;     /* 0: not given (off) */
-    int32_t draft_max; /* 0: the engine's */
+    int32_t ngram;           /* 0: not given (off) */
+    int32_t draft_max;       /* 0: the engine's */
+    const char *draft_model; /* NULL: none (borrowed from argv) */
+    int32_t draft_min;       /* 0: any */
+    float p_min;             /* valid when p_min_set */
+    int p_min_set;
 } st_cli_spec;
 #define ST_CLI_SPEC_USAGE                                                                          \
-    "Speculative decoding (greedy only, --temp 0): --spec-ngram N drafts what followed the last\n"  \
-    "N tokens' latest earlier occurrence in the prompt and text so far, verified in one forward\n"  \
-    "(the output is plain decode's); --draft-max M drafted tokens per round (default 8).\n"
+    "Speculative decoding: --spec-ngram N drafts what followed the last N tokens' latest earlier\n"  \
+    "occurrence in the prompt and text so far; -md FILE (--model-draft) drafts with a smaller\n"    \
+    "model of the same vocabulary (when the lookup finds nothing, with both); either is verified\n" \
+    "in one forward (greedy output is plain decode's, sampled output keeps its distribution);\n"   \
+    "--draft-max M drafted tokens per round (default 8), --draft-min M drafts shorter are not\n"   \
+    "verified (default 0), --draft-p-min P the draft model stops below this probability (0.75).\n"
+struct st_engine_params;
+/* Copies the flags given into the engine's params. */
+void st_cli_spec_apply(const st_cli_spec *spec, struct st_engine_params *ep);
 
 /* The flags the engine's commands share: Quest (cli_quest.h), the sampler's (sp NULL: none, as
  * serve takes them per request), the SSD tier's (kv_flags.h) and speculative decoding's (spec

@@ -164,8 +164,7 @@ int st_cmd_batch(int argc, char **argv) {
     ep.max_queue = o.max_queue ? (int32_t)o.max_queue : n;
     ep.page_size = (int)o.kv_page;
     ep.kv_type = o.kv_type;
-    ep.spec_ngram = o.spec.ngram;
-    ep.draft_max = o.spec.draft_max;
+    st_cli_spec_apply(&o.spec, &ep);
     ep.quest = o.quest.p;
     ep.spill_dir = o.tier.spill_dir;
     ep.instance_id = o.tier.instance_id;

@@ -25,7 +25,7 @@ static void usage(FILE *f) {
             "                  [--chat [--chat-template NAME] [--system TEXT]]\n"
             "                  [--prompt-cache FILE [--prompt-cache-ro | --prompt-cache-all]]\n"
             "                  [--no-escape] [--ignore-eos] [-l ID+BIAS | -l ID-BIAS ...] [--mmap | --no-mmap]\n"
-            "                  [--spec-ngram N [--draft-max M]]\n"
+            "                  [--spec-ngram N] [-md DRAFT.gguf] [--draft-max M] [--draft-min M] [--draft-p-min P]\n"
             "--chat: interactive chat on stdin (one message a line; /reset, /exit); the KV is kept\n"
             "between turns. The template comes from the GGUF unless --chat-template names one.\n"
             "Without -m, runs a built-in synthetic model (random weights, byte-level tokenizer).\n"
@@ -318,6 +318,10 @@ static int generate(st_engine *e, st_cli_session *s, const run_opts *o, const in
         fprintf(stderr, "speculative: %lld rounds, %lld tokens drafted, %lld accepted (%.1f%%)\n",
                 (long long)es.spec_drafts, (long long)es.spec_drafted, (long long)es.spec_accepted,
                 es.spec_drafted ? 100.0 * (double)es.spec_accepted / (double)es.spec_drafted : 0.0);
+    if (es.spec_model_steps)
+        fprintf(stderr, "draft model: %lld forwards, %lld rounds, %lld tokens drafted, %lld accepted\n",
+                (long long)es.spec_model_steps, (long long)es.spec_model_drafts, (long long)es.spec_model_drafted,
+                (long long)es.spec_model_accepted);
     if (ks.ram_pages)
         fprintf(stderr, "KV tier: hot pool %lld pages; %lld spilled, %lld fetched, %lld blocks "
                 "streamed, %.1f MiB read, %lld stalls, %lld dropped\n", (long long)ks.ram_pages,
@@ -359,8 +363,7 @@ int st_cmd_run(int argc, char **argv) {
     ep.page_size = (int)o.kv_page;
     ep.kv_type = o.kv_type;
     ep.mem_limit = st_cli_mem_available();
-    ep.spec_ngram = o.spec.ngram;
-    ep.draft_max = o.spec.draft_max;
+    st_cli_spec_apply(&o.spec, &ep);
     if ((rc = st_cli_kv_flags_engine(&o.tier, &ep, "run"))) {
         free(text);
         return st_cli_exit_code(rc);

@@ -45,7 +45,7 @@ static void usage(FILE *f) {
             "With --kv-spill DIR and --instance-id ID the prefix cache survives a restart: the stop writes it\n"
             "to DIR/prefix-ID.kv, the next start with the same flags resumes it (a file that does not\n"
             "validate is reported and removed).\n" ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE
-            ST_CLI_SPEC_USAGE "(serve: the default of requests that send no \"spec_ngram\" / \"draft_max\")\n");
+            ST_CLI_SPEC_USAGE "(serve: the default of requests that send no \"spec_ngram\" / \"spec_draft\" / \"draft_max\")\n");
 }
 
 /* At start: loads the prefix-cache file if there is one; one that does not validate is
@@ -135,7 +135,8 @@ int st_cmd_serve(int argc, char **argv) {
     st_server_params sp = {.host = "127.0.0.1", .port = 8080};
     st_cli_quest quest;
     st_cli_kv_flags tier;
-    st_cli_spec spec = {0, 0};
+    st_cli_spec spec;
+    memset(&spec, 0, sizeof spec);
     st_cli_quest_init(&quest);
     st_cli_kv_flags_init(&tier);
     char *key = NULL;
@@ -239,8 +240,7 @@ int st_cmd_serve(int argc, char **argv) {
     ep.weight_rows = lp.layout == ST_WEIGHT_LAYOUT_ROWS;
     ep.quest = quest.p;
     ep.mem_limit = st_cli_mem_available();
-    ep.spec_ngram = spec.ngram;
-    ep.draft_max = spec.draft_max;
+    st_cli_spec_apply(&spec, &ep);
     int rc = st_cli_kv_flags_engine(&tier, &ep, "serve");
     if (rc) {
         free(key);

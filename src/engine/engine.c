@@ -87,6 +87,8 @@ int st_engine_submit(st_engine *e, const st_engine_req_params *p, st_req_id *id)
     if (!rc && (p->spec_ngram < -1 || p->spec_ngram > ST_ENGINE_MAX_NGRAM))
         rc = st_seterr(e->ctx, ST_E_INVAL, "spec_ngram %d (-1 for the engine's, 0 off, up to %d)", p->spec_ngram,
                        ST_ENGINE_MAX_NGRAM);
+    if (!rc && (p->spec_draft < -1 || p->spec_draft > 1))
+        rc = st_seterr(e->ctx, ST_E_INVAL, "spec_draft %d (-1 for the engine's, 0 off, 1 on)", p->spec_draft);
     if (!rc && (p->draft_max < 0 || p->draft_max > ST_ENGINE_MAX_DRAFT))
         rc = st_seterr(e->ctx, ST_E_INVAL, "draft_max %d (0 for the engine's, up to %d)", p->draft_max,
                        ST_ENGINE_MAX_DRAFT);
@@ -133,8 +135,11 @@ int st_engine_submit(st_engine *e, const st_engine_req_params *p, st_req_id *id)
     q->spec_ngram = p->spec_ngram < 0 ? e->p.spec_ngram : p->spec_ngram;
     q->draft_max = p->draft_max > 0 ? p->draft_max : e->p.draft_max;
     q->spec_len = q->draft_max;
-    if (e->p.kv_type == ST_TYPE_Q8_0) q->spec_ngram = 0;
-    if (q->spec_ngram && !(q->draft = malloc((size_t)q->draft_max * sizeof *q->draft))) {
+    /* the draft model knows the prompt and what follows, not a given sequence's tokens */
+    q->dseq = -1;
+    q->use_dm = e->dkv && (p->spec_draft < 0 ? e->p.spec_draft : p->spec_draft) && q->len0 == 0;
+    if (e->p.kv_type == ST_TYPE_Q8_0) q->spec_ngram = 0, q->use_dm = 0;
+    if ((q->spec_ngram || q->use_dm) && !(q->draft = malloc((size_t)q->draft_max * sizeof *q->draft))) {
         en_req_free(q);
         free(q);
         return ST_E_NOMEM;
@@ -223,6 +228,7 @@ static int push_event(st_engine *e, const en_req *q, int32_t token, size_t t0, s
  * the prefix cache for later requests). */
 static void retire(st_engine *e, en_req *q, st_finish fin) {
     if (q->seq >= 0 && !q->keep_seq) st_kv_seq_free(e->kv, q->seq);
+    en_draft_release(e, q);
     e->st.finished++;
     e->st.finished_by[fin]++;
     for (int i = 0; i < e->n_reqs; i++)
@@ -311,6 +317,7 @@ static int admit(st_engine *e, en_req *q) {
 }
 
 static void preempt(st_engine *e, en_req *q) {
+    en_draft_release(e, q);
     q->state = ST_REQ_PREEMPTED;
     q->st.n_preempted++;
     e->st.preemptions++;
@@ -351,32 +358,54 @@ static int admit_waiting(st_engine *e) {
 
 /* ---- the step ------------------------------------------------------------------------------------- */
 
-/* Lays out this step's batch: a token of every decoding request, then prompt pieces in
- * request order within the n_batch budget. Returns the token count. */
-static int32_t build_batch(st_engine *e) {
-    int32_t n = 0, n_dec = 0, placed = 0;
-    for (int i = 0; i < e->n_reqs; i++) n_dec += e->reqs[i]->state == ST_REQ_DECODE;
+/* Each decoding request's draft for this step: its room (the batch's tokens left after one
+ * of every decoding request, counted in order), then prompt lookup, else the draft model
+ * (en_draft_run, for every request that wants it at once); a draft under draft_min is
+ * dropped. Returns 0 or ST_E_NOMEM. */
+static int plan_drafts(st_engine *e, int32_t n_dec) {
+    int32_t n = 0, placed = 0;
     for (int i = 0; i < e->n_reqs; i++) {
         en_req *q = e->reqs[i];
-        q->step_n = 0, q->step_row = -1, q->step_draft = 0;
+        q->step_n = 0, q->step_row = -1, q->step_draft = 0, q->dm_want = 0, q->step_src = 0;
         if (q->state != ST_REQ_DECODE) continue;
         q->step_len0 = seq_len(e, q);
+        /* a certified selection may skip pages at any length, so it never drafts */
+        const int certified = q->eps > 0 || (q->eps < 0 && e->p.quest.certify && e->p.quest.epsilon > 0);
+        int32_t d = (q->spec_ngram || q->use_dm) && !certified
+                        ? en_spec_room(q, e->page, e->p.quest.budget, q->step_len0, e->p.n_batch - n - n_dec + placed)
+                        : 0;
+        placed++;
+        if (d > 0 && q->spec_cool > 0) q->spec_cool--, d = 0;
+        if (d > 0 && q->spec_ngram) q->step_draft = en_spec_draft(q, d);
+        if (d > 0 && !q->step_draft && q->use_dm && d >= e->p.draft_min && !en_draft_in_debt(q)) q->dm_want = d;
+        n += 1 + (q->step_draft ? q->step_draft : q->dm_want);
+    }
+    int rc = en_draft_run(e);
+    for (int i = 0; i < e->n_reqs; i++)
+        if (e->reqs[i]->step_draft < e->p.draft_min) e->reqs[i]->step_draft = 0;
+    return rc;
+}
+
+/* Lays out this step's batch: a token of every decoding request with its draft, then prompt
+ * pieces in request order within the n_batch budget. Returns the token count, -1 for no
+ * memory. */
+static int32_t build_batch(st_engine *e) {
+    int32_t n = 0, n_dec = 0;
+    for (int i = 0; i < e->n_reqs; i++) n_dec += e->reqs[i]->state == ST_REQ_DECODE;
+    if (plan_drafts(e, n_dec)) return -1;
+    for (int i = 0; i < e->n_reqs; i++) {
+        en_req *q = e->reqs[i];
+        if (q->state != ST_REQ_DECODE) continue;
         e->b_tok[n] = q->last, e->b_seq[n] = q->seq, e->b_want[n] = 1, e->b_prefill[n] = 0;
         e->b_budget[n] = q->budget;
         e->b_eps[n] = q->eps;
-        /* drafts take what the batch has left after one token of every decoding request; a
-         * certified selection may skip pages at any length, so it never drafts */
-        const int certified = q->eps > 0 || (q->eps < 0 && e->p.quest.certify && e->p.quest.epsilon > 0);
-        const int32_t d = q->spec_ngram && !certified ? en_spec_room(q, e->page, e->p.quest.budget, q->step_len0, e->p.n_batch - n - n_dec + placed) : 0;
-        placed++;
-        const int32_t k = d ? en_spec_draft(q, d) : 0;
+        const int32_t k = q->step_draft;
         e->b_verify[n] = k > 0;
         for (int32_t j = 0; j < k; j++) {
             e->b_tok[n + 1 + j] = q->draft[j], e->b_seq[n + 1 + j] = q->seq, e->b_want[n + 1 + j] = 1;
             e->b_prefill[n + 1 + j] = 0, e->b_budget[n + 1 + j] = q->budget, e->b_verify[n + 1 + j] = 1;
             e->b_eps[n + 1 + j] = -1;
         }
-        q->step_draft = k;
         q->step_n = 1 + k;
         n += 1 + k;
     }
@@ -426,7 +455,7 @@ static int on_token(st_engine *e, en_req *q, int32_t t) {
     q->st.n_generated++;
     e->st.tokens_generated++;
     if (q->st.n_generated == 1) q->st.t_first = st_time_now() - q->t_submit;
-    if (q->spec_ngram && en_spec_push(q, t)) return ST_E_NOMEM;
+    if ((q->spec_ngram || q->use_dm) && en_spec_push(q, t)) return ST_E_NOMEM;
     if (st_tok_is_eog(e->tok, t)) {
         int rc = en_req_text_flush(q, &e->text, &e->n_text, &e->cap_text);
         return rc ? rc : finish(e, q, t, t0, ST_FINISH_EOS, 0, NULL);
@@ -456,15 +485,18 @@ static int spec_round(st_engine *e, en_req *q, int32_t row) {
     const int64_t len0 = q->step_len0;
     const int32_t k = q->step_draft;
     int32_t acc = 0;
+    const int model = q->step_src;
     e->st.spec_drafts++;
     e->st.spec_drafted += k;
+    e->st.spec_model_drafts += model;
+    e->st.spec_model_drafted += model ? k : 0;
     for (int32_t i = 0; i <= k; i++) {
         int taken = 0;
         const int32_t t = en_req_sample(q, e->eog, e->n_eog, e->logits + (size_t)(row + i) * e->n_vocab, e->n_vocab,
                                         i < k ? q->draft[i] : -1, &taken);
         const int more = i < k && taken;
         q->kv_keep = len0 + i + 1;
-        if (more) acc++, e->st.spec_accepted++;
+        if (more) acc++, e->st.spec_accepted++, e->st.spec_model_accepted += model, q->dm_gain += model * e->t_step;
         if (!more) {
             int rc = st_kv_seq_rewind(e->kv, q->seq, q->kv_keep);
             if (rc) return fail_req(e, q, rc);
@@ -475,6 +507,7 @@ static int spec_round(st_engine *e, en_req *q, int32_t row) {
         if (!more) break;
     }
     q->kv_keep = -1;
+    if (model) en_draft_after(e, q, acc), en_draft_record(e, q, acc > 0);
     en_spec_after(q, k, acc);
     return 0;
 }
@@ -503,7 +536,13 @@ int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) 
         st_batch b = {.n_tokens = n, .tokens = e->b_tok, .seq = e->b_seq, .want_logits = e->b_want,
                       .prefill = e->b_prefill, .quest_budget = e->b_budget, .quest_epsilon = e->b_eps, .verify = e->b_verify};
         int frc = st_runner_forward(e->runner, &b, e->logits);
-        if (!frc) break;
+        if (!frc) {
+            int prefill = 0;
+            for (int32_t j = 0; j < n && !prefill; j++) prefill = e->b_prefill[j];
+            const double s = st_runner_last_seconds(e->runner);
+            if (!prefill) e->t_step = e->t_step > 0 ? 0.8 * e->t_step + 0.2 * s : s;
+            break;
+        }
         en_req *bad = by_seq(e, st_runner_failed_seq(e->runner));
         e->st.retries++;
         if (!bad) {
@@ -547,6 +586,7 @@ int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) 
             if (e->n_reqs == before) i++;
         }
     }
+    if (!rc && n > 0) rc = en_draft_follow(e);
     for (int i = 0; i < e->n_ev; i++) {
         e->ev[i].text = e->text ? e->text + (uintptr_t)e->ev[i].text : "";
         e->ev[i].error_msg = e->text ? e->text + (uintptr_t)e->ev[i].error_msg : "";

@@ -51,6 +51,16 @@ typedef struct en_req {
     int32_t spec_miss;      /* rounds in a row that accepted nothing (capped) */
     int32_t spec_cool;      /* steps left without drafting */
     int64_t kv_keep;        /* during a round: the KV length its emitted tokens justify; -1 */
+    /* speculative decoding with the draft model (engine_draft.c) */
+    int use_dm;             /* drafts with the draft model */
+    st_kv_seq_id dseq;      /* its sequence in the draft KV, -1 while it has none */
+    int64_t dm_len;         /* tokens of its history (prompt + generated) the draft KV holds;
+                               any after them are a draft's, rewound at the next use */
+    int32_t dm_want;        /* this step: the draft model may draft this many tokens (0: not) */
+    int step_src;           /* this step's draft came from the draft model (else lookup) */
+    int32_t dm_fails;       /* draft-model attempts in a row that yielded no accepted token */
+    double dm_cost;         /* seconds of draft-model forwards spent on its drafts, and the */
+    double dm_gain;         /* target steps' seconds its accepted tokens saved (the throttle) */
     /* step scratch: what this step's batch holds of it */
     int32_t step_n;         /* tokens in the batch (0: not in it) */
     int32_t step_row;       /* its logits row, or -1 */
@@ -77,16 +87,51 @@ int en_req_text(en_req *q, int32_t token, char **out, size_t *n_out, size_t *cap
 /* The request ends without a stop match: everything held is released. */
 int en_req_text_flush(en_req *q, char **out, size_t *n_out, size_t *cap_out);
 
-/* Records a generated token in the lookup history. 0 or ST_E_NOMEM. */
+/* Records a generated token in the drafting history. 0 or ST_E_NOMEM. */
 int en_spec_push(en_req *q, int32_t t);
-/* The draft for q's next round into q->draft (at most max tokens): its count, 0 for none
- * (no match, or drafting paused). */
+/* The lookup's draft for q's next round into q->draft (at most max tokens): its count, 0 for
+ * none (no match). */
 int32_t en_spec_draft(en_req *q, int32_t max);
 /* Tokens q may draft at KV length len with room batch slots left (engine_spec.c: a page at
  * most, what it may still emit, the Quest exactness gate with the effective budget). */
 int32_t en_spec_room(const en_req *q, int page, int64_t quest_budget, int64_t len, int32_t room);
 /* The throttle's bookkeeping after a round. */
 void en_spec_after(en_req *q, int32_t drafted, int32_t accepted);
+/* A round that took nothing, or a draft model that proposed nothing (draft_p_min): drafting
+ * pauses for 1, 2, 4 .. 32 steps, as the draft costs a forward of its own. */
+void en_spec_miss(en_req *q);
+
+/* Token i of q's history: the prompt, then the generated tokens. */
+static inline int32_t en_hist_at(const en_req *q, int64_t i) {
+    return i < q->n_prompt ? q->prompt[i] : q->gen[i - q->n_prompt];
+}
+
+/* The draft model (engine_draft.c). en_draft_open loads it (params' draft_model_path or
+ * draft_synth), checks its vocabulary against e->tok and opens its KV and runner; nothing
+ * to do without one. Returns 0 or an error with the message in why (as st_engine_create). */
+int en_draft_open(st_engine *e, const st_engine_params *params, char *why, size_t why_len);
+void en_draft_close(st_engine *e);
+/* The step's draft-model phase, before the target's batch is laid out: every decoding
+ * request with dm_want > 0 catches up on its history and drafts up to dm_want tokens into
+ * q->draft (q->step_draft, q->step_src set). A failed forward turns the draft model off for
+ * the requests of that forward. Returns 0 or ST_E_NOMEM. */
+int en_draft_run(st_engine *e);
+/* The end of a step: every running request's draft sequence reads the prompt tokens the
+ * target has read (one draft forward for all). Returns 0 or ST_E_NOMEM. */
+int en_draft_follow(st_engine *e);
+/* After a round of q drafted by the draft model with `accepted` tokens taken: its draft
+ * sequence keeps its history and the accepted tokens. */
+void en_draft_after(st_engine *e, en_req *q, int32_t accepted);
+/* Whether q's draft model has cost more than it saved: then drafting with it pauses (a miss:
+ * longer each time in a row) and the debt is forgiven, so it is tried again after the pause. */
+int en_draft_in_debt(en_req *q);
+/* A draft-model attempt of q yielded accepted tokens (ok) or none: after
+ * EN_DRAFT_MAX_FAILS in a row the draft model is off for q (its sequence freed), since the
+ * draft reads every token of the sequence whether or not its drafts are taken. */
+#define EN_DRAFT_MAX_FAILS 8
+void en_draft_record(st_engine *e, en_req *q, int ok);
+/* Frees q's draft sequence (a finish, a preemption); it is rebuilt when q drafts again. */
+void en_draft_release(st_engine *e, en_req *q);
 
 /* Appends n bytes to a growing buffer. 0 or ST_E_NOMEM. */
 int en_buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
@@ -95,7 +140,7 @@ int en_buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
  * requests, engine_prefix.c saves and loads its prefix cache. */
 struct st_engine {
     st_engine_params p;
-    char *model_path, *spill_dir, *instance_id; /* copies of the params' strings */
+    char *model_path, *spill_dir, *instance_id, *draft_path; /* copies of the params' strings */
     st_ctx *ctx;
     void *synth_buf;
     st_model *model;
@@ -123,6 +168,19 @@ struct st_engine {
     char *text;             /* the step's released bytes (events point into it) */
     size_t n_text, cap_text;
     st_engine_stats st;
+    /* the draft model (engine_draft.c; all NULL without one) */
+    void *dsynth_buf;
+    st_model *dmodel;
+    st_kv *dkv;             /* all in RAM, f16: a sequence per running request that drafts */
+    st_runner *drunner;
+    int32_t dn_ctx;         /* the draft sequences' length at most */
+    int32_t *db_tok;        /* [cap_db] the draft forward's batch */
+    st_kv_seq_id *db_seq;
+    uint8_t *db_want;
+    int32_t cap_db;
+    float *dlogits;         /* [n_parallel][n_vocab] */
+    en_req **drows;         /* [n_parallel] the request of each logits row */
+    double t_step;          /* seconds of a target forward without prompt tokens (moving mean) */
 };
 
 /* Pages holding tokens positions. */

@@ -20,6 +20,8 @@ st_engine_params st_engine_default_params(void) {
     p.kv_type = ST_TYPE_F16;
     p.quest = st_kv_quest_default_params();
     p.draft_max = ST_ENGINE_DRAFT_MAX_DEFAULT;
+    p.spec_draft = -1;
+    p.draft_p_min = ST_ENGINE_DRAFT_P_MIN_DEFAULT;
     return p;
 }
 
@@ -40,6 +42,7 @@ st_engine_req_params st_engine_req_default_params(void) {
     p.seq = -1;
     p.n_logprobs = -1;
     p.spec_ngram = -1;
+    p.spec_draft = -1;
     return p;
 }
 
@@ -58,6 +61,7 @@ void st_engine_destroy(st_engine *e) {
         free(e->reqs[i]);
     }
     free(e->reqs);
+    en_draft_close(e);
     st_runner_destroy(e->runner);
     st_kv_destroy(e->kv);
     st_tok_destroy(e->tok);
@@ -67,6 +71,7 @@ void st_engine_destroy(st_engine *e) {
     free(e->model_path);
     free(e->spill_dir);
     free(e->instance_id);
+    free(e->draft_path);
     free(e->b_tok);
     free(e->b_seq);
     free(e->b_want);
@@ -107,6 +112,7 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
     p->model_path = e->model_path = dup_opt(p->model_path, &oom);
     p->spill_dir = e->spill_dir = dup_opt(p->spill_dir, &oom);
     p->instance_id = e->instance_id = dup_opt(p->instance_id, &oom);
+    p->draft_model_path = e->draft_path = dup_opt(p->draft_model_path, &oom);
     if (oom) return open_fail(e, ST_E_NOMEM, why, why_len, "engine");
     if (!p->n_batch) p->n_batch = 256;
     if (!p->n_batch_busy) p->n_batch_busy = p->n_batch / 4 > 0 ? p->n_batch / 4 : 1;
@@ -114,7 +120,7 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
     if (!p->max_queue) p->max_queue = 4 * p->n_parallel;
     if (!p->page_size) p->page_size = ST_KV_PAGE_SIZE_DEFAULT;
     if (!p->draft_max) p->draft_max = ST_ENGINE_DRAFT_MAX_DEFAULT;
-    p->synth = NULL; /* borrowed: only for the open below */
+    p->synth = p->draft_synth = NULL; /* borrowed: only for the open below */
     const char *bad = p->n_batch < 1 || p->n_batch > (1 << 16)           ? "n_batch (1..65536)"
                       : p->n_parallel < 1 || p->n_parallel > p->n_batch ? "n_parallel (1..n_batch)"
                       : p->n_batch_busy < 1 || p->n_batch_busy > p->n_batch ? "n_batch_busy (1..n_batch)"
@@ -124,6 +130,9 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
                       : p->n_threads < 0                                 ? "n_threads (>= 0)"
                       : p->spec_ngram < 0 || p->spec_ngram > ST_ENGINE_MAX_NGRAM ? "spec_ngram (0..64)"
                       : p->draft_max < 0 || p->draft_max > ST_ENGINE_MAX_DRAFT ? "draft_max (0..64)"
+                      : p->draft_min < 0 || p->draft_min > ST_ENGINE_MAX_DRAFT ? "draft_min (0..64)"
+                      : !(p->draft_p_min >= 0 && p->draft_p_min <= 1)          ? "draft_p_min (0..1)"
+                      : p->spec_draft < -1 || p->spec_draft > 1                ? "spec_draft (-1, 0, 1)"
                                                                          : NULL;
     if (bad) {
         if (why && why_len) snprintf(why, why_len, "engine parameter out of range: %s", bad);
@@ -159,6 +168,10 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
     p->n_ctx = e->n_ctx;
     if ((rc = st_tok_load(e->ctx, st_model_gguf(e->model), NULL, &e->tok)))
         return open_fail(e, rc, why, why_len, "tokenizer");
+    if ((rc = en_draft_open(e, params, why, why_len))) {
+        st_engine_destroy(e);
+        return rc;
+    }
     st_kv_params kp = st_kv_default_params();
     kp.n_layer = hp->n_layer, kp.n_kv_head = hp->n_head_kv, kp.head_dim = hp->head_dim;
     kp.page_size = e->page = p->page_size;
@@ -199,7 +212,7 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
     /* refuse a pool that cannot fit in memory before allocating it (with the SSD tier only
      * ram_pages of the n_pages hold RAM) */
     const uint64_t hot = (uint64_t)(kp.ram_pages ? kp.ram_pages : kp.n_pages) * st_kv_page_bytes(&kp);
-    const uint64_t wbytes = st_model_weight_bytes(e->model);
+    const uint64_t wbytes = st_model_weight_bytes(e->model) + (e->dmodel ? st_model_weight_bytes(e->dmodel) : 0);
     const uint64_t room = p->mem_limit > wbytes ? p->mem_limit - wbytes : 0;
     if (p->mem_limit && hot > room) {
         char b1[32], b2[32], b3[32];
@@ -248,6 +261,7 @@ st_runner *st_engine_runner(st_engine *e) { return e->runner; }
 const st_model *st_engine_model(const st_engine *e) { return e->model; }
 const st_tok *st_engine_tok(const st_engine *e) { return e->tok; }
 st_kv *st_engine_kv(st_engine *e) { return e->kv; }
+st_kv *st_engine_draft_kv(st_engine *e) { return e->dkv; }
 int32_t st_engine_n_ctx(const st_engine *e) { return e->n_ctx; }
 const st_engine_params *st_engine_get_params(const st_engine *e) { return &e->p; }
 

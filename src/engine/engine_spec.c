@@ -18,28 +18,20 @@ int en_spec_push(en_req *q, int32_t t) {
     return 0;
 }
 
-static inline int32_t hist_at(const en_req *q, int64_t i) {
-    return i < q->n_prompt ? q->prompt[i] : q->gen[i - q->n_prompt];
-}
-
 /* llama.cpp's prompt lookup: the most recent earlier occurrence of the last N tokens of
  * prompt + generated text proposes the tokens that followed it. */
 int32_t en_spec_draft(en_req *q, int32_t max) {
     const int32_t N = q->spec_ngram;
     const int64_t n = (int64_t)q->n_prompt + q->n_gen;
     if (N < 1 || max < 1 || n <= N) return 0;
-    if (q->spec_cool > 0) {
-        q->spec_cool--;
-        return 0;
-    }
     const int64_t tail = n - N;
     for (int64_t j = tail - 1; j >= 0; j--) {
         int32_t m = 0;
-        while (m < N && hist_at(q, j + m) == hist_at(q, tail + m)) m++;
+        while (m < N && en_hist_at(q, j + m) == en_hist_at(q, tail + m)) m++;
         if (m < N) continue;
         int32_t k = 0;
         while (k < max && j + N + k < n) {
-            q->draft[k] = hist_at(q, j + N + k);
+            q->draft[k] = en_hist_at(q, j + N + k);
             k++;
         }
         return k;
@@ -79,6 +71,10 @@ void en_spec_after(en_req *q, int32_t drafted, int32_t accepted) {
         q->spec_miss = 0;
         return;
     }
+    en_spec_miss(q);
+}
+
+void en_spec_miss(en_req *q) {
     if (q->spec_miss < 5) q->spec_miss++;
     q->spec_cool = 1 << q->spec_miss >> 1;
     if (q->spec_cool < 1) q->spec_cool = 1;

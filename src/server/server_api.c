@@ -196,11 +196,14 @@ int srv_parse_request(const char *body, size_t len, int chat, const st_tok *tok,
     n = 1;
     if (!st && !(st = int_field(o, "n", 1, 1 << 20, &n, msg, cap)) && n != 1)
         st = BAD("'n' is %lld: only one choice per request is served", n);
-    /* speculative decoding (greedy requests only): absent means the server's --spec-ngram */
+    /* speculative decoding: absent means the server's --spec-ngram */
     n = -1;
     if (!st && !(st = int_field(o, "spec_ngram", 0, ST_ENGINE_MAX_NGRAM, &n, msg, cap))) q->rp.spec_ngram = (int32_t)n;
     n = 0;
     if (!st && !(st = int_field(o, "draft_max", 1, ST_ENGINE_MAX_DRAFT, &n, msg, cap))) q->rp.draft_max = (int32_t)n;
+    /* drafting with the server's draft model (-md): absent means on when one is loaded */
+    int on_draft = -1;
+    if (!st && !(st = bool_field(o, "spec_draft", &on_draft, msg, cap)) && on_draft >= 0) q->rp.spec_draft = on_draft;
     q->logprobs = -1;
     json_t *lp = json_object_get(o, "logprobs");
     if (!st && lp && !json_is_null(lp)) {

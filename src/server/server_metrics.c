@@ -176,6 +176,13 @@ static void metrics_text(const st_server *s, mbuf *m) {
     one(m, "spec_drafted_tokens_total", "counter", "Speculative decoding: drafted tokens verified.", e->spec_drafted);
     one(m, "spec_accepted_tokens_total", "counter", "Speculative decoding: drafted tokens accepted (emitted).",
         e->spec_accepted);
+    one(m, "spec_model_drafts_total", "counter", "Speculative decoding: verify rounds drafted by the draft model.",
+        e->spec_model_drafts);
+    one(m, "spec_model_drafted_tokens_total", "counter", "Speculative decoding: tokens drafted by the draft model.",
+        e->spec_model_drafted);
+    one(m, "spec_model_accepted_tokens_total", "counter",
+        "Speculative decoding: draft-model tokens accepted (emitted).", e->spec_model_accepted);
+    one(m, "spec_model_steps_total", "counter", "Speculative decoding: draft model forwards.", e->spec_model_steps);
     one(m, "sparse_pages_attended_total", "counter",
         "Quest sparse decode: KV pages attended, summed over sparse layers and KV heads.", s->qst.pages_listed);
     one(m, "sparse_pages_total", "counter", "Quest sparse decode: KV pages a dense pass would have read, same sum.",

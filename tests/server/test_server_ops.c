@@ -425,5 +425,52 @@ TEST(test_spec_request) {
     srv_close(&v);
 }
 
+/* With a draft model (the built-in model drafting for itself), a request drafts with it by
+ * default and not with "spec_draft": false; the texts are equal, the draft model's counters
+ * in /metrics are the engine's, and a spec_draft that is not a bool is a 400. */
+TEST(test_spec_draft_request) {
+    srv v;
+    memset(&v, 0, sizeof v);
+    st_engine_params ep = st_engine_default_params();
+    ep.n_threads = 2, ep.n_ctx = 256, ep.n_parallel = open_np, ep.max_queue = open_queue, ep.n_batch = 64;
+    const st_synth_params syn = st_engine_builtin_model();
+    ep.draft_synth = &syn;
+    ep.draft_p_min = 0; /* the random weights' distributions are flat */
+    st_server_params sp = {.metrics = 1};
+    CHECK_OK(srv_test_start(&ep, &sp, &v.e, &v.s, &v.port));
+    if (!v.s) return;
+    char *a = NULL, *b = NULL, *m = NULL;
+    const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0%s}";
+    char ba[256], bb[256];
+    snprintf(ba, sizeof ba, body, ",\"spec_draft\":false");
+    snprintf(bb, sizeof bb, body, "");
+    CHECK_INT(http(&v, "dplain", "/v1/completions", ba, NULL, &a), 200);
+    st_engine_stats es;
+    st_kv_stats ks;
+    st_server_get_stats(v.s, &es, &ks);
+    CHECK_INT(es.spec_model_steps, 0);
+    CHECK_INT(http(&v, "ddraft", "/v1/completions", bb, NULL, &b), 200);
+    REQUIRE(a && b);
+    json_t *oa = parse(a), *ob = parse(b);
+    const char *ta = json_string_value(json_object_get(json_array_get(json_object_get(oa, "choices"), 0), "text"));
+    const char *tb = json_string_value(json_object_get(json_array_get(json_object_get(ob, "choices"), 0), "text"));
+    CHECK_STR(ta, tb);
+    CHECK_INT(http(&v, "dbad", "/v1/completions", "{\"prompt\":\"x\",\"spec_draft\":\"yes\"}", NULL, NULL), 400);
+    CHECK_INT(http(&v, "dmetrics", "/metrics", NULL, NULL, &m), 200);
+    REQUIRE(m);
+    promtool_check(m);
+    st_server_get_stats(v.s, &es, &ks);
+    CHECK(es.spec_model_drafts > 0);
+    CHECK(es.spec_model_accepted > 0 && es.spec_model_accepted <= es.spec_model_drafted);
+    CHECK_INT(isample(m, "strata_spec_model_drafts_total"), es.spec_model_drafts);
+    CHECK_INT(isample(m, "strata_spec_model_drafted_tokens_total"), es.spec_model_drafted);
+    CHECK_INT(isample(m, "strata_spec_model_accepted_tokens_total"), es.spec_model_accepted);
+    CHECK_INT(isample(m, "strata_spec_model_steps_total"), es.spec_model_steps);
+    CHECK_INT(isample(m, "strata_spec_drafts_total"), es.spec_drafts);
+    json_decref(oa), json_decref(ob);
+    free(a), free(b), free(m);
+    srv_close(&v);
+}
+
 TEST_MAIN(test_metrics_values, test_metrics_sparse, test_slots_no_text, test_slots_show_text, test_rejected_queue_full,
-          test_ops_auth_and_off, test_spec_request)
+          test_ops_auth_and_off, test_spec_request, test_spec_draft_request)
