@@ -98,9 +98,9 @@ static void entry_view(const st_kv *kv, const kv_seq *s, int64_t i, int layer, i
                        st_attn_page *v, uint8_t *cold) {
     const kv_entry *e = &s->ent[i];
     const kv_page *pg = &kv->pages[e->page];
-    *cold = pg->resident != KV_RES_RAM && pg->resident != KV_RES_ZERO;
-    block_view(kv, pg->resident == KV_RES_RAM ? kv_layer_data(kv, e->page, layer) : kv->zero_blk,
-               e, i, lim, v);
+    const int ram = pg->resident != KV_RES_ERROR && kv_blk_ram(kv, e->page, layer);
+    *cold = !ram && (pg->resident == KV_RES_ERROR || kv_blk(kv, e->page, layer)->res != KV_RES_ZERO);
+    block_view(kv, ram ? kv_layer_data(kv, e->page, layer) : kv->zero_blk, e, i, lim, v);
 }
 
 /* sv's arrays for n views and, with n_sel > 0, the n_sel entries of the per-head lists. */
@@ -197,13 +197,11 @@ static int gather(st_kv *kv, st_ctx *ctx, kv_seq *s, int layer, seq_views *sv) {
 static void refresh(st_kv *kv, seq_views *sv, int layer) {
     for (int32_t j = 0; j < sv->n; j++) {
         const kv_page *pg = &kv->pages[sv->page[j]];
-        if (pg->resident == KV_RES_RAM && sv->cold[j])
+        if (sv->cold[j] && pg->resident == KV_RES_BLOCKS && kv_blk_ram(kv, sv->page[j], layer))
             entry_view(kv, sv->s, sv->v[j].pos0 / kv->p.page_size, layer, sv->lim, &sv->v[j], &sv->cold[j]);
     }
 }
 
-/* Fetches pages[n] (cold) into frames in one batch; the needed RAM pages are held by the
- * caller. Returns 0 or the first error (failed pages are marked). */
 
 /* ---- streaming ------------------------------------------------------------------------------ */
 
@@ -278,7 +276,7 @@ static int window_submit(streamer *st, int chunk, int32_t c0, int32_t c1, int32_
         if (!st->sv->cold[j]) continue;
         const int32_t page = st->sv->page[j];
         const kv_page *pg = &kv->pages[page];
-        ST_ASSERT(pg->resident == KV_RES_DISK && w->n_rd < st->cap);
+        ST_ASSERT(kv_blk(kv, page, st->layer)->res == KV_RES_DISK && w->n_rd < st->cap);
         const int32_t r = w->n_rd++;
         w->rd_of[u] = r;
         w->rd[r] = (st_spill_rd){.slot = pg->slot, .key = (uint64_t)page, .gen = pg->gen,
@@ -314,7 +312,7 @@ static int window_wait(streamer *st, st_ctx *ctx, int b) {
     w->ticket = NULL;
     if (rc)
         for (int32_t i = 0; i < w->n_rd; i++)
-            if (w->rd[i].rc && st->kv->pages[w->rd[i].key].resident == KV_RES_DISK)
+            if (w->rd[i].rc && st->kv->pages[w->rd[i].key].resident == KV_RES_BLOCKS)
                 kv_page_fail(st->kv, (int32_t)w->rd[i].key, w->rd[i].rc);
     return rc;
 }
@@ -508,32 +506,40 @@ out:
 
 /* ---- fetch ------------------------------------------------------------------------------------ */
 
-static int fetch_batch(st_kv *kv, const int32_t *pages, int32_t n) {
+/* Fetches layer `layer` of pages[n] (cold blocks, held by the caller) into frames in one
+ * coalesced batch of ranged reads. Returns 0 or the first error (failed pages are marked). */
+static int fetch_batch(st_kv *kv, int layer, const int32_t *pages, int32_t n) {
     if (!n) return 0;
     st_spill_rd *rd = malloc((size_t)n * sizeof *rd);
-    if (!rd) return st_seterr(kv->ctx, ST_E_NOMEM, "kv: attend: out of memory");
+    int32_t *frames = malloc((size_t)n * sizeof *frames);
+    if (!rd || !frames) {
+        free(rd);
+        free(frames);
+        return st_seterr(kv->ctx, ST_E_NOMEM, "kv: attend: out of memory");
+    }
     int rc = 0;
     int32_t got = 0;
     for (; got < n; got++) {
-        /* kv_fetch would read one page at a time: here the frames come first, then one
-         * coalesced batch. A ZERO page just materializes. */
-        int32_t id = pages[got], frame;
-        if ((rc = kv_fetch_frame(kv, id, &frame)) != 0) break;
-        const kv_page *pg = &kv->pages[id];
-        rd[got] = (st_spill_rd){.slot = pg->slot, .key = (uint64_t)id, .gen = pg->gen,
-                                .buf = kv->data + (size_t)frame * kv->g.page_bytes,
-                                .len = kv->g.page_bytes, .rc = frame};
+        /* kv_fetch_blk would read one block at a time: here the frames come first, then one
+         * coalesced batch (layer l of consecutive slots is contiguous in the file). */
+        int32_t id = pages[got];
+        if ((rc = kv_fetch_frame(kv, id, layer, &frames[got])) != 0) break;
+        if (kv->pages[id].resident != KV_RES_BLOCKS) { /* an eviction failed its page */
+            kv->frame_free[kv->n_frame_free++] = frames[got];
+            rc = st_seterr(kv->ctx, kv->pages[id].err, "kv: attend: page %d was lost: %s", id,
+                           st_strerror(kv->pages[id].err));
+            break;
+        }
     }
-    int32_t *frames = malloc((size_t)(got ? got : 1) * sizeof *frames);
-    if (!frames) { /* give the frames back: nothing was read */
-        for (int32_t i = 0; i < got; i++) kv_fetch_done(kv, pages[i], rd[i].rc, ST_E_NOMEM);
-        free(rd);
-        return st_seterr(kv->ctx, ST_E_NOMEM, "kv: attend: out of memory");
+    for (int32_t i = 0; i < got; i++) {
+        const kv_page *pg = &kv->pages[pages[i]];
+        rd[i] = (st_spill_rd){.slot = pg->slot, .key = (uint64_t)pages[i], .gen = pg->gen,
+                              .buf = kv_frame_data(kv, frames[i]), .len = kv->g.layer_bytes,
+                              .part_first = (uint32_t)layer, .part_count = 1};
     }
-    for (int32_t i = 0; i < got; i++) frames[i] = rd[i].rc;
     int rrc = got ? st_spill_read_batch(kv->spill, rd, got, kv->ctx) : 0;
     kv->st.fetch_stalls += got > 0;
-    for (int32_t i = 0; i < got; i++) kv_fetch_done(kv, pages[i], frames[i], rd[i].rc);
+    for (int32_t i = 0; i < got; i++) kv_fetch_done(kv, pages[i], layer, frames[i], rd[i].rc);
     free(frames);
     free(rd);
     return rc ? rc : rrc;
@@ -541,8 +547,22 @@ static int fetch_batch(st_kv *kv, const int32_t *pages, int32_t n) {
 
 /* ---- entry points ------------------------------------------------------------------------------ */
 
-/* Needed pages of the batch, fetched when they fit (decode: as many as spare frames take,
- * kv_frames_spare); *stream = 1 when some stay cold. Decode marks the needed ones used. */
+/* Each view's share of the KV heads that selected it (1 for dense attention): what the
+ * block's attention score gains this step. w[n] */
+static void view_weights(const st_kv *kv, const seq_views *sv, float *w) {
+    if (!sv->sel) {
+        for (int32_t j = 0; j < sv->n; j++) w[j] = 1.0f;
+        return;
+    }
+    for (int32_t j = 0; j < sv->n; j++) w[j] = 0.0f;
+    const float inc = 1.0f / (float)kv->p.n_kv_head;
+    for (int32_t h = 0; h < kv->p.n_kv_head; h++)
+        for (int32_t i = 0; i < sv->sel_n[h]; i++) w[sv->sel_idx[(size_t)h * sv->sel_stride + i]] += inc;
+}
+
+/* The batch's blocks of `layer`, cold ones fetched when they fit (decode: as many as there
+ * are frames not used by this step, kv_frames_spare); *stream = 1 when some stay cold.
+ * Decode marks the needed blocks used and feeds their attention scores. */
 static int prepare(st_kv *kv, st_ctx *ctx, int layer, seq_views *sv, int n_seq, int decode,
                    int *stream) {
     *stream = 0;
@@ -555,38 +575,46 @@ static int prepare(st_kv *kv, st_ctx *ctx, int layer, seq_views *sv, int n_seq, 
     for (int i = 0; i < n_seq; i++) n_tot += sv[i].n;
     int32_t *cold = malloc((size_t)(n_tot ? n_tot : 1) * sizeof *cold), n_cold = 0;
     int32_t *held = malloc((size_t)(n_tot ? n_tot : 1) * sizeof *held), n_held = 0;
-    int rc = cold && held ? 0 : st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
+    float *wt = malloc((size_t)(n_tot ? n_tot : 1) * sizeof *wt), *hw = NULL;
+    if (wt) hw = malloc((size_t)(n_tot ? n_tot : 1) * sizeof *hw);
+    int rc = cold && held && wt && hw ? 0 : st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
     for (int i = 0; i < n_seq && !rc; i++) {
+        if (kv->spill && decode) view_weights(kv, &sv[i], wt);
         for (int32_t j = 0; j < sv[i].n && !rc; j++) {
-            kv_page *pg = &kv->pages[sv[i].page[j]];
+            const int32_t id = sv[i].page[j];
+            kv_page *pg = &kv->pages[id];
             if (pg->resident == KV_RES_ERROR) {
                 kv_seq_fail(kv, sv[i].s, pg->err);
                 rc = st_seterr(ctx, pg->err, "kv: attend: page %d of seq %lld was lost: %s",
-                               sv[i].page[j], (long long)sv[i].s->id, st_strerror(pg->err));
-            } else if (pg->resident == KV_RES_DISK && !pg->hold) {
-                kv_hold(kv, sv[i].page[j]); /* dedupe across forks sharing pages */
-                held[n_held++] = cold[n_cold++] = sv[i].page[j];
-            } else if (pg->resident == KV_RES_RAM && !pg->hold) {
-                kv_hold(kv, sv[i].page[j]);
-                held[n_held++] = sv[i].page[j];
+                               id, (long long)sv[i].s->id, st_strerror(pg->err));
+                continue;
             }
+            if (!kv->spill) continue;
+            kv_block *k = kv_blk(kv, id, layer);
+            if (k->hold) continue; /* dedupe across forks sharing pages */
+            if (k->res == KV_RES_DISK) cold[n_cold++] = id;
+            else if (k->res != KV_RES_RAM) continue;
+            k->hold++;
+            hw[n_held] = decode ? wt[j] : 0.0f;
+            held[n_held++] = id;
         }
     }
     if (!rc && n_cold) {
-        /* Decode: whole pages only into frames no decode step has used.
-         * Evicting more would evict what other layers fetched (layers select different
-         * pages), pulling every layer's pages through the pool whole (all n_layer blocks
-         * each) once per token; the cold pages left over stream just this layer's block. */
-        int64_t room = decode ? kv_frames_spare(kv) : kv_frames_obtainable(kv);
+        /* Decode: blocks this step used (earlier layers of this token) are not evicted for
+         * this layer's: the next token needs them again. Whatever does not fit streams. */
+        int64_t room = decode ? kv_frames_spare(kv, n_cold) : kv_frames_obtainable(kv, n_cold);
         int32_t k = n_cold <= room ? n_cold : decode ? (int32_t)room : 0;
-        rc = fetch_batch(kv, cold, k);
+        rc = fetch_batch(kv, layer, cold, k);
         for (int i = 0; i < n_seq && !rc && k; i++) refresh(kv, &sv[i], layer);
         *stream = k < n_cold;
     }
-    for (int32_t i = 0; i < n_held && !rc && decode; i++) kv_tier_use(kv, held[i]);
-    for (int32_t i = 0; i < n_held; i++) kv_unhold(kv, held[i]);
+    for (int32_t i = 0; i < n_held && !rc && decode; i++)
+        if (kv->pages[held[i]].resident == KV_RES_BLOCKS) kv_tier_use(kv, held[i], layer, hw[i]);
+    for (int32_t i = 0; i < n_held; i++) kv_blk(kv, held[i], layer)->hold--;
     free(cold);
     free(held);
+    free(wt);
+    free(hw);
     return rc;
 }
 

@@ -149,6 +149,13 @@ static int check_params(st_ctx *ctx, st_kv_params *p) {
     if (p->ram_pages == 0) p->ram_pages = p->n_pages;
     if (p->spill_dir) {
         RANGE(ram_pages, 2, p->n_pages)
+        if (p->n_pages * p->n_layer > INT32_MAX)
+            return st_seterr(ctx, ST_E_LIMIT, "kv: %lld pages of %d layers: more than 2^31 "
+                             "layer blocks for the SSD tier", (long long)p->n_pages, p->n_layer);
+        if (p->ram_blocks == 0) p->ram_blocks = p->ram_pages * p->n_layer;
+        RANGE(ram_blocks, 2, p->n_pages * p->n_layer)
+    } else if (p->ram_blocks) {
+        return st_seterr(ctx, ST_E_INVAL, "kv: ram_blocks needs a spill directory");
     } else if (p->ram_pages != p->n_pages) {
         return st_seterr(ctx, ST_E_INVAL, "kv: ram_pages = %lld < n_pages = %lld needs a spill "
                          "directory", (long long)p->ram_pages, (long long)p->n_pages);
@@ -215,8 +222,10 @@ int st_kv_create(st_ctx *ctx, const st_kv_params *params, st_kv **out) {
     uint64_t nb = 16;
     while (nb < (uint64_t)p.n_pages) nb <<= 1;
     kv->hash_mask = nb - 1;
-    kv->n_frames = (int32_t)p.ram_pages;
-    if (st_mul_overflow_u64((uint64_t)p.ram_pages, kv->g.page_bytes, &slab) || slab > SIZE_MAX)
+    /* without a tier a frame is a page slab (frame == page); with one, a layer block */
+    kv->n_frames = (int32_t)(p.spill_dir ? p.ram_blocks : p.ram_pages);
+    kv->frame_bytes = p.spill_dir ? kv->g.layer_bytes : kv->g.page_bytes;
+    if (st_mul_overflow_u64((uint64_t)kv->n_frames, kv->frame_bytes, &slab) || slab > SIZE_MAX)
         goto nomem;
     /* Huge pages: decode walks page slabs in table order, which is scattered in memory, so
      * with 4 KiB pages each slab would cost its own TLB walks (bench/attn measures it). */
@@ -237,7 +246,7 @@ int st_kv_create(st_ctx *ctx, const st_kv_params *params, st_kv **out) {
         pg->next = i + 1 < kv->n_pages ? i + 1 : -1;
         pg->prev = pg->hnext = -1;
         pg->resident = KV_RES_NONE;
-        pg->frame = pg->rprev = pg->rnext = -1;
+        pg->frame = -1;
         pg->slot = ST_SLOT_NONE;
     }
     kv->free_head = 0;
@@ -274,7 +283,7 @@ void st_kv_destroy(st_kv *kv) {
     }
     kv_attend_free(kv);
     kv_tier_close(kv);
-    if (kv->data) st_free_huge(kv->data, (size_t)kv->n_frames * kv->g.page_bytes);
+    if (kv->data) st_free_huge(kv->data, (size_t)kv->n_frames * kv->frame_bytes);
     free(kv->pages);
     free(kv->page_tokens);
     free(kv->buckets);
@@ -296,9 +305,13 @@ void st_kv_get_stats(const st_kv *kv, st_kv_stats *out) {
     out->pages_pinned = kv->n_pinned;
     out->n_seqs = kv->n_seqs;
     if (kv->spill) {
-        out->ram_pages = kv->n_frames;
-        out->pages_hot = kv->n_hot;
-        out->pages_cold = kv->n_cold;
+        const int64_t L = kv->p.n_layer;
+        out->ram_blocks = kv->n_frames;
+        out->blocks_hot = kv->n_hot;
+        out->blocks_cold = kv->n_cold;
+        out->ram_pages = (kv->n_frames + L - 1) / L;
+        out->pages_hot = (kv->n_hot + L - 1) / L;
+        out->pages_cold = (kv->n_cold + L - 1) / L;
     }
 }
 
@@ -368,22 +381,27 @@ int32_t kv_page_alloc_filled(st_kv *kv) { return page_alloc(kv, 0); }
 
 int kv_page_copy(st_kv *kv, int32_t src, int32_t *out) {
     *out = -1;
-    kv_hold(kv, src);
-    int rc = kv->pages[src].resident == KV_RES_ZERO ? 0 : kv_fetch(kv, src);
+    if (kv->pages[src].resident == KV_RES_ERROR)
+        return st_seterr(kv->ctx, kv->pages[src].err, "kv: page %d was lost earlier: %s", src,
+                         st_strerror(kv->pages[src].err));
+    int32_t id = kv_page_alloc(kv);
+    int rc = 0;
+    /* block by block: two frames at a time, whatever the number of layers; never-touched
+     * blocks stay never-touched */
+    for (int l = 0; l < kv->p.n_layer && !rc; l++) {
+        if (kv->blk && kv_blk(kv, src, l)->res == KV_RES_ZERO) continue;
+        if ((rc = kv_fetch_blk(kv, src, l)) != 0) break;
+        if (kv->blk) kv_blk(kv, src, l)->hold++;
+        rc = kv_fetch_blk(kv, id, l);
+        if (kv->blk) kv_blk(kv, src, l)->hold--;
+        if (rc) break;
+        memcpy(kv_layer_data(kv, id, l), kv_layer_data(kv, src, l), kv->g.layer_bytes);
+        kv_dirty(kv, id, l);
+    }
     if (rc) {
-        kv_unhold(kv, src);
+        kv_page_unref(kv, id);
         return rc;
     }
-    int32_t id = kv_page_alloc(kv);
-    if (kv->pages[src].resident != KV_RES_ZERO) {
-        if ((rc = kv_fetch(kv, id)) != 0) {
-            kv_unhold(kv, src);
-            kv_page_unref(kv, id);
-            return rc;
-        }
-        memcpy(kv_page_data(kv, id), kv_page_data(kv, src), kv->g.page_bytes);
-    }
-    kv_unhold(kv, src);
     kv->st.cow_copies++;
     *out = id;
     return 0;

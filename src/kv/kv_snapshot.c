@@ -87,7 +87,7 @@ static int flush_record(st_kv_io *io, wbuf *w, uint64_t *sums, size_t i) {
 static int put_page(st_kv *kv, wbuf *w, int32_t idx, int32_t id) {
     const kv_page *pg = &kv->pages[id];
     const int P = kv->p.page_size;
-    const int in_ram = pg->resident == KV_RES_RAM;
+    const int in_ram = kv_page_in_ram(kv, id);
     put_u32(w, (uint32_t)idx);
     const int box = pg->sealed && kv->qbox_ok[id];
     uint8_t b[4] = {(uint8_t)in_ram, (uint8_t)kv->p.type,
@@ -103,13 +103,9 @@ static int put_page(st_kv *kv, wbuf *w, int32_t idx, int32_t id) {
     for (int j = 0; j < P; j++)
         put_u32(w, pg->has_key ? (uint32_t)kv->page_tokens[(size_t)id * P + j] : UINT32_MAX);
     for (int l = 0; l < kv->p.n_layer; l++) {
-        const uint8_t *blk = kv->rd_blk;
-        if (in_ram) {
-            blk = kv_layer_data(kv, id, l);
-        } else {
-            int rc = kv_read_block(kv, id, l, kv->rd_blk);
-            if (rc) return rc;
-        }
+        const uint8_t *blk;
+        int rc = kv_block_bytes(kv, id, l, kv->rd_blk, &blk);
+        if (rc) return rc;
         put(w, blk, kv->g.kv_bytes);
         put(w, blk + kv->g.v_offset, kv->g.kv_bytes);
         if (kv->p.type == ST_TYPE_Q8_0) put(w, blk + kv->g.scale_offset, 8u * kv->p.n_kv_head);
@@ -545,13 +541,20 @@ static void apply(st_kv *kv, staged *st, int32_t *phys, st_kv_seq_id *out) {
         if (direct) {
             ST_ASSERT(id == st->direct[i]); /* the free list is as it was when taken */
         } else {
-            /* The SSD tier: the page needs RAM (earlier pages may be spilled for it). A
-             * failed eviction loses this page: it and its sequences fail cleanly (below). */
-            if (kv_fetch(kv, id) != 0) {
-                kv_page_fail(kv, id, ST_E_NOSPACE);
+            /* The SSD tier: each block needs RAM in turn (earlier ones may be spilled for
+             * it). A failed eviction loses this page: it and its sequences fail cleanly
+             * (below). */
+            int frc = 0;
+            for (int l = 0; l < kv->p.n_layer && !frc; l++) {
+                if ((frc = kv_fetch_blk(kv, id, l)) != 0) break;
+                memcpy(kv_layer_data(kv, id, l), staged_dst(kv, st, i) + (size_t)l * kv->g.layer_bytes,
+                       kv->g.layer_bytes);
+                kv_dirty(kv, id, l);
+            }
+            if (frc) {
+                if (kv->pages[id].resident != KV_RES_ERROR) kv_page_fail(kv, id, ST_E_NOSPACE);
                 continue;
             }
-            memcpy(kv_page_data(kv, id), staged_dst(kv, st, i), kv->g.page_bytes);
         }
         kv_page *pg = &kv->pages[id];
         pg->sealed = sp->sealed;
@@ -559,7 +562,7 @@ static void apply(st_kv *kv, staged *st, int32_t *phys, st_kv_seq_id *out) {
         if (st->box_ok[i]) {
             kv_quest_set_box(kv, id, st->box + i * kv_quest_box_bytes(kv));
         } else if (sp->sealed) { /* a stream without boxes: computed as at seal */
-            kv_quest_seal(kv, id);
+            if (kv_quest_seal(kv, id) != 0) continue; /* a lost block: the page failed */
         } else {
             kv_quest_set_box(kv, id, NULL);
         }

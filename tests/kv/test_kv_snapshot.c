@@ -385,9 +385,11 @@ TEST(test_tiered_ledger_and_no_movement) {
     st_kv_page_id pages[3][8];
     int np[3];
     int32_t was[32];
+    uint8_t was_blk[32 * 2];
     uint64_t score[32];
     for (int j = 0; j < 3; j++) CHECK_OK(st_kv_seq_pages(a, ids[j], pages[j], 8, &np[j]));
-    for (int i = 0; i < 32; i++) was[i] = a->pages[i].resident, score[i] = a->pages[i].last_use;
+    for (int i = 0; i < 32; i++) was[i] = kv_page_in_ram(a, i), score[i] = a->pages[i].last_use;
+    for (int i = 0; i < 32 * 2; i++) was_blk[i] = a->blk[i].res;
     st_kv_stats s0, s1;
     st_kv_get_stats(a, &s0);
     CHECK(s0.pages_cold >= 4);
@@ -402,9 +404,10 @@ TEST(test_tiered_ledger_and_no_movement) {
     CHECK_INT(s1.tier_drops, s0.tier_drops);
     CHECK(s1.tier_block_reads > s0.tier_block_reads); /* the cold pages were read in place */
     for (int i = 0; i < 32; i++) {
-        CHECK_INT(a->pages[i].resident, was[i]);
+        CHECK_INT(kv_page_in_ram(a, i), was[i]);
         CHECK(a->pages[i].last_use == score[i]);
     }
+    for (int i = 0; i < 32 * 2; i++) CHECK_INT(a->blk[i].res, was_blk[i]);
     /* page records in order of first use (FORMATS.md): A's pages, then B's and C's new ones */
     int32_t order[32], n_snap = 0, seen[32] = {0};
     for (int j = 0; j < 3; j++)
@@ -417,7 +420,7 @@ TEST(test_tiered_ledger_and_no_movement) {
     for (int i = 0; i < n_snap; i++) {
         const uint8_t *r = io.buf + 80 + (size_t)i * rec;
         CHECK_INT(r[0] | r[1] << 8, i); /* the record's index: the offsets are right */
-        CHECK_INT(r[4], was[order[i]] == KV_RES_RAM);
+        CHECK_INT(r[4], was[order[i]]);
         n_ram += r[4] == 1, n_not += r[4] == 0;
     }
     CHECK(n_ram >= 1 && n_not >= 4);
