@@ -508,7 +508,7 @@ out:
 
 /* Fetches layer `layer` of pages[n] (cold blocks, held by the caller) into frames in one
  * coalesced batch of ranged reads. Returns 0 or the first error (failed pages are marked). */
-static int fetch_batch(st_kv *kv, int layer, const int32_t *pages, int32_t n) {
+static int fetch_batch(st_kv *kv, int layer, int protect, const int32_t *pages, int32_t n) {
     if (!n) return 0;
     st_spill_rd *rd = malloc((size_t)n * sizeof *rd);
     int32_t *frames = malloc((size_t)n * sizeof *frames);
@@ -523,7 +523,7 @@ static int fetch_batch(st_kv *kv, int layer, const int32_t *pages, int32_t n) {
         /* kv_fetch_blk would read one block at a time: here the frames come first, then one
          * coalesced batch (layer l of consecutive slots is contiguous in the file). */
         int32_t id = pages[got];
-        if ((rc = kv_fetch_frame(kv, id, layer, &frames[got])) != 0) break;
+        if ((rc = kv_fetch_frame(kv, id, layer, protect, &frames[got])) != 0) break;
         if (kv->pages[id].resident != KV_RES_BLOCKS) { /* an eviction failed its page */
             kv->frame_free[kv->n_frame_free++] = frames[got];
             rc = st_seterr(kv->ctx, kv->pages[id].err, "kv: attend: page %d was lost: %s", id,
@@ -604,7 +604,7 @@ static int prepare(st_kv *kv, st_ctx *ctx, int layer, seq_views *sv, int n_seq, 
          * this layer's: the next token needs them again. Whatever does not fit streams. */
         int64_t room = decode ? kv_frames_spare(kv, n_cold) : kv_frames_obtainable(kv, n_cold);
         int32_t k = n_cold <= room ? n_cold : decode ? (int32_t)room : 0;
-        rc = fetch_batch(kv, layer, cold, k);
+        rc = fetch_batch(kv, layer, decode, cold, k);
         for (int i = 0; i < n_seq && !rc && k; i++) refresh(kv, &sv[i], layer);
         *stream = k < n_cold;
     }

@@ -260,9 +260,9 @@ void kv_tier_forget(st_kv *kv, int32_t page);
 int kv_fetch_blk(st_kv *kv, int32_t page, int layer);
 int kv_fetch(st_kv *kv, int32_t page);
 /* Batch fetch (kv_attend.c): a frame for cold block (page, layer) (which stays DISK; the
- * caller holds it), then, after the caller's batch read, done attaches it (rc 0) or fails
- * the page. */
-int kv_fetch_frame(st_kv *kv, int32_t page, int layer, int32_t *frame);
+ * caller holds it; protect: evicting no block this decode step used), then, after the
+ * caller's batch read, done attaches it (rc 0) or fails the page. */
+int kv_fetch_frame(st_kv *kv, int32_t page, int layer, int protect, int32_t *frame);
 void kv_fetch_done(st_kv *kv, int32_t page, int layer, int32_t frame, int rc);
 static inline uint8_t *kv_frame_data(const st_kv *kv, int32_t frame) {
     return kv->data + (size_t)frame * kv->g.layer_bytes;

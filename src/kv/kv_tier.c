@@ -537,9 +537,9 @@ int kv_fetch(st_kv *kv, int32_t id) {
     return rc;
 }
 
-int kv_fetch_frame(st_kv *kv, int32_t id, int layer, int32_t *frame) {
+int kv_fetch_frame(st_kv *kv, int32_t id, int layer, int protect, int32_t *frame) {
     ST_ASSERT(kv_blk(kv, id, layer)->res == KV_RES_DISK && kv_blk(kv, id, layer)->hold > 0);
-    return frame_get(kv, frame, 1, "a batch fetch");
+    return frame_get(kv, frame, protect, "a batch fetch");
 }
 
 void kv_fetch_done(st_kv *kv, int32_t id, int layer, int32_t frame, int rc) {

@@ -414,7 +414,8 @@ TEST(test_tiered_ledger_and_no_movement) {
         for (int i = 0; i < np[j]; i++)
             if (pages[j][i] >= 0 && !seen[pages[j][i]]) seen[pages[j][i]] = 1, order[n_snap++] = pages[j][i];
     const size_t payload = 2 * 1 * 8 * 4 * 2, boxes = 2 * 1 * 2 * 4 * 4;
-    const size_t rec = 48 + 4 * 8 + 2 * payload + boxes + 8;
+    const size_t ledger = 2 * 4;
+    const size_t rec = 48 + 4 * 8 + 2 * payload + boxes + ledger + 8;
     REQUIRE(io.len > 80 + (size_t)n_snap * rec);
     int n_ram = 0, n_not = 0;
     for (int i = 0; i < n_snap; i++) {
