@@ -4,13 +4,13 @@
  * pages; Quest: the union of the selected ones; selection itself never touches disk) are:
  *
  *   in RAM        views point into the hot pool; one st_attn_decode_batch / st_attn_chunk.
- *   fit in RAM    the cold ones are fetched in ONE coalesced batch (st_spill_read_batch:
- *                 sorted by offset, adjacent slots merged) into frames freed by evicting
- *                 pages this call does not need (the needed ones are held), then as above.
- *                 Decode fetches whole pages only into frames that no decode step has
- *                 used (as many as there are) and streams the rest: evicting
- *                 for one layer's selection would evict the previous layer's, thrashing
- *                 whole pages through the pool every token.
+ *   fit in RAM    the layer's cold blocks are fetched in ONE coalesced batch of ranged reads
+ *                 (st_spill_read_batch: layer l of consecutive slots is contiguous in the
+ *                 part-major file) into frames freed by evicting blocks this call does not
+ *                 need (the needed ones are held), then as above. Decode fetches only into
+ *                 frames not used by an earlier layer of the same step (as many as there
+ *                 are) and streams the rest: evicting those would read them again on the
+ *                 next token. The step feeds each block's attention score (kv_tier_use).
  *   do not fit    STREAM: only this layer's block of each cold page is read (a ranged,
  *                 checksummed read of one part of the slot), a window at a time, into two
  *                 buffers: window w+1's reads are in flight on the I/O thread while window

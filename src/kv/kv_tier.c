@@ -1,10 +1,13 @@
-/* The SSD tier of the page pool: frames of the hot pool, the hot LRU, eviction (spill,
- * write-behind), fetch on miss, cold layer-block reads, failure propagation, and the tier
- * counters. The state machine and its invariants are in the essay at the top of kv_pool.c
- * (residency half); the spill store's own (slot) states are in src/tier/spill.c.
+/* The SSD tier of the page pool: residency by (page, layer) block. Frames of the hot pool
+ * (one layer block each), the hot LRU of blocks, the attention ledger that ranks them for
+ * eviction, eviction (a dirty block writes its page's slab behind), fetch on miss, cold
+ * layer-block reads, failure propagation, and the tier counters. The state machine and its
+ * invariants are in the essay at the top of kv_pool.c (residency half); the spill store's
+ * own (slot) states are in src/tier/spill.c.
  *
- * Without a spill directory kv->spill is NULL and every function here reduces to "a page
- * has the frame of its own id", which is exactly the pool before the tier existed. */
+ * Without a spill directory kv->spill and kv->blk are NULL and every function here reduces
+ * to "a page has the frame of its own id", which is exactly the pool before the tier
+ * existed. */
 #include "kv_int.h"
 
 #include <inttypes.h>
