@@ -175,6 +175,7 @@ typedef struct st_kv_stats {
     int64_t tier_writes;    /* page slabs written to the spill file (a dirty block's page) */
     int64_t tier_reads;     /* cold -> hot block fetches */
     int64_t tier_block_reads; /* layer blocks streamed for attention or st_kv_read */
+    int64_t tier_prefetches; /* of tier_reads: blocks read ahead for the next layer's decode */
     int64_t tier_bytes_written, tier_bytes_read;
     int64_t fetch_stalls;   /* times a step waited for a read (sync fetch or stream wait) */
     int64_t tier_drops;     /* cached pages dropped to make room in RAM or on disk */

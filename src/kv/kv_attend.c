@@ -610,6 +610,14 @@ static int prepare(st_kv *kv, st_ctx *ctx, int layer, seq_views *sv, int n_seq, 
     }
     for (int32_t i = 0; i < n_held && !rc && decode; i++)
         if (kv->pages[held[i]].resident == KV_RES_BLOCKS) kv_tier_use(kv, held[i], layer, hw[i]);
+    if (kv->spill && decode && !rc) { /* what the next step's prefetch of this layer reads */
+        if (n_held > kv->last_cap[layer]) {
+            int32_t *nb = realloc(kv->last_sel[layer], (size_t)n_held * sizeof *nb);
+            if (nb) kv->last_sel[layer] = nb, kv->last_cap[layer] = n_held;
+        }
+        kv->last_n[layer] = n_held <= kv->last_cap[layer] ? n_held : 0;
+        if (kv->last_n[layer]) memcpy(kv->last_sel[layer], held, (size_t)n_held * sizeof *held);
+    }
     for (int32_t i = 0; i < n_held; i++) kv_blk(kv, held[i], layer)->hold--;
     free(cold);
     free(held);
@@ -664,6 +672,91 @@ static void as_attn_seq(const seq_views *sv, st_attn_seq *a) {
     }
 }
 
+/* ---- prefetch ------------------------------------------------------------------------------------ */
+
+/* Read-ahead of the next layer's blocks while this layer's attention computes: the blocks
+ * layer + 1 used on the previous step (its selection then is the best guess of its
+ * selection now) that are on disk, into frames no block of this step holds (so no view of
+ * this call moves), through the store's asynchronous reads. Begun after prepare and ended
+ * before the call returns, so no state survives the call: the blocks stay DISK and held
+ * meanwhile, and end attaches them or, on a failed read, fails their page. */
+typedef struct prefetch {
+    st_spill_rd *rd;
+    int32_t *page, *frame, n;
+    int layer;
+    st_spill_ticket *ticket;
+} prefetch;
+
+static void prefetch_begin(st_kv *kv, int layer, prefetch *pf) {
+    memset(pf, 0, sizeof *pf);
+    const int nl = layer + 1;
+    if (!kv->spill || nl >= kv->p.n_layer || !kv->last_n[nl]) return;
+    const int32_t n = kv->last_n[nl];
+    int32_t n_cold = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t id = kv->last_sel[nl][i];
+        n_cold += kv->pages[id].resident == KV_RES_BLOCKS && kv_blk(kv, id, nl)->res == KV_RES_DISK;
+    }
+    if (!n_cold) return;
+    int64_t room = kv_frames_spare(kv, n_cold);
+    if (room <= 0) return;
+    pf->rd = malloc((size_t)n_cold * sizeof *pf->rd);
+    pf->page = malloc((size_t)n_cold * sizeof *pf->page);
+    pf->frame = malloc((size_t)n_cold * sizeof *pf->frame);
+    if (!pf->rd || !pf->page || !pf->frame) goto none;
+    pf->layer = nl;
+    for (int32_t i = 0; i < n && pf->n < room; i++) {
+        const int32_t id = kv->last_sel[nl][i];
+        kv_block *k = kv_blk(kv, id, nl);
+        if (kv->pages[id].resident != KV_RES_BLOCKS || k->res != KV_RES_DISK || k->hold) continue;
+        k->hold++;
+        int32_t fr;
+        /* clean evictions only: a page written now could fail and take a block this call's
+         * views point into with it */
+        if (kv_fetch_frame(kv, id, nl, KV_EVICT_PROTECT | KV_EVICT_CLEAN, &fr) != 0) {
+            k->hold--;
+            break; /* no clean frame: read less */
+        }
+        pf->page[pf->n] = id;
+        pf->frame[pf->n++] = fr;
+    }
+    for (int32_t i = 0; i < pf->n; i++) {
+        const kv_page *pg = &kv->pages[pf->page[i]];
+        pf->rd[i] = (st_spill_rd){.slot = pg->slot, .key = (uint64_t)pf->page[i], .gen = pg->gen,
+                                  .buf = kv_frame_data(kv, pf->frame[i]), .len = kv->g.layer_bytes,
+                                  .part_first = (uint32_t)nl, .part_count = 1};
+    }
+    if (pf->n && st_spill_read_submit(kv->spill, pf->rd, pf->n, &pf->ticket) != 0) {
+        for (int32_t i = 0; i < pf->n; i++) {
+            kv_blk(kv, pf->page[i], nl)->hold--;
+            kv->frame_free[kv->n_frame_free++] = pf->frame[i];
+        }
+        pf->n = 0;
+    }
+    if (pf->n) return;
+none:
+    free(pf->rd);
+    free(pf->page);
+    free(pf->frame);
+    memset(pf, 0, sizeof *pf);
+}
+
+/* Waits for the read-ahead and attaches its blocks (a failed read fails its page, as a
+ * fetch would; the call's own result is not affected). */
+static void prefetch_end(st_kv *kv, prefetch *pf) {
+    if (!pf->n) return;
+    st_spill_read_wait(kv->spill, pf->ticket, NULL);
+    for (int32_t i = 0; i < pf->n; i++) {
+        kv_blk(kv, pf->page[i], pf->layer)->hold--;
+        kv_fetch_done(kv, pf->page[i], pf->layer, pf->frame[i], pf->rd[i].rc);
+        kv->st.tier_prefetches += pf->rd[i].rc == 0;
+    }
+    free(pf->rd);
+    free(pf->page);
+    free(pf->frame);
+    memset(pf, 0, sizeof *pf);
+}
+
 int st_kv_attend_decode(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
                         int layer, const st_kv_seq_id *seqs, int n_seq,
                         const st_kv_select *const *sel, const float *q, float *out) {
@@ -684,6 +777,8 @@ int st_kv_attend_decode_at(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn
     int stream = 0;
     if (!rc) rc = begin(kv, ctx, ws, g, layer, seqs, lens, n_seq, sel, sv);
     if (!rc) rc = prepare(kv, ctx, layer, sv, n_seq, 1, &stream);
+    prefetch pf = {0};
+    if (!rc) prefetch_begin(kv, layer, &pf);
     const size_t row = (size_t)g->n_head * (size_t)g->head_dim;
     if (!rc && !stream) {
         for (int i = 0; i < n_seq; i++) as_attn_seq(&sv[i], &as[i]);
@@ -702,6 +797,7 @@ int st_kv_attend_decode_at(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn
             }
         }
     }
+    prefetch_end(kv, &pf);
     if (sv) end(sv, n_seq);
     free(as);
     return rc;

@@ -128,6 +128,8 @@ struct st_kv {
     struct kv_stream *stream; /* kv_attend.c: buffers reused across calls */
     uint64_t att_step;    /* decode attention steps: passes over the layers (kv_tier_step) */
     int att_layer;        /* layer of the last decode attention call */
+    int32_t **last_sel;   /* [n_layer] the pages each layer's last decode call used (tier) */
+    int32_t *last_n, *last_cap; /* [n_layer] */
 };
 
 #define KV_SEQ_SLOT(id) ((int)((id) & 0xffff))
@@ -260,8 +262,11 @@ void kv_tier_forget(st_kv *kv, int32_t page);
 int kv_fetch_blk(st_kv *kv, int32_t page, int layer);
 int kv_fetch(st_kv *kv, int32_t page);
 /* Batch fetch (kv_attend.c): a frame for cold block (page, layer) (which stays DISK; the
- * caller holds it; protect: evicting no block this decode step used), then, after the
- * caller's batch read, done attaches it (rc 0) or fails the page. */
+ * caller holds it; protect: KV_EVICT_PROTECT evicts no block this decode step used,
+ * KV_EVICT_CLEAN no dirty one), then, after the caller's batch read, done attaches it
+ * (rc 0) or fails the page. */
+#define KV_EVICT_PROTECT 1
+#define KV_EVICT_CLEAN 2
 int kv_fetch_frame(st_kv *kv, int32_t page, int layer, int protect, int32_t *frame);
 void kv_fetch_done(st_kv *kv, int32_t page, int layer, int32_t frame, int rc);
 static inline uint8_t *kv_frame_data(const st_kv *kv, int32_t frame) {

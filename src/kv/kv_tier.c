@@ -71,6 +71,8 @@ static void frame_attach(st_kv *kv, int32_t b, int32_t frame, int dirty) {
     kv->n_hot++;
 }
 
+static int blk_can_evict(const st_kv *kv, int32_t b, int mode, uint32_t step);
+
 static int blk_evictable(const st_kv *kv, int32_t b) {
     const kv_page *pg = &kv->pages[b / kv->p.n_layer];
     return !pg->pins && !pg->hold && !kv->blk[b].hold;
@@ -93,7 +95,8 @@ int kv_hot_full(st_kv *kv, int64_t need, const char *what) {
 int64_t kv_frames_obtainable(const st_kv *kv, int64_t cap) {
     if (!kv->spill) return kv->n_free + kv->n_cached; /* a frame per page: pages limit */
     int64_t n = kv->n_frame_free;
-    for (int32_t b = kv->res_head; b >= 0 && n < cap; b = kv->blk[b].rnext) n += blk_evictable(kv, b);
+    for (int32_t b = kv->res_head; b >= 0 && n < cap; b = kv->blk[b].rnext)
+        n += blk_can_evict(kv, b, 0, 0);
     return n;
 }
 
@@ -139,7 +142,7 @@ int64_t kv_frames_spare(const st_kv *kv, int64_t cap) {
     int64_t n = kv->n_frame_free;
     const uint32_t step = (uint32_t)kv->att_step;
     for (int32_t b = kv->res_head; b >= 0 && n < cap; b = kv->blk[b].rnext)
-        n += blk_evictable(kv, b) && kv->blk[b].att_step != step;
+        n += blk_can_evict(kv, b, KV_EVICT_PROTECT, step);
     return n;
 }
 
@@ -153,7 +156,11 @@ int kv_tier_open(st_kv *kv) {
     kv->zero_blk = st_alloc_aligned(kv->g.layer_bytes, ST_KV_LAYER_ALIGN);
     kv->rd_blk = st_alloc_aligned(kv->g.layer_bytes, ST_KV_LAYER_ALIGN);
     kv->pg_buf = st_alloc_aligned(kv->g.page_bytes, ST_KV_LAYER_ALIGN);
-    if (!kv->blk || !kv->frame_free || !kv->zero_blk || !kv->rd_blk || !kv->pg_buf)
+    kv->last_sel = calloc((size_t)kv->p.n_layer, sizeof *kv->last_sel);
+    kv->last_n = calloc((size_t)kv->p.n_layer, sizeof *kv->last_n);
+    kv->last_cap = calloc((size_t)kv->p.n_layer, sizeof *kv->last_cap);
+    if (!kv->blk || !kv->frame_free || !kv->zero_blk || !kv->rd_blk || !kv->pg_buf ||
+        !kv->last_sel || !kv->last_n || !kv->last_cap)
         return st_seterr(kv->ctx, ST_E_NOMEM, "kv: out of memory for the tier");
     for (size_t i = 0; i < nb; i++)
         kv->blk[i] = (kv_block){.frame = -1, .rprev = -1, .rnext = -1, .res = KV_RES_NONE};
@@ -183,6 +190,11 @@ void kv_tier_close(st_kv *kv) {
     kv->spill_dir = NULL;
     free(kv->blk);
     kv->blk = NULL;
+    for (int l = 0; kv->last_sel && l < kv->p.n_layer; l++) free(kv->last_sel[l]);
+    free(kv->last_sel);
+    free(kv->last_n);
+    free(kv->last_cap);
+    kv->last_sel = NULL;
     free(kv->frame_free);
     st_free_aligned(kv->zero_blk);
     st_free_aligned(kv->rd_blk);
@@ -310,6 +322,18 @@ static int page_has_disk(const st_kv *kv, int32_t id) {
     for (int l = 0; l < kv->p.n_layer; l++)
         if (kv_blk(kv, id, l)->res == KV_RES_DISK) return 1;
     return 0;
+}
+
+/* Block b may be evicted now (mode: KV_EVICT_PROTECT, KV_EVICT_CLEAN). A dirty block of a
+ * page with blocks on disk rewrites the page reading those back, and a failed re-read fails
+ * the page, all its blocks: never while the operation holds one of them, nor in
+ * KV_EVICT_CLEAN mode (where blocks this step used are referenced, unheld). */
+static int blk_can_evict(const st_kv *kv, int32_t b, int mode, uint32_t step) {
+    if (!blk_evictable(kv, b) || ((mode & KV_EVICT_PROTECT) && kv->blk[b].att_step == step))
+        return 0;
+    const int32_t id = b / kv->p.n_layer;
+    return !kv->blk[b].dirty || kv->pages[id].slot == ST_SLOT_NONE || !page_has_disk(kv, id) ||
+           (!(mode & KV_EVICT_CLEAN) && !page_any_held(kv, id));
 }
 
 /* The page's slot copy goes (only for a page with no block on disk): its RAM blocks are
@@ -448,7 +472,7 @@ static int evict_one(st_kv *kv, int protect, const char *what) {
     float best_score = 0.0f;
     int seen = 0;
     for (int32_t b = kv->res_head; b >= 0 && seen < KV_EVICT_SAMPLE; b = kv->blk[b].rnext) {
-        if (!blk_evictable(kv, b) || (protect && kv->blk[b].att_step == step)) continue;
+        if (!blk_can_evict(kv, b, protect, step)) continue;
         const float sc = kv_blk_score(kv, &kv->blk[b]);
         if (best < 0 || sc < best_score) best = b, best_score = sc;
         seen++;
