@@ -123,7 +123,8 @@ typedef struct st_kv_params {
 /* Zeroed params with page_size 16, type f16, max_seqs 256; caller fills the rest. */
 st_kv_params st_kv_default_params(void);
 /* Bytes of one page slab (all layers) for params p, as st_kv_create would lay it out (0
- * when the geometry fields are out of range). The unit of --kv-ram. */
+ * when the geometry fields are out of range); a layer block, the unit of RAM residency
+ * with a tier (--kv-ram counts whole ones), is page_bytes / n_layer. */
 size_t st_kv_page_bytes(const st_kv_params *p);
 
 /* Byte geometry of a page (read-only, fixed at creation). */
