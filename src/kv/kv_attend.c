@@ -691,6 +691,12 @@ static void prefetch_begin(st_kv *kv, int layer, prefetch *pf) {
     memset(pf, 0, sizeof *pf);
     const int nl = layer + 1;
     if (!kv->spill || nl >= kv->p.n_layer || !kv->last_n[nl]) return;
+    /* Worth it only while the next layer keeps selecting what it did (a trained model's
+     * attention; a random one's changes every step): below half of the read-ahead blocks
+     * used, it runs one step in 16 only, to notice when that changes. The counts halve as
+     * they grow, so they follow the recent steps. */
+    if (kv->ahead_read > 64 && 2 * kv->ahead_used < kv->ahead_read && kv->att_step % 16) return;
+    if (kv->ahead_read > 4096) kv->ahead_read /= 2, kv->ahead_used /= 2;
     const int32_t n = kv->last_n[nl];
     int32_t n_cold = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -749,7 +755,10 @@ static void prefetch_end(st_kv *kv, prefetch *pf) {
     for (int32_t i = 0; i < pf->n; i++) {
         kv_blk(kv, pf->page[i], pf->layer)->hold--;
         kv_fetch_done(kv, pf->page[i], pf->layer, pf->frame[i], pf->rd[i].rc);
-        kv->st.tier_prefetches += pf->rd[i].rc == 0;
+        if (pf->rd[i].rc || kv->pages[pf->page[i]].resident != KV_RES_BLOCKS) continue;
+        kv->st.tier_prefetches++;
+        kv->ahead_read++;
+        kv_blk(kv, pf->page[i], pf->layer)->ahead = 1;
     }
     free(pf->rd);
     free(pf->page);

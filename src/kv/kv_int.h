@@ -35,7 +35,8 @@ typedef struct kv_block {
     int32_t hold;         /* operation-scoped pins of this block alone */
     uint8_t res;          /* enum kv_residency */
     uint8_t dirty;        /* RAM and not what the page's slot holds (always, without a slot) */
-    uint16_t pad_;
+    uint8_t ahead;        /* read ahead and not used since (kv_attend.c's prefetch) */
+    uint8_t pad_;
     uint32_t att_step;    /* low bits of the last decode step that used it; 0 = none */
     float score;          /* attention ledger: decayed share of heads that selected it ... */
     uint32_t score_step;  /* ... as of this decode step */
@@ -130,6 +131,7 @@ struct st_kv {
     int att_layer;        /* layer of the last decode attention call */
     int32_t **last_sel;   /* [n_layer] the pages each layer's last decode call used (tier) */
     int32_t *last_n, *last_cap; /* [n_layer] */
+    int64_t ahead_read, ahead_used; /* read-ahead blocks and those a decode step then used */
 };
 
 #define KV_SEQ_SLOT(id) ((int)((id) & 0xffff))

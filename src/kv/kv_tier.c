@@ -58,6 +58,7 @@ static void frame_release(st_kv *kv, int32_t b) {
     kv->frame_free[kv->n_frame_free++] = k->frame;
     k->frame = -1;
     k->dirty = 0;
+    k->ahead = 0;
     kv->n_hot--;
 }
 
@@ -129,6 +130,7 @@ void kv_tier_use(st_kv *kv, int32_t id, int layer, float w) {
     const int32_t b = blk_id(kv, id, layer);
     kv_block *k = &kv->blk[b];
     const uint32_t step = (uint32_t)kv->att_step;
+    if (k->ahead) k->ahead = 0, kv->ahead_used++;
     if (k->att_step != step || k->score_step != step) {
         k->score = kv_blk_score(kv, k) + w;
         k->score_step = step;
