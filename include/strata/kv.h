@@ -115,6 +115,9 @@ typedef struct st_kv_params {
                                 residency), 0 = ram_pages * n_layer; [2, n_pages * n_layer] */
     uint64_t disk_budget;    /* bytes of spill slots; 0 = unlimited */
     st_cold_type cold;       /* cold compression of spilled f32/f16/bf16 pages (lossy) */
+    int prefetch;            /* 1: decode reads ahead the blocks the next layer used last step
+                                while this layer's attention runs (off by default: it read
+                                more than it saved in docs/PERFORMANCE.md, SSD tier) */
     int spill_no_direct;     /* 1: buffered spill I/O (default: O_DIRECT when possible) */
     st_spill_open_fn spill_open; /* tests: open the spill file through another backend */
     void *spill_open_arg;

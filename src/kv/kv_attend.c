@@ -690,7 +690,7 @@ typedef struct prefetch {
 static void prefetch_begin(st_kv *kv, int layer, prefetch *pf) {
     memset(pf, 0, sizeof *pf);
     const int nl = layer + 1;
-    if (!kv->spill || nl >= kv->p.n_layer || !kv->last_n[nl]) return;
+    if (!kv->spill || !kv->p.prefetch || nl >= kv->p.n_layer || !kv->last_n[nl]) return;
     /* Worth it only while the next layer keeps selecting what it did (a trained model's
      * attention; a random one's changes every step): below half of the read-ahead blocks
      * used, it runs one step in 16 only, to notice when that changes. The counts halve as
