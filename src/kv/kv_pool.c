@@ -130,7 +130,9 @@
  * The attention ledger: each block's score is the share of KV heads that selected it (1 for
  * dense attention) summed over decode steps, decayed by KV_SCORE_DECAY per step, so the
  * blocks attention keeps reading stay and one-off selections leave first; snapshots save it
- * (docs/FORMATS.md) and a restore sets it as of now. Sealing reads each layer's block (the
+ * (docs/FORMATS.md) and a restore sets it as of now. The read-ahead (st_kv_params.prefetch,
+ * kv_attend.c) moves blocks DISK -> RAM clean within one decode call, holding them while
+ * their reads are in flight, so it adds no state between operations. Sealing reads each layer's block (the
  * Quest boxes) where it is, without fetching: the boxes live in RAM for every page whatever
  * its residency.
  */
