@@ -605,6 +605,13 @@ static int prepare(st_kv *kv, st_ctx *ctx, int layer, seq_views *sv, int n_seq, 
         int64_t room = decode ? kv_frames_spare(kv, n_cold) : kv_frames_obtainable(kv, n_cold);
         int32_t k = n_cold <= room ? n_cold : decode ? (int32_t)room : 0;
         rc = fetch_batch(kv, layer, decode, cold, k);
+        /* a page lost making room (a failed re-read) may have held a view's block: its
+         * sequences failed, and the call does not compute from it */
+        for (int i = 0; i < n_seq && !rc; i++)
+            if (sv[i].s->err)
+                rc = st_seterr(ctx, sv[i].s->err, "kv: attend: sequence %lld failed while its "
+                               "blocks were fetched: %s", (long long)sv[i].s->id,
+                               st_strerror(sv[i].s->err));
         for (int i = 0; i < n_seq && !rc && k; i++) refresh(kv, &sv[i], layer);
         *stream = k < n_cold;
     }
@@ -677,7 +684,8 @@ static void as_attn_seq(const seq_views *sv, st_attn_seq *a) {
 /* Read-ahead of the next layer's blocks while this layer's attention computes: the blocks
  * layer + 1 used on the previous step (its selection then is the best guess of its
  * selection now) that are on disk, into frames no block of this step holds (so no view of
- * this call moves), through the store's asynchronous reads. Begun after prepare and ended
+ * this call moves, and by no eviction that could lose a page), through the store's
+ * asynchronous reads. Begun after prepare and ended
  * before the call returns, so no state survives the call: the blocks stay DISK and held
  * meanwhile, and end attaches them or, on a failed read, fails their page. */
 typedef struct prefetch {
@@ -717,8 +725,8 @@ static void prefetch_begin(st_kv *kv, int layer, prefetch *pf) {
         if (kv->pages[id].resident != KV_RES_BLOCKS || k->res != KV_RES_DISK || k->hold) continue;
         k->hold++;
         int32_t fr;
-        /* clean evictions only: a page written now could fail and take a block this call's
-         * views point into with it */
+        /* no eviction that re-reads a page: a failed re-read would fail that page and take
+         * a block this call's views point into with it */
         if (kv_fetch_frame(kv, id, nl, KV_EVICT_PROTECT | KV_EVICT_CLEAN, &fr) != 0) {
             k->hold--;
             break; /* no clean frame: read less */

@@ -415,6 +415,9 @@ int kv_page_copy(st_kv *kv, int32_t src, int32_t *out) {
         if (kv->blk) kv_blk(kv, src, l)->hold++;
         rc = kv_fetch_blk(kv, id, l);
         if (kv->blk) kv_blk(kv, src, l)->hold--;
+        if (!rc && kv->pages[src].resident == KV_RES_ERROR) /* lost making room */
+            rc = st_seterr(kv->ctx, kv->pages[src].err, "kv: page %d was lost copying it: %s",
+                           src, st_strerror(kv->pages[src].err));
         if (rc) break;
         memcpy(kv_layer_data(kv, id, l), kv_layer_data(kv, src, l), kv->g.layer_bytes);
         kv_dirty(kv, id, l);

@@ -328,14 +328,15 @@ static int page_has_disk(const st_kv *kv, int32_t id) {
 
 /* Block b may be evicted now (mode: KV_EVICT_PROTECT, KV_EVICT_CLEAN). A dirty block of a
  * page with blocks on disk rewrites the page reading those back, and a failed re-read fails
- * the page, all its blocks: never while the operation holds one of them, nor in
- * KV_EVICT_CLEAN mode (where blocks this step used are referenced, unheld). */
+ * the page, all its blocks, held ones too: the operations that hold blocks check their
+ * pages afterwards (a fetch, a COW, attention's prepare), and KV_EVICT_CLEAN (the
+ * read-ahead, whose call's views point into unheld blocks) never evicts such a block. */
 static int blk_can_evict(const st_kv *kv, int32_t b, int mode, uint32_t step) {
     if (!blk_evictable(kv, b) || ((mode & KV_EVICT_PROTECT) && kv->blk[b].att_step == step))
         return 0;
     const int32_t id = b / kv->p.n_layer;
-    return !kv->blk[b].dirty || kv->pages[id].slot == ST_SLOT_NONE || !page_has_disk(kv, id) ||
-           (!(mode & KV_EVICT_CLEAN) && !page_any_held(kv, id));
+    return !(mode & KV_EVICT_CLEAN) || !kv->blk[b].dirty || kv->pages[id].slot == ST_SLOT_NONE ||
+           !page_has_disk(kv, id);
 }
 
 /* The page's slot copy goes (only for a page with no block on disk): its RAM blocks are
