@@ -118,7 +118,9 @@
  *       An operation that stops half-way on an I/O or disk-space error fails its sequence
  *       too (st_kv_write of several pages, a restore that could not place a page), so a
  *       live sequence never holds a hole or garbage. A page lost while being written for
- *       another operation's eviction fails its own sequences, not that operation.
+ *       another operation's eviction (its disk-only blocks re-read) fails its own
+ *       sequences, not that operation, unless the operation held one of its blocks: a COW
+ *       of it or attention over it then fails too, without computing from it.
  *   T6. Eviction order: unreferenced cached pages holding RAM are dropped first (prefix
  *       LRU), then of the KV_EVICT_SAMPLE least recently used evictable blocks the one with
  *       the least attention score is spilled (the ledger below); while a decode step
