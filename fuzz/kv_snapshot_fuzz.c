@@ -47,7 +47,8 @@ static void fix_checksums(uint8_t *b, size_t len) {
     sums[n_sums++] = h;
     if (L > 64 || H > 64 || D > 1024 || P > 256 || payload > (1u << 20)) return;
     const uint64_t B = flags & 2 ? L * H * 2 * D * 4 : 0, W = (P + 63) / 64;
-    const uint64_t page_rec = 48 + 4 * P + L * payload + B + 8;
+    const uint64_t A = flags & 4 ? L * 4 : 0; /* the attention ledger */
+    const uint64_t page_rec = 48 + 4 * P + L * payload + B + A + 8;
     size_t off = 80;
     for (uint64_t i = 0; i < n_pages && n_sums < 63; i++, off += page_rec) {
         if (off + page_rec > len) return;

@@ -42,14 +42,16 @@
  * (st_kv_pin), and pinned pages never move.
  *
  * SSD tier (design essay at the top of src/kv/kv_pool.c). n_pages is the LOGICAL
- * page count; with a spill directory only ram_pages of them hold RAM at once (the hot
- * pool), the rest live in the spill file (cold) or are still all-zero (never touched).
- * What does not fit is moved transparently: a write or pin fetches its page (evicting the
- * least recently used unpinned page, write-behind), st_kv_read reads cold layer blocks
- * directly, and attention goes through st_kv_attend_decode / st_kv_attend_chunk, which
- * fetch what fits and stream the rest per layer with results bit-identical to the
- * all-in-RAM computation. st_kv_seq_views only works for sequences whose pages are all
- * resident (ST_E_STATE otherwise). I/O errors and checksum mismatches fail the affected
+ * page count; with a spill directory RAM residency is per (page, layer) block: only
+ * ram_blocks layer blocks hold RAM at once (the hot pool), the rest live in the spill file
+ * (cold) or are still all-zero (never touched). What does not fit is moved transparently:
+ * a write fetches the block it writes, a pin every block of its page (evicting the block
+ * with the least recent attention among the least recently used unpinned ones,
+ * write-behind), st_kv_read reads cold layer blocks directly, and attention goes through
+ * st_kv_attend_decode / st_kv_attend_chunk, which fetch the layer's blocks that fit and
+ * stream the rest with results bit-identical to the all-in-RAM computation.
+ * st_kv_seq_views only works for sequences whose blocks of that layer are all resident
+ * (ST_E_STATE otherwise). I/O errors and checksum mismatches fail the affected
  * sequences: they keep returning that error (st_kv_seq_error) until freed; an operation
  * that stopped half-way for an I/O or disk-space error also fails its sequence, so no
  * sequence ever holds a silent hole or garbage.
@@ -109,8 +111,13 @@ typedef struct st_kv_params {
                                 borrowed for st_kv_create only */
     const char *instance_id; /* NULL or "" = the pid */
     int64_t ram_pages;       /* hot pool in pages: 0 = n_pages; [2, n_pages] with spill_dir */
+    int64_t ram_blocks;      /* with spill_dir: hot pool in layer blocks (the unit of RAM
+                                residency), 0 = ram_pages * n_layer; [2, n_pages * n_layer] */
     uint64_t disk_budget;    /* bytes of spill slots; 0 = unlimited */
     st_cold_type cold;       /* cold compression of spilled f32/f16/bf16 pages (lossy) */
+    int prefetch;            /* 1: decode reads ahead the blocks the next layer used last step
+                                while this layer's attention runs (off by default: it read
+                                more than it saved in docs/PERFORMANCE.md, SSD tier) */
     int spill_no_direct;     /* 1: buffered spill I/O (default: O_DIRECT when possible) */
     st_spill_open_fn spill_open; /* tests: open the spill file through another backend */
     void *spill_open_arg;
@@ -123,7 +130,8 @@ typedef struct st_kv_params {
 /* Zeroed params with page_size 16, type f16, max_seqs 256; caller fills the rest. */
 st_kv_params st_kv_default_params(void);
 /* Bytes of one page slab (all layers) for params p, as st_kv_create would lay it out (0
- * when the geometry fields are out of range). The unit of --kv-ram. */
+ * when the geometry fields are out of range); a layer block, the unit of RAM residency
+ * with a tier (--kv-ram counts whole ones), is page_bytes / n_layer. */
 size_t st_kv_page_bytes(const st_kv_params *p);
 
 /* Byte geometry of a page (read-only, fixed at creation). */
@@ -166,12 +174,16 @@ typedef struct st_kv_stats {
     int64_t cache_evictions; /* cached pages reclaimed for new allocations */
     int64_t requants;       /* q8_0 page-head requantizations */
     /* SSD tier (zero without a spill directory) */
-    int64_t ram_pages;      /* hot pool capacity in pages */
-    int64_t pages_hot;      /* pages holding RAM now */
-    int64_t pages_cold;     /* pages whose only copy is in the spill file */
-    int64_t tier_writes;    /* hot -> cold page spills */
-    int64_t tier_reads;     /* cold -> hot page fetches */
+    int64_t ram_blocks;     /* hot pool capacity in layer blocks (frames) */
+    int64_t blocks_hot;     /* layer blocks holding a frame now */
+    int64_t blocks_cold;    /* layer blocks whose only copy is in the spill file */
+    int64_t ram_pages;      /* page equivalents of the three above (blocks / n_layer, */
+    int64_t pages_hot;      /*  rounded up): pages' worth of RAM and of disk in use */
+    int64_t pages_cold;
+    int64_t tier_writes;    /* page slabs written to the spill file (a dirty block's page) */
+    int64_t tier_reads;     /* cold -> hot block fetches */
     int64_t tier_block_reads; /* layer blocks streamed for attention or st_kv_read */
+    int64_t tier_prefetches; /* of tier_reads: blocks read ahead for the next layer's decode */
     int64_t tier_bytes_written, tier_bytes_read;
     int64_t fetch_stalls;   /* times a step waited for a read (sync fetch or stream wait) */
     int64_t tier_drops;     /* cached pages dropped to make room in RAM or on disk */
@@ -324,9 +336,10 @@ int st_kv_seq_pages(const st_kv *kv, st_kv_seq_id seq, st_kv_page_id *out, int m
 /* ---- pinning ------------------------------------------------------------------------ */
 /* Pins a page (pins are counted). A pinned page is never freed, evicted or moved; a
  * sequence may still drop its reference (truncate, remove, free): the page is then released
- * at its last unpin. With the SSD tier a cold page is fetched into RAM first. Returns 0,
- * ST_E_INVAL (id out of range), ST_E_STATE (page free or only cached: not in use),
- * ST_E_POOL_FULL (every hot page pinned), ST_E_NOSPACE / a read error (tier). */
+ * at its last unpin. With the SSD tier every layer block of the page is fetched into RAM
+ * first (n_layer frames). Returns 0, ST_E_INVAL (id out of range), ST_E_STATE (page free or
+ * only cached: not in use), ST_E_POOL_FULL (fewer than n_layer frames obtainable: every
+ * other hot block pinned or held), ST_E_NOSPACE / a read error (tier). */
 int st_kv_pin(st_kv *kv, st_kv_page_id page);
 /* Returns 0, ST_E_INVAL, ST_E_STATE (page not pinned: unbalanced unpin). */
 int st_kv_unpin(st_kv *kv, st_kv_page_id page);

@@ -323,9 +323,10 @@ static int generate(st_engine *e, st_cli_session *s, const run_opts *o, const in
                 (long long)es.spec_model_steps, (long long)es.spec_model_drafts, (long long)es.spec_model_drafted,
                 (long long)es.spec_model_accepted);
     if (ks.ram_pages)
-        fprintf(stderr, "KV tier: hot pool %lld pages; %lld spilled, %lld fetched, %lld blocks "
-                "streamed, %.1f MiB read, %lld stalls, %lld dropped\n", (long long)ks.ram_pages,
-                (long long)ks.tier_writes, (long long)ks.tier_reads, (long long)ks.tier_block_reads,
+        fprintf(stderr, "KV tier: hot pool %lld layer blocks; %lld spilled, %lld fetched (%lld read ahead), "
+                "%lld blocks streamed, %.1f MiB read, %lld stalls, %lld dropped\n", (long long)ks.ram_blocks,
+                (long long)ks.tier_writes, (long long)ks.tier_reads, (long long)ks.tier_prefetches,
+                (long long)ks.tier_block_reads,
                 (double)ks.tier_bytes_read / 1048576.0, (long long)ks.fetch_stalls, (long long)ks.tier_drops);
     return exit_code;
 }

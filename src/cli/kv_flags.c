@@ -147,5 +147,8 @@ int st_cli_kv_flags_apply(const st_cli_kv_flags *f, st_kv_params *p, const char 
         return ST_E_USAGE;
     }
     p->ram_pages = pages < p->n_pages ? pages : p->n_pages;
+    /* RAM residency is per layer block: a byte budget holds bytes / block size blocks */
+    if (f->ram_bytes && pages < p->n_pages && p->n_layer > 0)
+        p->ram_blocks = (int64_t)(f->ram_bytes / (pb / (size_t)p->n_layer));
     return 0;
 }

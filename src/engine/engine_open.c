@@ -183,12 +183,14 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
         kp.spill_dir = p->spill_dir;
         kp.instance_id = p->instance_id;
         int64_t ram = p->ram_pages ? p->ram_pages : p->ram_bytes ? (int64_t)(p->ram_bytes / st_kv_page_bytes(&kp)) : 0;
+        uint64_t ram_left = 0;
         if (!ram && p->ram_auto && p->mem_limit) {
             /* what the weights leave, less a quarter for activations, the page cache and the
              * rest of the machine: a pool sized to all of it would be evicted by the OS */
             const uint64_t w = st_model_weight_bytes(e->model);
             const uint64_t left = p->mem_limit > w ? (p->mem_limit - w) / 4 * 3 : 0;
             ram = (int64_t)(left / st_kv_page_bytes(&kp));
+            ram_left = left;
             if (ram < 2) {
                 char b1[32], b2[32], b3[32];
                 st_seterr(e->ctx, ST_E_LIMIT, "the weights (%s) leave %s of the %s available for the KV cache: "
@@ -203,6 +205,10 @@ int st_engine_create(const st_engine_params *params, st_engine **out, char *why,
             return open_fail(e, ST_E_INVAL, why, why_len, "KV cache");
         }
         kp.ram_pages = ram && ram < kp.n_pages ? ram : kp.n_pages;
+        /* RAM residency is per layer block: a byte budget holds bytes / block size blocks */
+        const uint64_t rb = p->ram_pages ? 0 : p->ram_bytes ? p->ram_bytes : ram_left;
+        const uint64_t lb = st_kv_page_bytes(&kp) / (uint64_t)kp.n_layer;
+        if (rb && ram && ram < kp.n_pages) kp.ram_blocks = (int64_t)(rb / lb);
         kp.disk_budget = p->disk_budget;
         kp.cold = p->cold;
     } else if (p->ram_pages || p->ram_bytes || p->disk_budget) {

@@ -4,13 +4,13 @@
  * pages; Quest: the union of the selected ones; selection itself never touches disk) are:
  *
  *   in RAM        views point into the hot pool; one st_attn_decode_batch / st_attn_chunk.
- *   fit in RAM    the cold ones are fetched in ONE coalesced batch (st_spill_read_batch:
- *                 sorted by offset, adjacent slots merged) into frames freed by evicting
- *                 pages this call does not need (the needed ones are held), then as above.
- *                 Decode fetches whole pages only into frames that no decode step has
- *                 used (as many as there are) and streams the rest: evicting
- *                 for one layer's selection would evict the previous layer's, thrashing
- *                 whole pages through the pool every token.
+ *   fit in RAM    the layer's cold blocks are fetched in ONE coalesced batch of ranged reads
+ *                 (st_spill_read_batch: layer l of consecutive slots is contiguous in the
+ *                 part-major file) into frames freed by evicting blocks this call does not
+ *                 need (the needed ones are held), then as above. Decode fetches only into
+ *                 frames not used by an earlier layer of the same step (as many as there
+ *                 are) and streams the rest: evicting those would read them again on the
+ *                 next token. The step feeds each block's attention score (kv_tier_use).
  *   do not fit    STREAM: only this layer's block of each cold page is read (a ranged,
  *                 checksummed read of one part of the slot), a window at a time, into two
  *                 buffers: window w+1's reads are in flight on the I/O thread while window
@@ -98,9 +98,9 @@ static void entry_view(const st_kv *kv, const kv_seq *s, int64_t i, int layer, i
                        st_attn_page *v, uint8_t *cold) {
     const kv_entry *e = &s->ent[i];
     const kv_page *pg = &kv->pages[e->page];
-    *cold = pg->resident != KV_RES_RAM && pg->resident != KV_RES_ZERO;
-    block_view(kv, pg->resident == KV_RES_RAM ? kv_layer_data(kv, e->page, layer) : kv->zero_blk,
-               e, i, lim, v);
+    const int ram = pg->resident != KV_RES_ERROR && kv_blk_ram(kv, e->page, layer);
+    *cold = !ram && (pg->resident == KV_RES_ERROR || kv_blk(kv, e->page, layer)->res != KV_RES_ZERO);
+    block_view(kv, ram ? kv_layer_data(kv, e->page, layer) : kv->zero_blk, e, i, lim, v);
 }
 
 /* sv's arrays for n views and, with n_sel > 0, the n_sel entries of the per-head lists. */
@@ -197,13 +197,11 @@ static int gather(st_kv *kv, st_ctx *ctx, kv_seq *s, int layer, seq_views *sv) {
 static void refresh(st_kv *kv, seq_views *sv, int layer) {
     for (int32_t j = 0; j < sv->n; j++) {
         const kv_page *pg = &kv->pages[sv->page[j]];
-        if (pg->resident == KV_RES_RAM && sv->cold[j])
+        if (sv->cold[j] && pg->resident == KV_RES_BLOCKS && kv_blk_ram(kv, sv->page[j], layer))
             entry_view(kv, sv->s, sv->v[j].pos0 / kv->p.page_size, layer, sv->lim, &sv->v[j], &sv->cold[j]);
     }
 }
 
-/* Fetches pages[n] (cold) into frames in one batch; the needed RAM pages are held by the
- * caller. Returns 0 or the first error (failed pages are marked). */
 
 /* ---- streaming ------------------------------------------------------------------------------ */
 
@@ -278,7 +276,7 @@ static int window_submit(streamer *st, int chunk, int32_t c0, int32_t c1, int32_
         if (!st->sv->cold[j]) continue;
         const int32_t page = st->sv->page[j];
         const kv_page *pg = &kv->pages[page];
-        ST_ASSERT(pg->resident == KV_RES_DISK && w->n_rd < st->cap);
+        ST_ASSERT(kv_blk(kv, page, st->layer)->res == KV_RES_DISK && w->n_rd < st->cap);
         const int32_t r = w->n_rd++;
         w->rd_of[u] = r;
         w->rd[r] = (st_spill_rd){.slot = pg->slot, .key = (uint64_t)page, .gen = pg->gen,
@@ -314,7 +312,7 @@ static int window_wait(streamer *st, st_ctx *ctx, int b) {
     w->ticket = NULL;
     if (rc)
         for (int32_t i = 0; i < w->n_rd; i++)
-            if (w->rd[i].rc && st->kv->pages[w->rd[i].key].resident == KV_RES_DISK)
+            if (w->rd[i].rc && st->kv->pages[w->rd[i].key].resident == KV_RES_BLOCKS)
                 kv_page_fail(st->kv, (int32_t)w->rd[i].key, w->rd[i].rc);
     return rc;
 }
@@ -509,32 +507,40 @@ out:
 
 /* ---- fetch ------------------------------------------------------------------------------------ */
 
-static int fetch_batch(st_kv *kv, const int32_t *pages, int32_t n) {
+/* Fetches layer `layer` of pages[n] (cold blocks, held by the caller) into frames in one
+ * coalesced batch of ranged reads. Returns 0 or the first error (failed pages are marked). */
+static int fetch_batch(st_kv *kv, int layer, int protect, const int32_t *pages, int32_t n) {
     if (!n) return 0;
     st_spill_rd *rd = malloc((size_t)n * sizeof *rd);
-    if (!rd) return st_seterr(kv->ctx, ST_E_NOMEM, "kv: attend: out of memory");
+    int32_t *frames = malloc((size_t)n * sizeof *frames);
+    if (!rd || !frames) {
+        free(rd);
+        free(frames);
+        return st_seterr(kv->ctx, ST_E_NOMEM, "kv: attend: out of memory");
+    }
     int rc = 0;
     int32_t got = 0;
     for (; got < n; got++) {
-        /* kv_fetch would read one page at a time: here the frames come first, then one
-         * coalesced batch. A ZERO page just materializes. */
-        int32_t id = pages[got], frame;
-        if ((rc = kv_fetch_frame(kv, id, &frame)) != 0) break;
-        const kv_page *pg = &kv->pages[id];
-        rd[got] = (st_spill_rd){.slot = pg->slot, .key = (uint64_t)id, .gen = pg->gen,
-                                .buf = kv->data + (size_t)frame * kv->g.page_bytes,
-                                .len = kv->g.page_bytes, .rc = frame};
+        /* kv_fetch_blk would read one block at a time: here the frames come first, then one
+         * coalesced batch (layer l of consecutive slots is contiguous in the file). */
+        int32_t id = pages[got];
+        if ((rc = kv_fetch_frame(kv, id, layer, protect, &frames[got])) != 0) break;
+        if (kv->pages[id].resident != KV_RES_BLOCKS) { /* an eviction failed its page */
+            kv->frame_free[kv->n_frame_free++] = frames[got];
+            rc = st_seterr(kv->ctx, kv->pages[id].err, "kv: attend: page %d was lost: %s", id,
+                           st_strerror(kv->pages[id].err));
+            break;
+        }
     }
-    int32_t *frames = malloc((size_t)(got ? got : 1) * sizeof *frames);
-    if (!frames) { /* give the frames back: nothing was read */
-        for (int32_t i = 0; i < got; i++) kv_fetch_done(kv, pages[i], rd[i].rc, ST_E_NOMEM);
-        free(rd);
-        return st_seterr(kv->ctx, ST_E_NOMEM, "kv: attend: out of memory");
+    for (int32_t i = 0; i < got; i++) {
+        const kv_page *pg = &kv->pages[pages[i]];
+        rd[i] = (st_spill_rd){.slot = pg->slot, .key = (uint64_t)pages[i], .gen = pg->gen,
+                              .buf = kv_frame_data(kv, frames[i]), .len = kv->g.layer_bytes,
+                              .part_first = (uint32_t)layer, .part_count = 1};
     }
-    for (int32_t i = 0; i < got; i++) frames[i] = rd[i].rc;
     int rrc = got ? st_spill_read_batch(kv->spill, rd, got, kv->ctx) : 0;
     kv->st.fetch_stalls += got > 0;
-    for (int32_t i = 0; i < got; i++) kv_fetch_done(kv, pages[i], frames[i], rd[i].rc);
+    for (int32_t i = 0; i < got; i++) kv_fetch_done(kv, pages[i], layer, frames[i], rd[i].rc);
     free(frames);
     free(rd);
     return rc ? rc : rrc;
@@ -542,8 +548,22 @@ static int fetch_batch(st_kv *kv, const int32_t *pages, int32_t n) {
 
 /* ---- entry points ------------------------------------------------------------------------------ */
 
-/* Needed pages of the batch, fetched when they fit (decode: as many as spare frames take,
- * kv_frames_spare); *stream = 1 when some stay cold. Decode marks the needed ones used. */
+/* Each view's share of the KV heads that selected it (1 for dense attention): what the
+ * block's attention score gains this step. w[n] */
+static void view_weights(const st_kv *kv, const seq_views *sv, float *w) {
+    if (!sv->sel) {
+        for (int32_t j = 0; j < sv->n; j++) w[j] = 1.0f;
+        return;
+    }
+    for (int32_t j = 0; j < sv->n; j++) w[j] = 0.0f;
+    const float inc = 1.0f / (float)kv->p.n_kv_head;
+    for (int32_t h = 0; h < kv->p.n_kv_head; h++)
+        for (int32_t i = 0; i < sv->sel_n[h]; i++) w[sv->sel_idx[(size_t)h * sv->sel_stride + i]] += inc;
+}
+
+/* The batch's blocks of `layer`, cold ones fetched when they fit (decode: as many as there
+ * are frames not used by this step, kv_frames_spare); *stream = 1 when some stay cold.
+ * Decode marks the needed blocks used and feeds their attention scores. */
 static int prepare(st_kv *kv, st_ctx *ctx, int layer, seq_views *sv, int n_seq, int decode,
                    int *stream) {
     *stream = 0;
@@ -556,38 +576,61 @@ static int prepare(st_kv *kv, st_ctx *ctx, int layer, seq_views *sv, int n_seq, 
     for (int i = 0; i < n_seq; i++) n_tot += sv[i].n;
     int32_t *cold = malloc((size_t)(n_tot ? n_tot : 1) * sizeof *cold), n_cold = 0;
     int32_t *held = malloc((size_t)(n_tot ? n_tot : 1) * sizeof *held), n_held = 0;
-    int rc = cold && held ? 0 : st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
+    float *wt = malloc((size_t)(n_tot ? n_tot : 1) * sizeof *wt), *hw = NULL;
+    if (wt) hw = malloc((size_t)(n_tot ? n_tot : 1) * sizeof *hw);
+    int rc = cold && held && wt && hw ? 0 : st_seterr(ctx, ST_E_NOMEM, "kv: attend: out of memory");
     for (int i = 0; i < n_seq && !rc; i++) {
+        if (kv->spill && decode) view_weights(kv, &sv[i], wt);
         for (int32_t j = 0; j < sv[i].n && !rc; j++) {
-            kv_page *pg = &kv->pages[sv[i].page[j]];
+            const int32_t id = sv[i].page[j];
+            kv_page *pg = &kv->pages[id];
             if (pg->resident == KV_RES_ERROR) {
                 kv_seq_fail(kv, sv[i].s, pg->err);
                 rc = st_seterr(ctx, pg->err, "kv: attend: page %d of seq %lld was lost: %s",
-                               sv[i].page[j], (long long)sv[i].s->id, st_strerror(pg->err));
-            } else if (pg->resident == KV_RES_DISK && !pg->hold) {
-                kv_hold(kv, sv[i].page[j]); /* dedupe across forks sharing pages */
-                held[n_held++] = cold[n_cold++] = sv[i].page[j];
-            } else if (pg->resident == KV_RES_RAM && !pg->hold) {
-                kv_hold(kv, sv[i].page[j]);
-                held[n_held++] = sv[i].page[j];
+                               id, (long long)sv[i].s->id, st_strerror(pg->err));
+                continue;
             }
+            if (!kv->spill) continue;
+            kv_block *k = kv_blk(kv, id, layer);
+            if (k->hold) continue; /* dedupe across forks sharing pages */
+            if (k->res == KV_RES_DISK) cold[n_cold++] = id;
+            else if (k->res != KV_RES_RAM) continue;
+            k->hold++;
+            hw[n_held] = decode ? wt[j] : 0.0f;
+            held[n_held++] = id;
         }
     }
     if (!rc && n_cold) {
-        /* Decode: whole pages only into frames no decode step has used.
-         * Evicting more would evict what other layers fetched (layers select different
-         * pages), pulling every layer's pages through the pool whole (all n_layer blocks
-         * each) once per token; the cold pages left over stream just this layer's block. */
-        int64_t room = decode ? kv_frames_spare(kv) : kv_frames_obtainable(kv);
+        /* Decode: blocks this step used (earlier layers of this token) are not evicted for
+         * this layer's: the next token needs them again. Whatever does not fit streams. */
+        int64_t room = decode ? kv_frames_spare(kv, n_cold) : kv_frames_obtainable(kv, n_cold);
         int32_t k = n_cold <= room ? n_cold : decode ? (int32_t)room : 0;
-        rc = fetch_batch(kv, cold, k);
+        rc = fetch_batch(kv, layer, decode, cold, k);
+        /* a page lost making room (a failed re-read) may have held a view's block: its
+         * sequences failed, and the call does not compute from it */
+        for (int i = 0; i < n_seq && !rc; i++)
+            if (sv[i].s->err)
+                rc = st_seterr(ctx, sv[i].s->err, "kv: attend: sequence %lld failed while its "
+                               "blocks were fetched: %s", (long long)sv[i].s->id,
+                               st_strerror(sv[i].s->err));
         for (int i = 0; i < n_seq && !rc && k; i++) refresh(kv, &sv[i], layer);
         *stream = k < n_cold;
     }
-    for (int32_t i = 0; i < n_held && !rc && decode; i++) kv_tier_use(kv, held[i]);
-    for (int32_t i = 0; i < n_held; i++) kv_unhold(kv, held[i]);
+    for (int32_t i = 0; i < n_held && !rc && decode; i++)
+        if (kv->pages[held[i]].resident == KV_RES_BLOCKS) kv_tier_use(kv, held[i], layer, hw[i]);
+    if (kv->spill && decode && !rc) { /* what the next step's prefetch of this layer reads */
+        if (n_held > kv->last_cap[layer]) {
+            int32_t *nb = realloc(kv->last_sel[layer], (size_t)n_held * sizeof *nb);
+            if (nb) kv->last_sel[layer] = nb, kv->last_cap[layer] = n_held;
+        }
+        kv->last_n[layer] = n_held <= kv->last_cap[layer] ? n_held : 0;
+        if (kv->last_n[layer]) memcpy(kv->last_sel[layer], held, (size_t)n_held * sizeof *held);
+    }
+    for (int32_t i = 0; i < n_held; i++) kv_blk(kv, held[i], layer)->hold--;
     free(cold);
     free(held);
+    free(wt);
+    free(hw);
     return rc;
 }
 
@@ -637,6 +680,101 @@ static void as_attn_seq(const seq_views *sv, st_attn_seq *a) {
     }
 }
 
+/* ---- prefetch ------------------------------------------------------------------------------------ */
+
+/* Read-ahead of the next layer's blocks while this layer's attention computes: the blocks
+ * layer + 1 used on the previous step (its selection then is the best guess of its
+ * selection now) that are on disk, into frames no block of this step holds (so no view of
+ * this call moves, and by no eviction that could lose a page), through the store's
+ * asynchronous reads. Begun after prepare and ended
+ * before the call returns, so no state survives the call: the blocks stay DISK and held
+ * meanwhile, and end attaches them or, on a failed read, fails their page. */
+typedef struct prefetch {
+    st_spill_rd *rd;
+    int32_t *page, *frame, n;
+    int layer;
+    st_spill_ticket *ticket;
+} prefetch;
+
+static void prefetch_begin(st_kv *kv, int layer, prefetch *pf) {
+    memset(pf, 0, sizeof *pf);
+    const int nl = layer + 1;
+    if (!kv->spill || !kv->p.prefetch || nl >= kv->p.n_layer || !kv->last_n[nl]) return;
+    /* Worth it only while the next layer keeps selecting what it did (a trained model's
+     * attention; a random one's changes every step): below half of the read-ahead blocks
+     * used, it runs one step in 16 only, to notice when that changes. The counts halve as
+     * they grow, so they follow the recent steps. */
+    if (kv->ahead_read > 64 && 2 * kv->ahead_used < kv->ahead_read && kv->att_step % 16) return;
+    if (kv->ahead_read > 4096) kv->ahead_read /= 2, kv->ahead_used /= 2;
+    const int32_t n = kv->last_n[nl];
+    int32_t n_cold = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t id = kv->last_sel[nl][i];
+        n_cold += kv->pages[id].resident == KV_RES_BLOCKS && kv_blk(kv, id, nl)->res == KV_RES_DISK;
+    }
+    if (!n_cold) return;
+    int64_t room = kv_frames_spare(kv, n_cold);
+    if (room <= 0) return;
+    pf->rd = malloc((size_t)n_cold * sizeof *pf->rd);
+    pf->page = malloc((size_t)n_cold * sizeof *pf->page);
+    pf->frame = malloc((size_t)n_cold * sizeof *pf->frame);
+    if (!pf->rd || !pf->page || !pf->frame) goto none;
+    pf->layer = nl;
+    for (int32_t i = 0; i < n && pf->n < room; i++) {
+        const int32_t id = kv->last_sel[nl][i];
+        kv_block *k = kv_blk(kv, id, nl);
+        if (kv->pages[id].resident != KV_RES_BLOCKS || k->res != KV_RES_DISK || k->hold) continue;
+        k->hold++;
+        int32_t fr;
+        /* no eviction that re-reads a page: a failed re-read would fail that page and take
+         * a block this call's views point into with it */
+        if (kv_fetch_frame(kv, id, nl, KV_EVICT_PROTECT | KV_EVICT_CLEAN, &fr) != 0) {
+            k->hold--;
+            break; /* no clean frame: read less */
+        }
+        pf->page[pf->n] = id;
+        pf->frame[pf->n++] = fr;
+    }
+    for (int32_t i = 0; i < pf->n; i++) {
+        const kv_page *pg = &kv->pages[pf->page[i]];
+        pf->rd[i] = (st_spill_rd){.slot = pg->slot, .key = (uint64_t)pf->page[i], .gen = pg->gen,
+                                  .buf = kv_frame_data(kv, pf->frame[i]), .len = kv->g.layer_bytes,
+                                  .part_first = (uint32_t)nl, .part_count = 1};
+    }
+    if (pf->n && st_spill_read_submit(kv->spill, pf->rd, pf->n, &pf->ticket) != 0) {
+        for (int32_t i = 0; i < pf->n; i++) {
+            kv_blk(kv, pf->page[i], nl)->hold--;
+            kv->frame_free[kv->n_frame_free++] = pf->frame[i];
+        }
+        pf->n = 0;
+    }
+    if (pf->n) return;
+none:
+    free(pf->rd);
+    free(pf->page);
+    free(pf->frame);
+    memset(pf, 0, sizeof *pf);
+}
+
+/* Waits for the read-ahead and attaches its blocks (a failed read fails its page, as a
+ * fetch would; the call's own result is not affected). */
+static void prefetch_end(st_kv *kv, prefetch *pf) {
+    if (!pf->n) return;
+    st_spill_read_wait(kv->spill, pf->ticket, NULL);
+    for (int32_t i = 0; i < pf->n; i++) {
+        kv_blk(kv, pf->page[i], pf->layer)->hold--;
+        kv_fetch_done(kv, pf->page[i], pf->layer, pf->frame[i], pf->rd[i].rc);
+        if (pf->rd[i].rc || kv->pages[pf->page[i]].resident != KV_RES_BLOCKS) continue;
+        kv->st.tier_prefetches++;
+        kv->ahead_read++;
+        kv_blk(kv, pf->page[i], pf->layer)->ahead = 1;
+    }
+    free(pf->rd);
+    free(pf->page);
+    free(pf->frame);
+    memset(pf, 0, sizeof *pf);
+}
+
 int st_kv_attend_decode(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g,
                         int layer, const st_kv_seq_id *seqs, int n_seq,
                         const st_kv_select *const *sel, const float *q, float *out) {
@@ -657,6 +795,8 @@ int st_kv_attend_decode_at(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn
     int stream = 0;
     if (!rc) rc = begin(kv, ctx, ws, g, layer, seqs, lens, n_seq, sel, sv);
     if (!rc) rc = prepare(kv, ctx, layer, sv, n_seq, 1, &stream);
+    prefetch pf = {0};
+    if (!rc) prefetch_begin(kv, layer, &pf);
     const size_t row = (size_t)g->n_head * (size_t)g->head_dim;
     if (!rc && !stream) {
         for (int i = 0; i < n_seq; i++) as_attn_seq(&sv[i], &as[i]);
@@ -675,6 +815,7 @@ int st_kv_attend_decode_at(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn
             }
         }
     }
+    prefetch_end(kv, &pf);
     if (sv) end(sv, n_seq);
     free(as);
     return rc;

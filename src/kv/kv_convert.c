@@ -142,13 +142,13 @@ void kv_load_token(const st_kv *kv, const uint8_t *blk, int slot, float *k, floa
     if (v) load_rows(kv, blk + kv->g.v_offset, vs, 0, slot, v);
 }
 
-/* Zeroes slots [s0, s1) of every layer and head (K and V); scales are kept. */
-void kv_zero_slots(st_kv *kv, int32_t page, int s0, int s1) {
+/* Zeroes slots [s0, s1) of one layer's heads (K and V); scales are kept. */
+void kv_zero_slots(st_kv *kv, int32_t page, int layer, int s0, int s1) {
     if (s1 <= s0) return;
     const int H = kv->p.n_kv_head, P = kv->p.page_size, D = kv->p.head_dim;
     const size_t es = kv->g.elem_bytes;
-    for (int l = 0; l < kv->p.n_layer; l++) {
-        uint8_t *blk = kv_layer_data(kv, page, l);
+    {
+        uint8_t *blk = kv_layer_data(kv, page, layer);
         for (int h = 0; h < H; h++) {
             size_t off = ((size_t)h * P + s0) * D * es, nb = (size_t)(s1 - s0) * D * es;
             memset(blk + kv->g.v_offset + off, 0, nb);

@@ -23,7 +23,24 @@ enum kv_residency {
     KV_RES_ZERO = 2,  /* never touched since allocation: all zero, no frame, no slot */
     KV_RES_DISK = 3,  /* only the slot holds the data (maybe still being written behind) */
     KV_RES_ERROR = 4, /* its data is lost (err); the sequences naming it are failed */
+    KV_RES_BLOCKS = 5, /* with a tier: live, each layer block has its own residency */
 };
+
+/* One (page, layer) block of a pool with an SSD tier: the unit of RAM residency (a frame
+ * holds one layer block). Block b of page p is kv->blk[p * n_layer + l]. res is KV_RES_RAM,
+ * KV_RES_ZERO or KV_RES_DISK while the page is live (KV_RES_BLOCKS), KV_RES_NONE otherwise. */
+typedef struct kv_block {
+    int32_t frame;        /* RAM: its frame, else -1 */
+    int32_t rprev, rnext; /* hot LRU of blocks, least recently used first */
+    int32_t hold;         /* operation-scoped pins of this block alone */
+    uint8_t res;          /* enum kv_residency */
+    uint8_t dirty;        /* RAM and not what the page's slot holds (always, without a slot) */
+    uint8_t ahead;        /* read ahead and not used since (kv_attend.c's prefetch) */
+    uint8_t pad_;
+    uint32_t att_step;    /* low bits of the last decode step that used it; 0 = none */
+    float score;          /* attention ledger: decayed share of heads that selected it ... */
+    uint32_t score_step;  /* ... as of this decode step */
+} kv_block;
 
 typedef struct kv_page {
     int32_t refs;        /* page-table entries naming this page */
@@ -39,13 +56,11 @@ typedef struct kv_page {
     st_kv_key key;       /* XXH3-128(parent, tokens, fingerprint) */
     st_kv_key parent;    /* key of the page before it (zero for the first page) */
     /* SSD tier */
-    int32_t frame;       /* RAM frame (KV_RES_RAM), else -1 */
-    st_slot slot;        /* spill slot holding a copy (clean RAM, DISK), else ST_SLOT_NONE */
-    int32_t rprev, rnext; /* hot LRU (pages with a frame), least recently used first */
-    int32_t hold;        /* operation-scoped pins: never evicted while > 0 */
+    int32_t frame;       /* without a tier: its own id (live) or -1; with one: -1 (kv_block) */
+    st_slot slot;        /* spill slot holding a copy of every layer block, else ST_SLOT_NONE */
+    int32_t hold;        /* operation-scoped pins of every block: never evicted while > 0 */
     int32_t err;         /* KV_RES_ERROR: why */
     uint64_t gen;        /* spill generation: identity of the slot's contents */
-    uint64_t att_step;   /* last decode attention step that used it; 0 = none */
 } kv_page;
 
 typedef struct kv_entry {
@@ -71,7 +86,8 @@ struct st_kv {
     st_ctx *ctx; /* borrowed, for error messages */
     st_kv_params p;
     st_kv_geometry g;
-    uint8_t *data;        /* [n_frames][page_bytes], 4096-aligned: the hot pool */
+    uint8_t *data;        /* the hot pool, 4096-aligned: without a tier [n_pages][page_bytes]
+                             (frame == page), with one [n_frames][layer_bytes] */
     kv_page *pages;       /* [n_pages] */
     int32_t *page_tokens; /* [n_pages][P] token ids of keyed pages */
     int32_t n_pages;
@@ -100,20 +116,26 @@ struct st_kv {
     /* SSD tier (kv_tier.c); spill == NULL: no tier, frame == page id for every page */
     st_spill_dir *spill_dir;
     st_spill *spill;
-    int32_t n_frames;     /* hot pool capacity (ram_pages) */
+    int32_t n_frames;     /* hot pool capacity: pages without a tier, layer blocks with one */
+    size_t frame_bytes;   /* page_bytes without a tier, layer_bytes with one */
+    kv_block *blk;        /* [n_pages * n_layer] with a tier, else NULL */
     int32_t *frame_free;  /* [n_frames] stack of free frames */
     int32_t n_frame_free;
-    int32_t res_head, res_tail; /* hot LRU through kv_page.rprev/rnext */
-    int64_t n_hot, n_cold;
+    int32_t res_head, res_tail; /* hot LRU of blocks through kv_block.rprev/rnext */
+    int64_t n_hot, n_cold; /* RAM / DISK blocks */
     uint64_t spill_gen;
-    uint8_t *zero_blk;    /* [layer_bytes] zeros: the view of a never-touched page */
+    uint8_t *zero_blk;    /* [layer_bytes] zeros: the view of a never-touched block */
     uint8_t *rd_blk;      /* [layer_bytes] st_kv_read's buffer for a cold layer block */
+    uint8_t *pg_buf;      /* [page_bytes] a page gathered from its blocks for a spill write */
     uint8_t *stream_buf[2]; /* [stream_cap] attention's streaming windows, kept across calls
                              * (fresh buffers per call cost a page fault per 4 KiB) */
     size_t stream_cap;
     struct kv_stream *stream; /* kv_attend.c: buffers reused across calls */
     uint64_t att_step;    /* decode attention steps: passes over the layers (kv_tier_step) */
     int att_layer;        /* layer of the last decode attention call */
+    int32_t **last_sel;   /* [n_layer] the pages each layer's last decode call used (tier) */
+    int32_t *last_n, *last_cap; /* [n_layer] */
+    int64_t ahead_read, ahead_used; /* read-ahead blocks and those a decode step then used */
 };
 
 #define KV_SEQ_SLOT(id) ((int)((id) & 0xffff))
@@ -128,12 +150,18 @@ static inline void kv_unseal(st_kv *kv, int32_t page) {
     if (kv->qbox_ok[page]) kv_quest_tree_withdraw(kv, page); /* clears qbox_ok, shrinks its group */
 }
 
-static inline uint8_t *kv_page_data(const st_kv *kv, int32_t page) {
-    ST_ASSERT(kv->pages[page].resident == KV_RES_RAM && kv->pages[page].frame >= 0);
-    return kv->data + (size_t)kv->pages[page].frame * kv->g.page_bytes;
+static inline kv_block *kv_blk(const st_kv *kv, int32_t page, int layer) {
+    return &kv->blk[(size_t)page * kv->p.n_layer + layer];
+}
+/* Block (page, layer) holds a frame (without a tier: the page is live). */
+static inline int kv_blk_ram(const st_kv *kv, int32_t page, int layer) {
+    return kv->blk ? kv_blk(kv, page, layer)->res == KV_RES_RAM
+                   : kv->pages[page].resident == KV_RES_RAM;
 }
 static inline uint8_t *kv_layer_data(const st_kv *kv, int32_t page, int layer) {
-    return kv_page_data(kv, page) + (size_t)layer * kv->g.layer_bytes;
+    ST_ASSERT(kv_blk_ram(kv, page, layer));
+    if (!kv->blk) return kv->data + (size_t)page * kv->g.page_bytes + (size_t)layer * kv->g.layer_bytes;
+    return kv->data + (size_t)kv_blk(kv, page, layer)->frame * kv->g.layer_bytes;
 }
 static inline int kv_mask_get(const kv_entry *e, int s) {
     return !e->has_mask || ((e->mask[s >> 6] >> (s & 63)) & 1);
@@ -184,7 +212,7 @@ void kv_check_scope_end(const kv_check_scope *s);
 /* kv_convert.c: element conversion into / out of a page's layer block */
 void kv_store_token(st_kv *kv, uint8_t *layer_block, int slot, const float *k, const float *v);
 void kv_load_token(const st_kv *kv, const uint8_t *layer_block, int slot, float *k, float *v);
-void kv_zero_slots(st_kv *kv, int32_t page, int s0, int s1);
+void kv_zero_slots(st_kv *kv, int32_t page, int layer, int s0, int s1);
 
 /* kv_prefix.c */
 st_kv_key kv_key_compute(const st_kv *kv, const st_kv_key *parent, const int32_t *tokens);
@@ -195,7 +223,7 @@ void kv_index_remove(st_kv *kv, int32_t page);
 void kv_lru_remove(st_kv *kv, int32_t page);
 void kv_lru_push(st_kv *kv, int32_t page);
 /* Seals page `page` (entry index i of seq): key when tokens and parent are known. */
-void kv_seal_page(st_kv *kv, kv_seq *s, int64_t i);
+int kv_seal_page(st_kv *kv, kv_seq *s, int64_t i); /* 0 or a cold block's read error */
 
 /* kv_quest.c: the Quest key boxes */
 int kv_quest_alloc(st_kv *kv);  /* at create: ST_E_NOMEM */
@@ -205,7 +233,7 @@ void kv_select_views(const st_kv_select *s, const int32_t **ent, const int32_t *
                      int64_t *n_ent);
 void kv_quest_free(st_kv *kv);
 /* At seal: the boxes of the full page `page` over all its P slots. */
-void kv_quest_seal(st_kv *kv, int32_t page);
+int kv_quest_seal(st_kv *kv, int32_t page); /* 0, or a cold block's read error (tier) */
 /* Snapshots: a page's boxes as [n_layer][n_kv_head][2][head_dim] f32 (kv_quest_box_bytes).
  * get: 1 and the boxes, or 0 and zeros (no box). set: src NULL = no box. check: every key
  * of the staged layer data (layer_stride apart; all P slots) lies inside the boxes:
@@ -250,42 +278,54 @@ static inline uint16_t *kv_qbox(const st_kv *kv, int layer, int head, int32_t pa
             kv->p.head_dim);
 }
 
-/* kv_tier.c: residency (the tier half of the essay in kv_pool.c) */
+/* kv_tier.c: residency by (page, layer) block (the tier half of the essay in kv_pool.c) */
 int kv_tier_open(st_kv *kv);   /* at create (no-op without spill_dir): 0 or an error */
 void kv_tier_close(st_kv *kv);
-/* A new page's storage: a frame when one is free (zeroed unless zero is 0, which only a
- * pool without a tier allows), else KV_RES_ZERO. */
+/* A new page's storage: without a tier its own frame (zeroed unless zero is 0, which only a
+ * pool without a tier allows); with one every block starts KV_RES_ZERO (no frame). */
 void kv_tier_new_page(st_kv *kv, int32_t page, int zero);
 /* Without a tier every page owns its frame, free or not, so the frame of a FREE page is
  * scratch until the page is allocated: the snapshot reader stages records there and
  * allocates the page with kv_page_alloc_filled only once everything checked out. NULL with
- * a tier (frames move between pages there). */
+ * a tier (frames move between blocks there). */
 uint8_t *kv_free_frame(const st_kv *kv, int32_t page);
-/* The page goes FREE (or is dropped): its frame and slot are released. */
+/* The page goes FREE (or is dropped): its frames and slot are released. */
 void kv_tier_forget(st_kv *kv, int32_t page);
-/* Makes the page resident (fetching or materializing it; may evict others). Returns 0,
- * ST_E_POOL_FULL (every frame pinned or held), ST_E_NOSPACE (eviction could not spill),
- * the page's sticky error, or the read error (the page and its sequences then fail). */
+/* Makes block (page, layer) resident (fetching or materializing it; may evict other
+ * blocks). Returns 0, ST_E_POOL_FULL (every frame pinned or held), ST_E_NOSPACE (eviction
+ * could not spill), the page's sticky error, or the read error (the page and its sequences
+ * then fail). kv_fetch: every block of the page (st_kv_pin), the page held meanwhile. */
+int kv_fetch_blk(st_kv *kv, int32_t page, int layer);
 int kv_fetch(st_kv *kv, int32_t page);
-/* Batch fetch (kv_attend.c): a frame for cold page id (which stays DISK, the caller holds
- * it), then, after the caller's batch read, done attaches it (rc 0) or fails the page. */
-int kv_fetch_frame(st_kv *kv, int32_t page, int32_t *frame);
-void kv_fetch_done(st_kv *kv, int32_t page, int32_t frame, int rc);
-/* Frames obtainable now without touching held or pinned pages. */
-int64_t kv_frames_obtainable(const st_kv *kv);
+/* Batch fetch (kv_attend.c): a frame for cold block (page, layer) (which stays DISK; the
+ * caller holds it; protect: KV_EVICT_PROTECT evicts no block this decode step used,
+ * KV_EVICT_CLEAN no dirty one), then, after the caller's batch read, done attaches it
+ * (rc 0) or fails the page. */
+#define KV_EVICT_PROTECT 1
+#define KV_EVICT_CLEAN 2
+int kv_fetch_frame(st_kv *kv, int32_t page, int layer, int protect, int32_t *frame);
+void kv_fetch_done(st_kv *kv, int32_t page, int layer, int32_t frame, int rc);
+static inline uint8_t *kv_frame_data(const st_kv *kv, int32_t frame) {
+    return kv->data + (size_t)frame * kv->g.layer_bytes;
+}
+/* Frames obtainable now without touching held or pinned blocks (counting stops at cap). */
+int64_t kv_frames_obtainable(const st_kv *kv, int64_t cap);
 /* ST_E_POOL_FULL for an operation that needs `need` frames of the hot pool at once, with
  * the counts (needed, obtainable, hot pool size, free frames, pinned, held) in the message. */
 int kv_hot_full(st_kv *kv, int64_t need, const char *what);
 /* Decode attention: step notes the layer (a layer at or below the last one starts a new
- * step); use marks a page the step needs and moves a resident one to the hot LRU tail
- * (last_use, the cache score, is left alone); spare counts the frames obtainable without
- * evicting a held or pinned page or one any decode step used. */
+ * step); use marks a block the step needs, moves it to the hot LRU tail and adds w (the
+ * share of KV heads that selected it) to its attention score; spare counts the frames
+ * obtainable without evicting a held or pinned block or one this step used (counting stops
+ * at cap). kv_protect_step: while set, eviction skips blocks this step used. */
 void kv_tier_step(st_kv *kv, int layer);
-void kv_tier_use(st_kv *kv, int32_t page);
-int64_t kv_frames_spare(const st_kv *kv);
-/* Contents are about to change: the slot copy (if any) is stale and released. */
-void kv_dirty(st_kv *kv, int32_t page);
-void kv_touch(st_kv *kv, int32_t page); /* most recently used */
+void kv_tier_use(st_kv *kv, int32_t page, int layer, float w);
+int64_t kv_frames_spare(const st_kv *kv, int64_t cap);
+/* A block's decayed attention score now (the eviction rank; 0 without a tier). */
+float kv_blk_score(const st_kv *kv, const kv_block *b);
+/* Contents of block (page, layer) are about to change (it is RAM): it becomes dirty. */
+void kv_dirty(st_kv *kv, int32_t page, int layer);
+void kv_touch(st_kv *kv, int32_t page, int layer); /* most recently used */
 static inline void kv_hold(st_kv *kv, int32_t page) { kv->pages[page].hold++; }
 static inline void kv_unhold(st_kv *kv, int32_t page) {
     ST_ASSERT(kv->pages[page].hold > 0);
@@ -295,9 +335,14 @@ static inline void kv_unhold(st_kv *kv, int32_t page) {
 void kv_page_fail(st_kv *kv, int32_t page, int rc);
 /* Marks s failed with rc (first error wins); returns rc. */
 int kv_seq_fail(st_kv *kv, kv_seq *s, int rc);
-/* Reads layer `layer` of a non-resident page into buf[layer_bytes] (zeros for ZERO).
- * Returns 0 or the error (the page fails). */
+/* Reads layer `layer` of a page into buf[layer_bytes] (zeros for a never-touched block)
+ * without changing its residency. Returns 0 or the error (the page fails). */
 int kv_read_block(st_kv *kv, int32_t page, int layer, uint8_t *buf);
+/* The bytes of block (page, layer): its frame when resident, else read into buf as
+ * kv_read_block does. *out NULL on error. */
+int kv_block_bytes(st_kv *kv, int32_t page, int layer, uint8_t *buf, const uint8_t **out);
+/* Every block of the page is RAM (always, for a live page without a tier). */
+int kv_page_in_ram(const st_kv *kv, int32_t page);
 /* kv_check's tier part: 0 or ST_E_STATE with msg. */
 int kv_tier_check(const st_kv *kv, char *msg, size_t cap);
 void kv_attend_free(st_kv *kv); /* kv_attend.c: the stream buffers */

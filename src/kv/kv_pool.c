@@ -56,64 +56,87 @@
  *       Pinned and referenced pages are never taken, so a full pool fails at once rather
  *       than waiting for pages that the caller itself holds (the deadlock guard).
  *
- * The SSD tier (kv_tier.c, kv_attend.c). USED and CACHED pages gain a residency,
- * kv_page.resident (FREE pages are KV_RES_NONE). Page ids stay logical ([0, n_pages), what
- * page tables, the prefix index and the Quest boxes are indexed by); RAM is a separate set
- * of ram_pages FRAMES, and a page holds at most one frame and at most one spill slot:
+ * The SSD tier (kv_tier.c, kv_attend.c). The unit of RAM residency is the (page, layer)
+ * BLOCK: decode selects pages per layer (Quest) and real models select differently in each
+ * layer, so a frame holds one layer block (layer_bytes) and each layer's selection fetches
+ * and evicts only its own blocks; a hot pool of B bytes is B / layer_bytes frames. Page ids
+ * stay logical ([0, n_pages), what page tables, the prefix index and the Quest boxes are
+ * indexed by). A live page is KV_RES_BLOCKS (or ERROR) and owns at most one spill slot,
+ * which holds a copy of ALL its layer blocks (the spill file is part-major, one part per
+ * layer: any one block reads alone); each of its blocks (kv_block) is RAM (a frame; clean
+ * when its slot part holds the same bytes, else dirty), ZERO (never touched: no frame, all
+ * zero) or DISK (only the slot part holds it):
  *
- *                kv_page_alloc: free frame                 kv_dirty (write, zeroing):
- *      (alloc) -------------------------> RAM clean <------ slot released -----+
- *         |                                 |   ^  \                           |
- *         | no free frame                   |   |   +--> RAM dirty ------------+
- *         v                                 |   |         | evict_one: spill_page
- *       ZERO --kv_fetch: frame, memset----->+   |         | (st_spill_write: the store
- *    (no frame, no slot, all zero)         /    |         |  copies it and writes behind)
- *                       evict_one: clean  /     |         v
- *                  (slot valid): no I/O  v      |      DISK (slot only; "writing" while
- *                                      DISK ----+-------   the store's write is in
- *                                       |  kv_fetch / kv_fetch_done (read + checksum)
- *                                       |  [LOADING: frame held, page held, sync or batch]
- *                read or checksum fails v
- *                                     ERROR (sticky: data lost; every sequence naming the
- *                                            page fails; FREE when its last ref goes)
+ *            kv_tier_new_page: every block            kv_dirty (a write, zeroing):
+ *      (alloc) ---------------> ZERO                  RAM clean -------> RAM dirty
+ *                                 | kv_fetch_blk: frame, memset         |    ^
+ *                                 v  (clean iff the page has a slot)    |    | kv_dirty
+ *                 +---------> RAM clean / dirty <----------------------+    |
+ *                 |            |        |   evict_one -> spill_block:       |
+ *   kv_fetch_blk, |  clean:    |        |   dirty: page_write (the page's   |
+ *   kv_fetch_done |  no I/O    v        v   blocks gathered, DISK ones read |
+ *   (ranged read  |          DISK <-----+   back from the old slot, to a    |
+ *    of part l)   +--------- (slot)         new slot: every RAM block clean)
+ *                              | a read or checksum fails (page_write's re-read too)
+ *                              v
+ *                ERROR (page-level, sticky: data lost; every sequence naming the page
+ *                       fails; FREE when its last ref goes)
  *
- *   transition                  function                          counters
- *   alloc -> RAM | ZERO         kv_tier_new_page (kv_page_alloc)  pages_hot
- *   ZERO -> RAM                 kv_fetch                          -
- *   RAM dirty -> DISK           evict_one -> spill_page           tier_writes, bytes
- *   RAM clean -> DISK           evict_one -> spill_page (no I/O)  -
- *   DISK -> RAM clean           kv_fetch, kv_fetch_done (batch)   tier_reads, fetch_stalls
- *   RAM clean -> RAM dirty      kv_dirty (slot released)          -
- *   CACHED RAM -> FREE          evict_one (cached dropped first)  tier_drops
- *   CACHED DISK -> FREE         make_disk_room (disk full)        tier_drops
- *   DISK/RAM -> ERROR           kv_page_fail                      tier_errors (+ io or checksum), seqs_failed
- *   any -> (FREE)               kv_tier_forget (frame, slot back) -
- *   attention on DISK pages     kv_attend.c streams layer blocks   tier_block_reads
- *                               (no state change)
+ *   transition                     function                            counters
+ *   alloc -> blocks ZERO           kv_tier_new_page (kv_page_alloc)    -
+ *   ZERO -> RAM                    kv_fetch_blk                        -
+ *   RAM dirty -> DISK              evict_one -> spill_block, page_write tier_writes, bytes
+ *   RAM clean -> DISK              evict_one -> spill_block (no I/O)   -
+ *   DISK -> RAM clean              kv_fetch_blk, kv_fetch_done (batch) tier_reads, fetch_stalls
+ *   RAM clean -> RAM dirty         kv_dirty (the slot keeps the rest)  -
+ *   CACHED page with RAM -> FREE   evict_one (cached dropped first)    tier_drops
+ *   CACHED page on disk -> FREE    make_disk_room (disk full)          tier_drops
+ *   page -> ERROR                  kv_page_fail                        tier_errors (+ io or checksum), seqs_failed
+ *   any -> (FREE)                  kv_tier_forget (frames, slot back)  -
+ *   attention on DISK blocks       kv_attend.c streams layer blocks    tier_block_reads
+ *                                  (no state change)
  *
  * Invariants of the tier (kv_tier_check, called by kv_check):
- *   T1. Without a spill directory every non-FREE page is RAM with frame == its id: the
- *       pool is exactly the pre-tier pool.
- *   T2. Frames: the free-frame stack and the frames of RAM pages partition [0, ram_pages);
- *       the hot LRU holds exactly the RAM pages; n_hot / n_cold count RAM / DISK pages.
- *   T3. DISK => slot; ZERO => no frame, no slot; RAM with a slot => the slot holds the same
- *       bytes (every mutation goes through kv_dirty first, which releases the slot).
- *   T4. Pinned pages are RAM (st_kv_pin fetches first) and never evicted; neither are pages
- *       held (kv_hold) by the operation in progress: a write holds its page and its COW
- *       source, a fetch its target, attention the pages it uses. No hold survives an
+ *   T1. Without a spill directory every non-FREE page is RAM with frame == its id and a
+ *       frame is a whole page slab: the pool is exactly the pre-tier pool (no kv_block).
+ *   T2. Frames: the free-frame stack and the frames of RAM blocks partition [0, ram_blocks);
+ *       the hot LRU holds exactly the RAM blocks; n_hot / n_cold count RAM / DISK blocks.
+ *       Blocks of FREE and ERROR pages are NONE, without a frame.
+ *   T3. A DISK block's page has a slot; a page without a slot has every RAM block dirty;
+ *       a clean RAM block is what its slot part holds (every mutation goes through kv_dirty
+ *       first; kv_check compares the bytes when the hot pool is small). ZERO blocks have no
+ *       frame (a slot written since holds zeros for them).
+ *   T4. A pinned page has every block RAM (st_kv_pin fetches all n_layer first) and none is
+ *       evicted; neither are held blocks (kv_block.hold: a fetch's target, a COW's source
+ *       block, attention's blocks of its layer) nor blocks of held pages (kv_hold: every
+ *       block, e.g. a page being written to its slot or fetched whole). No hold survives an
  *       operation. So an operation never evicts what it itself needs, and when every frame
- *       is pinned or held the answer is ST_E_POOL_FULL at once, never a wait.
- *   T5. ERROR pages are USED, unregistered, without frame or slot; their sequences carry the
- *       error (kv_seq.err) and every later operation on them except free returns it. An
- *       operation that stops half-way on an I/O or disk-space error fails its sequence too
- *       (st_kv_write of several pages, a restore that could not place a page), so a live
- *       sequence never holds a hole or garbage.
- *   T6. Eviction order: unreferenced cached pages in RAM are dropped first (prefix LRU),
- *       then the least recently used unpinned, unheld page is spilled. Disk full: the oldest
- *       cached page on disk is dropped, else a clean copy of a resident page is released;
- *       when only live pages remain the spill fails with ST_E_NOSPACE (nothing lost).
- * Sealing reads the page (Quest's key boxes), so st_kv_seq_commit fetches a spilled page
- * before sealing it; the boxes themselves live in RAM for every page whatever its residency.
+ *       is pinned or held the answer is ST_E_POOL_FULL at once, never a wait: a write needs
+ *       at most 2 frames at once (a COW copies block by block), a pin n_layer.
+ *   T5. ERROR pages are USED, unregistered, without frames or slot; their sequences carry
+ *       the error (kv_seq.err) and every later operation on them except free returns it.
+ *       An operation that stops half-way on an I/O or disk-space error fails its sequence
+ *       too (st_kv_write of several pages, a restore that could not place a page), so a
+ *       live sequence never holds a hole or garbage. A page lost while being written for
+ *       another operation's eviction (its disk-only blocks re-read) fails its own
+ *       sequences, not that operation, unless the operation held one of its blocks: a COW
+ *       of it or attention over it then fails too, without computing from it.
+ *   T6. Eviction order: unreferenced cached pages holding RAM are dropped first (prefix
+ *       LRU), then of the KV_EVICT_SAMPLE least recently used evictable blocks the one with
+ *       the least attention score is spilled (the ledger below); while a decode step
+ *       fetches, blocks an earlier layer of the same step used are not evictable (the next
+ *       token needs them again). Disk full: the oldest cached page with a slot is dropped
+ *       (or just its copy, with no block on disk), else the copy of a resident page with no
+ *       block on disk is released; when only live blocks remain the spill fails with
+ *       ST_E_NOSPACE (nothing lost).
+ * The attention ledger: each block's score is the share of KV heads that selected it (1 for
+ * dense attention) summed over decode steps, decayed by KV_SCORE_DECAY per step, so the
+ * blocks attention keeps reading stay and one-off selections leave first; snapshots save it
+ * (docs/FORMATS.md) and a restore sets it as of now. The read-ahead (st_kv_params.prefetch,
+ * kv_attend.c) moves blocks DISK -> RAM clean within one decode call, holding them while
+ * their reads are in flight, so it adds no state between operations. Sealing reads each layer's block (the
+ * Quest boxes) where it is, without fetching: the boxes live in RAM for every page whatever
+ * its residency.
  */
 #include "kv_int.h"
 
@@ -153,6 +176,13 @@ static int check_params(st_ctx *ctx, st_kv_params *p) {
     if (p->ram_pages == 0) p->ram_pages = p->n_pages;
     if (p->spill_dir) {
         RANGE(ram_pages, 2, p->n_pages)
+        if (p->n_pages * p->n_layer > INT32_MAX)
+            return st_seterr(ctx, ST_E_LIMIT, "kv: %lld pages of %d layers: more than 2^31 "
+                             "layer blocks for the SSD tier", (long long)p->n_pages, p->n_layer);
+        if (p->ram_blocks == 0) p->ram_blocks = p->ram_pages * p->n_layer;
+        RANGE(ram_blocks, 2, p->n_pages * p->n_layer)
+    } else if (p->ram_blocks) {
+        return st_seterr(ctx, ST_E_INVAL, "kv: ram_blocks needs a spill directory");
     } else if (p->ram_pages != p->n_pages) {
         return st_seterr(ctx, ST_E_INVAL, "kv: ram_pages = %lld < n_pages = %lld needs a spill "
                          "directory", (long long)p->ram_pages, (long long)p->n_pages);
@@ -219,8 +249,10 @@ int st_kv_create(st_ctx *ctx, const st_kv_params *params, st_kv **out) {
     uint64_t nb = 16;
     while (nb < (uint64_t)p.n_pages) nb <<= 1;
     kv->hash_mask = nb - 1;
-    kv->n_frames = (int32_t)p.ram_pages;
-    if (st_mul_overflow_u64((uint64_t)p.ram_pages, kv->g.page_bytes, &slab) || slab > SIZE_MAX)
+    /* without a tier a frame is a page slab (frame == page); with one, a layer block */
+    kv->n_frames = (int32_t)(p.spill_dir ? p.ram_blocks : p.ram_pages);
+    kv->frame_bytes = p.spill_dir ? kv->g.layer_bytes : kv->g.page_bytes;
+    if (st_mul_overflow_u64((uint64_t)kv->n_frames, kv->frame_bytes, &slab) || slab > SIZE_MAX)
         goto nomem;
     /* Huge pages: decode walks page slabs in table order, which is scattered in memory, so
      * with 4 KiB pages each slab would cost its own TLB walks (bench/attn measures it). */
@@ -241,7 +273,7 @@ int st_kv_create(st_ctx *ctx, const st_kv_params *params, st_kv **out) {
         pg->next = i + 1 < kv->n_pages ? i + 1 : -1;
         pg->prev = pg->hnext = -1;
         pg->resident = KV_RES_NONE;
-        pg->frame = pg->rprev = pg->rnext = -1;
+        pg->frame = -1;
         pg->slot = ST_SLOT_NONE;
     }
     kv->free_head = 0;
@@ -278,7 +310,7 @@ void st_kv_destroy(st_kv *kv) {
     }
     kv_attend_free(kv);
     kv_tier_close(kv);
-    if (kv->data) st_free_huge(kv->data, (size_t)kv->n_frames * kv->g.page_bytes);
+    if (kv->data) st_free_huge(kv->data, (size_t)kv->n_frames * kv->frame_bytes);
     free(kv->pages);
     free(kv->page_tokens);
     free(kv->buckets);
@@ -300,9 +332,13 @@ void st_kv_get_stats(const st_kv *kv, st_kv_stats *out) {
     out->pages_pinned = kv->n_pinned;
     out->n_seqs = kv->n_seqs;
     if (kv->spill) {
-        out->ram_pages = kv->n_frames;
-        out->pages_hot = kv->n_hot;
-        out->pages_cold = kv->n_cold;
+        const int64_t L = kv->p.n_layer;
+        out->ram_blocks = kv->n_frames;
+        out->blocks_hot = kv->n_hot;
+        out->blocks_cold = kv->n_cold;
+        out->ram_pages = (kv->n_frames + L - 1) / L;
+        out->pages_hot = (kv->n_hot + L - 1) / L;
+        out->pages_cold = (kv->n_cold + L - 1) / L;
     }
 }
 
@@ -372,22 +408,30 @@ int32_t kv_page_alloc_filled(st_kv *kv) { return page_alloc(kv, 0); }
 
 int kv_page_copy(st_kv *kv, int32_t src, int32_t *out) {
     *out = -1;
-    kv_hold(kv, src);
-    int rc = kv->pages[src].resident == KV_RES_ZERO ? 0 : kv_fetch(kv, src);
+    if (kv->pages[src].resident == KV_RES_ERROR)
+        return st_seterr(kv->ctx, kv->pages[src].err, "kv: page %d was lost earlier: %s", src,
+                         st_strerror(kv->pages[src].err));
+    int32_t id = kv_page_alloc(kv);
+    int rc = 0;
+    /* block by block: two frames at a time, whatever the number of layers; never-touched
+     * blocks stay never-touched */
+    for (int l = 0; l < kv->p.n_layer && !rc; l++) {
+        if (kv->blk && kv_blk(kv, src, l)->res == KV_RES_ZERO) continue;
+        if ((rc = kv_fetch_blk(kv, src, l)) != 0) break;
+        if (kv->blk) kv_blk(kv, src, l)->hold++;
+        rc = kv_fetch_blk(kv, id, l);
+        if (kv->blk) kv_blk(kv, src, l)->hold--;
+        if (!rc && kv->pages[src].resident == KV_RES_ERROR) /* lost making room */
+            rc = st_seterr(kv->ctx, kv->pages[src].err, "kv: page %d was lost copying it: %s",
+                           src, st_strerror(kv->pages[src].err));
+        if (rc) break;
+        memcpy(kv_layer_data(kv, id, l), kv_layer_data(kv, src, l), kv->g.layer_bytes);
+        kv_dirty(kv, id, l);
+    }
     if (rc) {
-        kv_unhold(kv, src);
+        kv_page_unref(kv, id);
         return rc;
     }
-    int32_t id = kv_page_alloc(kv);
-    if (kv->pages[src].resident != KV_RES_ZERO) {
-        if ((rc = kv_fetch(kv, id)) != 0) {
-            kv_unhold(kv, src);
-            kv_page_unref(kv, id);
-            return rc;
-        }
-        memcpy(kv_page_data(kv, id), kv_page_data(kv, src), kv->g.page_bytes);
-    }
-    kv_unhold(kv, src);
     kv->st.cow_copies++;
     *out = id;
     return 0;

@@ -89,24 +89,28 @@ void kv_lru_push(st_kv *kv, int32_t page) {
     kv->lru_tail = page;
 }
 
-void kv_seal_page(st_kv *kv, kv_seq *s, int64_t i) {
+int kv_seal_page(st_kv *kv, kv_seq *s, int64_t i) {
     const int P = kv->p.page_size;
     kv_entry *e = &s->ent[i];
     kv_page *pg = &kv->pages[e->page];
     ST_ASSERT(e->n_tokens == P && !pg->sealed);
     pg->sealed = 1;
-    kv_quest_seal(kv, e->page); /* Quest: the per-head key boxes */
+    int rc = kv_quest_seal(kv, e->page); /* Quest: the per-head key boxes */
+    if (rc) {
+        kv_unseal(kv, e->page);
+        return rc;
+    }
     /* A page sealed with removed slots may lack their K/V (a removed tail refilled on a
      * fresh page), so only a page whose every slot is present gets a content key. */
-    if (e->has_mask) return;
+    if (e->has_mask) return 0;
     const int32_t *tok = s->tokens + i * P;
     for (int j = 0; j < P; j++)
-        if (tok[j] < 0) return;
+        if (tok[j] < 0) return 0;
     st_kv_key parent;
     memset(&parent, 0, sizeof parent);
     if (i > 0) {
         const kv_entry *pe = &s->ent[i - 1];
-        if (pe->page < 0 || !kv->pages[pe->page].has_key) return;
+        if (pe->page < 0 || !kv->pages[pe->page].has_key) return 0;
         parent = kv->pages[pe->page].key;
     }
     pg->key = kv_key_compute(kv, &parent, tok);
@@ -116,6 +120,7 @@ void kv_seal_page(st_kv *kv, kv_seq *s, int64_t i) {
     /* One page per content: a duplicate stays keyed (its children can chain from it) but
      * unregistered, and goes straight back to FREE when released. */
     if (kv_index_find(kv, &pg->key, &pg->parent, tok) < 0) kv_index_insert(kv, e->page);
+    return 0;
 }
 
 /* The run of cached pages for tokens[n]: ids into pages[max_pages], count returned. */

@@ -90,12 +90,15 @@ static st_attn_geom kv_geom(const st_kv *kv) {
     return g;
 }
 
-void kv_quest_seal(st_kv *kv, int32_t page) {
+int kv_quest_seal(st_kv *kv, int32_t page) {
     const st_attn_geom g = kv_geom(kv);
     const int D = kv->p.head_dim;
     float mm[2 * ST_ATTN_MAX_HEAD_DIM];
     for (int l = 0; l < kv->p.n_layer; l++) {
-        st_attn_page v = block_view(kv, kv_layer_data(kv, page, l), NULL, kv->p.page_size);
+        const uint8_t *blk; /* a cold block is read, not fetched: sealing moves nothing */
+        int rc = kv_block_bytes(kv, page, l, kv->rd_blk, &blk);
+        if (rc) return rc;
+        st_attn_page v = block_view(kv, blk, NULL, kv->p.page_size);
         for (int h = 0; h < kv->p.n_kv_head; h++) {
             int n = st_attn_key_minmax(kv->qbox_ws, &g, &v, h, mm, mm + D);
             ST_ASSERT(n == kv->p.page_size);
@@ -105,6 +108,7 @@ void kv_quest_seal(st_kv *kv, int32_t page) {
     const int had = kv->qbox_ok[page];
     kv->qbox_ok[page] = 1;
     kv_quest_tree_add(kv, page, had);
+    return 0;
 }
 
 static int has_box(const st_kv *kv, int32_t page) {

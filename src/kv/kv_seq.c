@@ -127,29 +127,32 @@ int st_kv_seq_valid(const st_kv *kv, st_kv_seq_id seq, int64_t pos, int *valid) 
     return 0;
 }
 
-/* Makes entry i's page exclusive, mutable (I5) and resident, its slot copy dropped (it is
- * about to change): copy a shared page (COW), or fetch a sole page, take it out of the
- * prefix index and unseal it. The caller checked kv_need. Returns 0 or a fetch error, in
- * which case nothing changed. */
-static int make_writable(st_kv *kv, kv_seq *s, int64_t i) {
+/* Makes entry i's page exclusive and mutable (I5), its block of `layer` (>= 0) resident
+ * and dirty (it is about to change): copy a shared page (COW), or take a sole page out of
+ * the prefix index and unseal it. The caller checked kv_need. Returns 0 or a fetch error,
+ * in which case nothing visible changed. */
+static int make_writable(st_kv *kv, kv_seq *s, int64_t i, int layer) {
     kv_entry *e = &s->ent[i];
     ST_ASSERT(e->page >= 0);
     int rc;
+    if (kv->pages[e->page].resident == KV_RES_ERROR)
+        return st_seterr(kv->ctx, kv->pages[e->page].err, "kv: page %d was lost earlier: %s",
+                         e->page, st_strerror(kv->pages[e->page].err));
     if (kv->pages[e->page].refs > 1) {
         int32_t np;
         if ((rc = kv_page_copy(kv, e->page, &np)) != 0) return rc;
         kv_page_unref(kv, e->page);
         e->page = np;
     } else {
-        if ((rc = kv_fetch(kv, e->page)) != 0) return rc;
         kv_page *pg = &kv->pages[e->page];
         if (pg->registered) kv_index_remove(kv, e->page);
         pg->has_key = 0;
         kv_unseal(kv, e->page);
     }
-    if ((rc = kv_fetch(kv, e->page)) != 0) return rc; /* a copy of a never-touched page */
-    kv_dirty(kv, e->page);
     if (i < s->seal_from) s->seal_from = i;
+    if (layer < 0) return 0;
+    if ((rc = kv_fetch_blk(kv, e->page, layer)) != 0) return rc;
+    kv_dirty(kv, e->page, layer);
     return 0;
 }
 
@@ -188,9 +191,19 @@ int st_kv_seq_reserve(st_kv *kv, st_kv_seq_id seq, int64_t n, const int32_t *tok
         return st_seterr(kv->ctx, ST_E_NOMEM, "kv: reserve: out of memory");
     /* The tail's new slots are zeroed: it must be exclusive and in RAM (the only step that
      * can fail: a fetch; the content of the page is unchanged until it succeeded). */
-    if (tail_partial && s->ent[n_ent0 - 1].page >= 0 &&
-        (rc = make_writable(kv, s, n_ent0 - 1)) != 0)
-        return rc;
+    if (tail_partial && s->ent[n_ent0 - 1].page >= 0) {
+        kv_entry *e = &s->ent[n_ent0 - 1];
+        if ((rc = make_writable(kv, s, n_ent0 - 1, -1)) != 0) return rc;
+        /* With the tier the new slots are zeroed block by block as each is fetched; a
+         * failure half-way leaves zeros only in slots past n_tokens, which nothing reads. */
+        const int s1 = (int)(len1 - (n_ent0 - 1) * P < P ? len1 - (n_ent0 - 1) * P : P);
+        for (int l = 0; kv->blk && l < kv->p.n_layer; l++) {
+            if (kv_blk(kv, e->page, l)->res == KV_RES_ZERO) continue; /* zeros already */
+            if ((rc = kv_fetch_blk(kv, e->page, l)) != 0) return rc;
+            kv_dirty(kv, e->page, l);
+            kv_zero_slots(kv, e->page, l, e->n_tokens, s1);
+        }
+    }
     /* From here on nothing can fail. */
     if (tail_partial) {
         kv_entry *e = &s->ent[n_ent0 - 1];
@@ -200,8 +213,8 @@ int st_kv_seq_reserve(st_kv *kv, st_kv_seq_id seq, int64_t n, const int32_t *tok
             e->has_mask = 1;
             memset(e->mask, 0, sizeof e->mask);
             if (n_ent0 - 1 < s->seal_from) s->seal_from = n_ent0 - 1;
-        } else {
-            kv_zero_slots(kv, e->page, e->n_tokens, s1);
+        } else if (!kv->blk) {
+            for (int l = 0; l < kv->p.n_layer; l++) kv_zero_slots(kv, e->page, l, e->n_tokens, s1);
         }
         if (e->has_mask)
             for (int b = e->n_tokens; b < s1; b++) e->mask[b >> 6] |= 1ull << (b & 63);
@@ -252,11 +265,11 @@ int st_kv_write(st_kv *kv, st_kv_seq_id seq, int layer, int64_t pos, int64_t n,
     if ((rc = kv_need(kv, need, "copy-on-write")) != 0) return rc;
     /* Page by page (a range may be larger than the hot pool): a page and the source of its
      * copy are held at once, so two obtainable frames mean no POOL_FULL half-way. */
-    if (kv->spill && kv_frames_obtainable(kv) < (need ? 2 : 1))
+    if (kv->spill && kv_frames_obtainable(kv, 2) < (need ? 2 : 1))
         return kv_hot_full(kv, need ? 2 : 1, need ? "write (copy-on-write)" : "write");
     const size_t row = (size_t)kv->p.n_kv_head * kv->p.head_dim;
     for (int64_t i = i0; i <= i1; i++) {
-        if ((rc = make_writable(kv, s, i)) != 0) /* half done: the sequence is not sound */
+        if ((rc = make_writable(kv, s, i, layer)) != 0) /* half done: the sequence is not sound */
             return i > i0 ? kv_seq_fail(kv, s, rc) : rc;
         const int32_t page = s->ent[i].page;
         uint8_t *blk = kv_layer_data(kv, page, layer);
@@ -278,12 +291,16 @@ int st_kv_seq_commit(st_kv *kv, st_kv_seq_id seq) {
         const kv_entry *e = &s->ent[i];
         if (e->n_tokens < P) break;
         if (e->page < 0 || kv->pages[e->page].sealed) continue;
-        /* Sealing reads the page (the Quest boxes): bring it back if it was spilled. A
-         * failure leaves seal_from where it was, so a later commit resumes here. */
-        if ((rc = kv_fetch(kv, e->page)) != 0) return rc;
+        /* Sealing reads the page (the Quest boxes) layer by layer, cold blocks without
+         * fetching them. A failure leaves seal_from where it was, so a later commit resumes
+         * here. */
+        if (kv->pages[e->page].resident == KV_RES_ERROR)
+            return st_seterr(kv->ctx, kv->pages[e->page].err, "kv: page %d was lost earlier: %s",
+                             e->page, st_strerror(kv->pages[e->page].err));
         kv_hold(kv, e->page);
-        kv_seal_page(kv, s, i);
+        rc = kv_seal_page(kv, s, i);
         kv_unhold(kv, e->page);
+        if (rc) return rc;
     }
     s->seal_from = (s->len % P) ? s->n_ent - 1 : s->n_ent;
     return 0;
@@ -328,7 +345,7 @@ int st_kv_read(const st_kv *kv, st_kv_seq_id seq, int layer, int64_t pos, int64_
         int64_t p = pos + j;
         const kv_entry *e = &s->ent[p / P];
         const uint8_t *blk;
-        if (kv->pages[e->page].resident == KV_RES_RAM) {
+        if (kv->pages[e->page].resident != KV_RES_ERROR && kv_blk_ram(kv, e->page, layer)) {
             blk = kv_layer_data(kv, e->page, layer);
         } else {
             if (in_buf != e->page) {
@@ -461,7 +478,8 @@ int st_kv_seq_views(const st_kv *kv, st_kv_seq_id seq, int layer, st_attn_page *
                          (long long)n, max);
     if (s->err) return kv_seq_get_ok(kv, seq, &s);
     for (int64_t i = 0; i < s->n_ent; i++)
-        if (s->ent[i].page >= 0 && kv->pages[s->ent[i].page].resident != KV_RES_RAM)
+        if (s->ent[i].page >= 0 && (kv->pages[s->ent[i].page].resident == KV_RES_ERROR ||
+                                    !kv_blk_ram(kv, s->ent[i].page, layer)))
             return st_seterr(kv->ctx, ST_E_STATE, "kv: views: page %lld of seq %lld is not in "
                              "RAM (use st_kv_attend_* or pin it)", (long long)i, (long long)seq);
     int j = 0;

@@ -23,6 +23,7 @@
 #define SNAP_SEQ_HEAD 32u   /* bytes of a sequence record before its entries */
 #define SNAP_FLAG_CUT 1u
 #define SNAP_FLAG_BOXES 2u /* page records end with the Quest key boxes */
+#define SNAP_FLAG_LEDGER 4u /* ... then with the attention ledger (f32 per layer) */
 #define SNAP_PF_SEALED 1u
 #define SNAP_PF_KEY 2u
 #define SNAP_PF_BOX 4u
@@ -60,9 +61,9 @@ static int mask_words(int P) { return (P + 63) / 64; }
 static size_t layer_payload(const st_kv *kv) {
     return 2 * kv->g.kv_bytes + (kv->p.type == ST_TYPE_Q8_0 ? 8u * kv->p.n_kv_head : 0);
 }
-static size_t page_record_bytes(const st_kv *kv, int boxes) {
+static size_t page_record_bytes(const st_kv *kv, int boxes, int ledger) {
     return SNAP_PAGE_HEAD + 4u * kv->p.page_size + kv->p.n_layer * layer_payload(kv) +
-           (boxes ? kv_quest_box_bytes(kv) : 0) + 8;
+           (boxes ? kv_quest_box_bytes(kv) : 0) + (ledger ? 4u * kv->p.n_layer : 0) + 8;
 }
 static size_t entry_bytes(int P) { return 16 + 8u * mask_words(P); }
 
@@ -87,7 +88,7 @@ static int flush_record(st_kv_io *io, wbuf *w, uint64_t *sums, size_t i) {
 static int put_page(st_kv *kv, wbuf *w, int32_t idx, int32_t id) {
     const kv_page *pg = &kv->pages[id];
     const int P = kv->p.page_size;
-    const int in_ram = pg->resident == KV_RES_RAM;
+    const int in_ram = kv_page_in_ram(kv, id);
     put_u32(w, (uint32_t)idx);
     const int box = pg->sealed && kv->qbox_ok[id];
     uint8_t b[4] = {(uint8_t)in_ram, (uint8_t)kv->p.type,
@@ -103,13 +104,9 @@ static int put_page(st_kv *kv, wbuf *w, int32_t idx, int32_t id) {
     for (int j = 0; j < P; j++)
         put_u32(w, pg->has_key ? (uint32_t)kv->page_tokens[(size_t)id * P + j] : UINT32_MAX);
     for (int l = 0; l < kv->p.n_layer; l++) {
-        const uint8_t *blk = kv->rd_blk;
-        if (in_ram) {
-            blk = kv_layer_data(kv, id, l);
-        } else {
-            int rc = kv_read_block(kv, id, l, kv->rd_blk);
-            if (rc) return rc;
-        }
+        const uint8_t *blk;
+        int rc = kv_block_bytes(kv, id, l, kv->rd_blk, &blk);
+        if (rc) return rc;
         put(w, blk, kv->g.kv_bytes);
         put(w, blk + kv->g.v_offset, kv->g.kv_bytes);
         if (kv->p.type == ST_TYPE_Q8_0) put(w, blk + kv->g.scale_offset, 8u * kv->p.n_kv_head);
@@ -117,6 +114,11 @@ static int put_page(st_kv *kv, wbuf *w, int32_t idx, int32_t id) {
     const size_t nb = kv_quest_box_bytes(kv);
     put(w, NULL, nb); /* room for the boxes, converted to f32 in place below */
     if (!w->oom) kv_quest_get_box(kv, id, w->b + w->n - nb);
+    /* the attention ledger: each block's score as of now (zero without the SSD tier) */
+    for (int l = 0; l < kv->p.n_layer; l++) {
+        float sc = kv->blk ? kv_blk_score(kv, kv_blk(kv, id, l)) : 0.0f;
+        put(w, &sc, 4);
+    }
     return 0;
 }
 
@@ -194,7 +196,7 @@ int st_kv_snapshot_write(st_kv *kv, const st_kv_seq_id *seqs, int n_seqs, int64_
     put_u32(&w, (uint32_t)kv->p.head_dim);
     put_u32(&w, (uint32_t)kv->p.page_size);
     put_u32(&w, (uint32_t)kv->p.type);
-    put_u32(&w, flags | SNAP_FLAG_BOXES);
+    put_u32(&w, flags | SNAP_FLAG_BOXES | SNAP_FLAG_LEDGER);
     put_u64(&w, layer_payload(kv));
     put(&w, kv->p.fingerprint.b, 16);
     put_u32(&w, (uint32_t)n_seqs);
@@ -231,6 +233,7 @@ typedef struct rd {
     st_kv_io *io;
     uint64_t off; /* bytes consumed so far */
     int boxes;    /* header flag SNAP_FLAG_BOXES */
+    int ledger;   /* header flag SNAP_FLAG_LEDGER */
 } rd;
 
 /* Reads exactly n bytes or fails: ST_E_FORMAT naming what was being read where. */
@@ -297,9 +300,10 @@ static int read_header(rd *r, uint32_t *n_seqs, uint32_t *n_pages, uint64_t *sum
     if (get_u32(h + 32) != (uint32_t)kv->p.type)
         BAD(ST_E_TYPE, "kv snapshot: element type %u at byte 32, the pool's is %d (%s)",
             get_u32(h + 32), (int)kv->p.type, st_type_name(kv->p.type));
-    if (get_u32(h + 36) & ~(SNAP_FLAG_CUT | SNAP_FLAG_BOXES))
+    if (get_u32(h + 36) & ~(SNAP_FLAG_CUT | SNAP_FLAG_BOXES | SNAP_FLAG_LEDGER))
         BAD(ST_E_FORMAT, "kv snapshot: unknown flags %#x at byte 36", get_u32(h + 36));
     r->boxes = (get_u32(h + 36) & SNAP_FLAG_BOXES) != 0;
+    r->ledger = (get_u32(h + 36) & SNAP_FLAG_LEDGER) != 0;
     if (get_u64(h + 40) != layer_payload(kv))
         BAD(ST_E_FORMAT, "kv snapshot: layer payload %llu bytes at byte 40, want %zu",
             (unsigned long long)get_u64(h + 40), layer_payload(kv));
@@ -322,10 +326,10 @@ static int read_header(rd *r, uint32_t *n_seqs, uint32_t *n_pages, uint64_t *sum
  * record carries a box, which is checked against the keys here, while the record is in
  * cache). */
 static int read_page(rd *r, uint32_t i, uint8_t *rec, kv_page *pg, int32_t *tok, uint8_t *dst,
-                     uint8_t *box, uint8_t *box_ok, uint64_t *sum) {
+                     uint8_t *box, uint8_t *box_ok, float *score, uint64_t *sum) {
     st_kv *kv = r->kv;
     const int P = kv->p.page_size;
-    const size_t n = page_record_bytes(kv, r->boxes);
+    const size_t n = page_record_bytes(kv, r->boxes, r->ledger);
     const uint64_t start = r->off;
     int rc = read_exact(r, rec, n, "page record");
     if (rc) return rc;
@@ -372,6 +376,16 @@ static int read_page(rd *r, uint32_t i, uint8_t *rec, kv_page *pg, int32_t *tok,
         for (size_t j = 0; !*box_ok && j < nb; j++)
             if (b[j])
                 BAD(ST_E_FORMAT, "kv snapshot: page %u: box bytes set without the box flag", i);
+    }
+    for (int l = 0; l < kv->p.n_layer; l++) { /* no ledger (an older stream): all zero */
+        score[l] = 0.0f;
+        if (!r->ledger) continue;
+        const size_t off = SNAP_PAGE_HEAD + 4u * P + kv->p.n_layer * layer_payload(kv) +
+                           (r->boxes ? kv_quest_box_bytes(kv) : 0) + 4u * (size_t)l;
+        memcpy(&score[l], rec + off, 4);
+        if (!(score[l] >= 0.0f && score[l] < 3.0e38f))
+            BAD(ST_E_FORMAT, "kv snapshot: page %u layer %d: attention score %g at byte %llu", i,
+                l, (double)score[l], (unsigned long long)(start + off));
     }
     if (kv->p.type == ST_TYPE_Q8_0)
         for (int l = 0; l < kv->p.n_layer; l++)
@@ -479,6 +493,7 @@ typedef struct staged {
     kv_seq *seqs;    /* [n_seqs], entries name snapshot page indices */
     uint8_t *box;    /* [n_pages][kv_quest_box_bytes] Quest key boxes */
     uint8_t *box_ok; /* [n_pages] the record carried a box */
+    float *score;    /* [n_pages][n_layer] attention ledger */
 } staged;
 
 static void staged_free(staged *st) {
@@ -493,6 +508,7 @@ static void staged_free(staged *st) {
     st_free_huge(st->data, st->data_bytes);
     free(st->box);
     free(st->box_ok);
+    free(st->score);
 }
 
 /* Cross-record checks: every page referenced; keyed pages agree with the tokens of the
@@ -545,21 +561,33 @@ static void apply(st_kv *kv, staged *st, int32_t *phys, st_kv_seq_id *out) {
         if (direct) {
             ST_ASSERT(id == st->direct[i]); /* the free list is as it was when taken */
         } else {
-            /* The SSD tier: the page needs RAM (earlier pages may be spilled for it). A
-             * failed eviction loses this page: it and its sequences fail cleanly (below). */
-            if (kv_fetch(kv, id) != 0) {
-                kv_page_fail(kv, id, ST_E_NOSPACE);
+            /* The SSD tier: each block needs RAM in turn (earlier ones may be spilled for
+             * it). A failed eviction loses this page: it and its sequences fail cleanly
+             * (below). */
+            int frc = 0;
+            for (int l = 0; l < kv->p.n_layer && !frc; l++) {
+                if ((frc = kv_fetch_blk(kv, id, l)) != 0) break;
+                memcpy(kv_layer_data(kv, id, l), staged_dst(kv, st, i) + (size_t)l * kv->g.layer_bytes,
+                       kv->g.layer_bytes);
+                kv_dirty(kv, id, l);
+            }
+            if (frc) {
+                if (kv->pages[id].resident != KV_RES_ERROR) kv_page_fail(kv, id, ST_E_NOSPACE);
                 continue;
             }
-            memcpy(kv_page_data(kv, id), staged_dst(kv, st, i), kv->g.page_bytes);
         }
         kv_page *pg = &kv->pages[id];
+        for (int l = 0; kv->blk && l < kv->p.n_layer; l++) { /* the ledger, as of now */
+            kv_block *k = kv_blk(kv, id, l);
+            k->score = st->score[(size_t)i * kv->p.n_layer + l];
+            k->score_step = (uint32_t)kv->att_step;
+        }
         pg->sealed = sp->sealed;
         pg->has_key = sp->has_key;
         if (st->box_ok[i]) {
             kv_quest_set_box(kv, id, st->box + i * kv_quest_box_bytes(kv));
         } else if (sp->sealed) { /* a stream without boxes: computed as at seal */
-            kv_quest_seal(kv, id);
+            if (kv_quest_seal(kv, id) != 0) continue; /* a lost block: the page failed */
         } else {
             kv_quest_set_box(kv, id, NULL);
         }
@@ -617,7 +645,7 @@ int kv_snapshot_read(st_kv *kv, st_kv_io *io, st_kv_seq_id *out_seqs, int max_se
     if (n_out) *n_out = 0;
     if (!io || !io->read || !n_out || max_seqs < 0 || (max_seqs > 0 && !out_seqs))
         return st_seterr(kv->ctx, ST_E_INVAL, "kv snapshot: bad arguments");
-    rd r = {kv, io, 0, 0};
+    rd r = {kv, io, 0, 0, 0};
     staged st;
     memset(&st, 0, sizeof st);
     uint64_t hsum = 0;
@@ -647,7 +675,7 @@ int kv_snapshot_read(st_kv *kv, st_kv_io *io, st_kv_seq_id *out_seqs, int max_se
                                                                              : st.n_pages);
     st.data_bytes = (size_t)(st.n_pages - st.n_direct) * kv->g.page_bytes;
     wbuf w = {0};
-    uint8_t *rec = malloc(page_record_bytes(kv, r.boxes));
+    uint8_t *rec = malloc(page_record_bytes(kv, r.boxes, r.ledger));
     uint64_t *sums = malloc(((size_t)st.n_pages + st.n_seqs + 1) * sizeof *sums);
     int32_t *phys = malloc((st.n_pages + 1) * sizeof *phys);
     st.seqs = calloc(st.n_seqs + 1, sizeof *st.seqs);
@@ -657,8 +685,9 @@ int kv_snapshot_read(st_kv *kv, st_kv_io *io, st_kv_seq_id *out_seqs, int max_se
     if (st.data_bytes) st.data = st_alloc_huge(st.data_bytes); /* zero: frame padding */
     st.box = malloc((size_t)st.n_pages * kv_quest_box_bytes(kv) + 1);
     st.box_ok = calloc(st.n_pages + 1, 1);
+    st.score = malloc(((size_t)st.n_pages * kv->p.n_layer + 1) * sizeof *st.score);
     if (!rec || !sums || !phys || !st.seqs || !st.pages || !st.tokens || !st.direct ||
-        (st.data_bytes && !st.data) || !st.box || !st.box_ok) {
+        (st.data_bytes && !st.data) || !st.box || !st.box_ok || !st.score) {
         rc = st_seterr(kv->ctx, ST_E_NOMEM, "kv snapshot: out of memory staging %u pages",
                        st.n_pages);
         goto out;
@@ -670,7 +699,7 @@ int kv_snapshot_read(st_kv *kv, st_kv_io *io, st_kv_seq_id *out_seqs, int max_se
     for (uint32_t i = 0; i < st.n_pages; i++, k++)
         if ((rc = read_page(&r, i, rec, &st.pages[i], st.tokens + (size_t)i * P,
                             staged_dst(kv, &st, i), st.box + i * kv_quest_box_bytes(kv),
-                            &st.box_ok[i], &sums[k])) != 0)
+                            &st.box_ok[i], st.score + (size_t)i * kv->p.n_layer, &sums[k])) != 0)
             goto out;
     for (uint32_t j = 0; j < st.n_seqs; j++, k++)
         if ((rc = read_seq(&r, j, st.n_pages, &w, &st.seqs[j], &sums[k])) != 0) goto out;

@@ -128,9 +128,12 @@ static void hist_write(mbuf *m, const char *name, const char *help, const srv_hi
 static void metrics_text(const st_server *s, mbuf *m) {
     const st_engine_stats *e = &s->est;
     const st_kv_stats *k = &s->kst;
-    const uint64_t pb = st_kv_get_geometry(st_engine_kv(s->e))->page_bytes;
-    /* without a spill directory every page holding data is in RAM (pages_hot counts the tier) */
-    const int64_t ram = k->ram_pages ? k->pages_hot : k->pages_used + k->pages_cached;
+    const st_kv_geometry *g = st_kv_get_geometry(st_engine_kv(s->e));
+    /* without a spill directory every page holding data is in RAM; with one, RAM residency
+     * is per layer block (blocks_hot, blocks_cold) */
+    const uint64_t ram = k->ram_blocks ? (uint64_t)k->blocks_hot * g->layer_bytes
+                                       : (uint64_t)(k->pages_used + k->pages_cached) * g->page_bytes;
+    const uint64_t disk = (uint64_t)k->blocks_cold * g->layer_bytes;
     one(m, "requests_running", "gauge", "Requests admitted and not finished (prefilling or decoding).", e->running);
     one(m, "requests_waiting", "gauge", "Requests queued or preempted, waiting to run.", e->waiting);
     head(m, "kv_pages", "gauge", "KV pool pages by state: used by sequences, cached for prefix reuse, free.");
@@ -140,7 +143,7 @@ static void metrics_text(const st_server *s, mbuf *m) {
     one(m, "kv_pages_capacity", "gauge", "KV pool capacity in (logical) pages.", k->n_pages);
     head(m, "kv_bytes", "gauge", "Bytes of KV pages holding data, in RAM and only on disk (page size, before cold compression).");
     mb_printf(m, "strata_kv_bytes{tier=\"ram\"} %" PRIu64 "\nstrata_kv_bytes{tier=\"disk\"} %" PRIu64 "\n",
-              (uint64_t)ram * pb, (uint64_t)k->pages_cold * pb);
+              ram, disk);
     head(m, "requests_finished_total", "counter", "Requests finished, by finish reason.");
     for (int f = ST_FINISH_STOP; f <= ST_FINISH_ERROR; f++)
         mb_printf(m, "strata_requests_finished_total{reason=\"%s\"} %" PRId64 "\n", st_finish_name((st_finish)f),

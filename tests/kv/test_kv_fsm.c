@@ -33,6 +33,7 @@ static int g_slow; /* test-only flag set from argv */
 
 #define MAXS 6      /* oracle sequences at once */
 #define MAXLEN 200  /* positions per sequence */
+#define MAXL 4      /* layers */
 #define NDOC 4
 #define DOCLEN 1024
 
@@ -53,13 +54,17 @@ typedef struct cfg {
     uint64_t seed;
     int ram;    /* > 0: tiered, hot pool of this many pages */
     int faults; /* tiered: inject faults */
+    int ram_blocks; /* tiered: > 0: hot pool of this many layer blocks instead */
 } cfg;
+
+/* The hot pool in layer blocks (frames). */
+static int cfg_frames(const cfg *c) { return c->ram_blocks ? c->ram_blocks : c->ram * c->L; }
 
 typedef struct oseq {
     int live, keyed, doc;
     st_kv_seq_id id;
     int64_t len;
-    float k[MAXLEN][2][16], v[MAXLEN][2][16]; /* [pos][layer][H*D <= 16] */
+    float k[MAXLEN][MAXL][16], v[MAXLEN][MAXL][16]; /* [pos][layer][H*D <= 16] */
     uint8_t valid[MAXLEN];
     int32_t tok[MAXLEN];
     uint64_t ph[MAXLEN]; /* hash of tok[0..pos] */
@@ -124,14 +129,16 @@ static int hd(const world *w) { return w->c.H * w->c.D; }
 
 /* An operation answered ST_E_POOL_FULL: the public stats must show that it could not have
  * been met. need = pages it had to allocate. The hot pool (tier) refuses only when nearly
- * every frame is pinned: an operation holds at most 2 pages of its own and needs at most
- * 2 frames at once, so pinned + 3 >= ram_pages. */
+ * every frame (layer block) is pinned: a write holds at most 2 blocks of its own (a COW
+ * source and its copy), a pin needs the L blocks of its page at once, so
+ * pinned blocks + L + 2 >= ram_blocks. */
 static void check_full(world *w, int64_t need) {
     st_kv_stats st;
     st_kv_get_stats(w->kv, &st);
-    if (tiered(w) && strstr(st_ctx_error(w->ctx), "RAM page")) {
-        WCHECK(st.pages_pinned + 3 >= st.ram_pages, "hot pool full with %lld of %lld pinned",
-               (long long)st.pages_pinned, (long long)st.ram_pages);
+    if (tiered(w) && strstr(st_ctx_error(w->ctx), "RAM block")) {
+        WCHECK(st.pages_pinned * w->c.L + w->c.L + 2 >= st.ram_blocks,
+               "hot pool full with %lld of %lld blocks pinned",
+               (long long)(st.pages_pinned * w->c.L), (long long)st.ram_blocks);
         w->n_full_hot++;
         return;
     }
@@ -488,7 +495,10 @@ static void op_pin(world *w) {
     if (n == 0) return;
     int32_t pg = ids[rint_(&w->r, n)];
     if (pg < 0) return;
-    if (tiered(w) && w->n_pins >= w->c.ram / 2) return; /* leave the hot pool room */
+    /* leave the hot pool room: a pin takes L frames, a write needs 2 */
+    const int fr = cfg_frames(&w->c);
+    if (tiered(w) && ((w->n_pins + 1) * w->c.L + 2 > fr || (w->n_pins && w->n_pins >= fr / (2 * w->c.L))))
+        return;
     int rc = st_kv_pin(w->kv, pg);
     if (rc && tier_err_ok(w, o, rc)) return;
     WCHECK(rc == 0, "pin %d: rc %d", pg, rc);
@@ -636,6 +646,7 @@ static void rearm(world *w) {
 }
 
 static void run_world(cfg c) {
+    REQUIRE(c.L <= MAXL && c.H * c.D <= 16);
     world *w = calloc(1, sizeof *w);
     w->c = c;
     w->r.s = c.seed;
@@ -656,6 +667,7 @@ static void run_world(cfg c) {
         REQUIRE(mkdtemp(w->dir) != NULL);
         p.spill_dir = w->dir;
         p.ram_pages = c.ram;
+        p.ram_blocks = c.ram_blocks;
         p.spill_no_direct = (int)(c.seed & 1); /* both I/O paths */
         if (c.faults) {
             p.spill_open = fault_open;
@@ -691,8 +703,8 @@ static void run_world(cfg c) {
             w->n_restore_full + w->n_restore_limit, w->n_restore_full, w->n_restore_limit,
             w->n_full_pages, w->n_full_hot);
     if (c.ram)
-        fprintf(stderr, "    tier: ram %d pages%s: %lld spills, %lld fetches, %lld blocks read, "
-                "%lld drops, %lld pages lost, %ld sequences failed and dropped\n", c.ram,
+        fprintf(stderr, "    tier: ram %d blocks%s: %lld spills, %lld fetches, %lld blocks read, "
+                "%lld drops, %lld pages lost, %ld sequences failed and dropped\n", cfg_frames(&c),
                 c.faults ? " + faults" : "", (long long)st.tier_writes, (long long)st.tier_reads,
                 (long long)st.tier_block_reads, (long long)st.tier_drops,
                 (long long)st.tier_errors, w->n_seq_failed);
@@ -731,30 +743,35 @@ static void run_world(cfg c) {
 
 TEST(test_fsm_f32) {
     int steps = g_slow ? 200000 : 8000;
-    run_world((cfg){ST_TYPE_F32, 8, 2, 2, 4, 32, steps, 1, 0, 0});
-    run_world((cfg){ST_TYPE_F32, 16, 1, 1, 3, 24, steps, 2, 0, 0});
+    run_world((cfg){ST_TYPE_F32, 8, 2, 2, 4, 32, steps, 1, 0, 0, 0});
+    run_world((cfg){ST_TYPE_F32, 16, 1, 1, 3, 24, steps, 2, 0, 0, 0});
     if (g_slow)
-        for (uint64_t s = 3; s < 13; s++) run_world((cfg){ST_TYPE_F32, 8, 2, 2, 8, 40, 50000, s, 0, 0});
+        for (uint64_t s = 3; s < 13; s++) run_world((cfg){ST_TYPE_F32, 8, 2, 2, 8, 40, 50000, s, 0, 0, 0});
 }
 
 TEST(test_fsm_f16) {
     int steps = g_slow ? 200000 : 6000;
-    run_world((cfg){ST_TYPE_F16, 8, 2, 2, 4, 32, steps, 11, 0, 0});
-    run_world((cfg){ST_TYPE_BF16, 8, 2, 1, 5, 40, steps / 2, 12, 0, 0});
+    run_world((cfg){ST_TYPE_F16, 8, 2, 2, 4, 32, steps, 11, 0, 0, 0});
+    run_world((cfg){ST_TYPE_BF16, 8, 2, 1, 5, 40, steps / 2, 12, 0, 0, 0});
 }
 
 TEST(test_fsm_tiered) {
     int steps = g_slow ? 100000 : 2000;
     /* hot pool of 4-6 pages against 32-40 logical pages: most operations spill and fetch */
-    run_world((cfg){ST_TYPE_F32, 8, 2, 2, 4, 32, steps, 21, 4, 0});
-    run_world((cfg){ST_TYPE_F16, 16, 1, 1, 3, 24, steps, 22, 6, 0});
-    run_world((cfg){ST_TYPE_BF16, 8, 2, 2, 8, 24, steps, 23, 5, 0});
+    run_world((cfg){ST_TYPE_F32, 8, 2, 2, 4, 32, steps, 21, 4, 0, 0});
+    run_world((cfg){ST_TYPE_F16, 16, 1, 1, 3, 24, steps, 22, 6, 0, 0});
+    run_world((cfg){ST_TYPE_BF16, 8, 2, 2, 8, 24, steps, 23, 5, 0, 0});
+    /* residency by layer block: fewer frames than two pages' blocks (L = 4, 7 frames), so
+     * single layers of one page evict each other */
+    run_world((cfg){ST_TYPE_F32, 8, 4, 2, 4, 20, steps, 24, 2, 0, 7});
+    run_world((cfg){ST_TYPE_F16, 8, 3, 1, 4, 32, steps, 25, 2, 0, 11});
 }
 
 TEST(test_fsm_tiered_faults) {
     int steps = g_slow ? 100000 : 2000;
-    run_world((cfg){ST_TYPE_F32, 8, 2, 2, 4, 32, steps, 31, 4, 1});
-    run_world((cfg){ST_TYPE_BF16, 8, 2, 1, 5, 40, steps, 32, 6, 1});
+    run_world((cfg){ST_TYPE_F32, 8, 2, 2, 4, 32, steps, 31, 4, 1, 0});
+    run_world((cfg){ST_TYPE_BF16, 8, 2, 1, 5, 40, steps, 32, 6, 1, 0});
+    run_world((cfg){ST_TYPE_F32, 8, 4, 2, 4, 32, steps, 33, 2, 1, 7});
 }
 
 int main(int argc, char **argv) {

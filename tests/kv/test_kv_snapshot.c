@@ -1,11 +1,14 @@
 /* KV snapshots: round trip (memory, FILE*, fd), the max_pages cut, a restored ledger
  * shorter than the pool, every truncation point and every flipped byte rejected cleanly
- * with nothing changed, geometry/type/fingerprint mismatches, faulty I/O backends. */
+ * with nothing changed, geometry/type/fingerprint mismatches, faulty I/O backends, the
+ * attention ledger (written, restored, absent in an older stream, refused when bad). */
+#include "strata/attn.h"
 #include "strata/kv.h"
 #include "kv/kv_int.h"
 #include "../test.h"
 
 #include <errno.h>
+#include <math.h>
 #include <unistd.h>
 
 static st_kv *mk(st_ctx *ctx, st_type type, int n_pages, int D, uint8_t fp) {
@@ -385,9 +388,11 @@ TEST(test_tiered_ledger_and_no_movement) {
     st_kv_page_id pages[3][8];
     int np[3];
     int32_t was[32];
+    uint8_t was_blk[32 * 2];
     uint64_t score[32];
     for (int j = 0; j < 3; j++) CHECK_OK(st_kv_seq_pages(a, ids[j], pages[j], 8, &np[j]));
-    for (int i = 0; i < 32; i++) was[i] = a->pages[i].resident, score[i] = a->pages[i].last_use;
+    for (int i = 0; i < 32; i++) was[i] = kv_page_in_ram(a, i), score[i] = a->pages[i].last_use;
+    for (int i = 0; i < 32 * 2; i++) was_blk[i] = a->blk[i].res;
     st_kv_stats s0, s1;
     st_kv_get_stats(a, &s0);
     CHECK(s0.pages_cold >= 4);
@@ -402,22 +407,24 @@ TEST(test_tiered_ledger_and_no_movement) {
     CHECK_INT(s1.tier_drops, s0.tier_drops);
     CHECK(s1.tier_block_reads > s0.tier_block_reads); /* the cold pages were read in place */
     for (int i = 0; i < 32; i++) {
-        CHECK_INT(a->pages[i].resident, was[i]);
+        CHECK_INT(kv_page_in_ram(a, i), was[i]);
         CHECK(a->pages[i].last_use == score[i]);
     }
+    for (int i = 0; i < 32 * 2; i++) CHECK_INT(a->blk[i].res, was_blk[i]);
     /* page records in order of first use (FORMATS.md): A's pages, then B's and C's new ones */
     int32_t order[32], n_snap = 0, seen[32] = {0};
     for (int j = 0; j < 3; j++)
         for (int i = 0; i < np[j]; i++)
             if (pages[j][i] >= 0 && !seen[pages[j][i]]) seen[pages[j][i]] = 1, order[n_snap++] = pages[j][i];
     const size_t payload = 2 * 1 * 8 * 4 * 2, boxes = 2 * 1 * 2 * 4 * 4;
-    const size_t rec = 48 + 4 * 8 + 2 * payload + boxes + 8;
+    const size_t ledger = 2 * 4;
+    const size_t rec = 48 + 4 * 8 + 2 * payload + boxes + ledger + 8;
     REQUIRE(io.len > 80 + (size_t)n_snap * rec);
     int n_ram = 0, n_not = 0;
     for (int i = 0; i < n_snap; i++) {
         const uint8_t *r = io.buf + 80 + (size_t)i * rec;
         CHECK_INT(r[0] | r[1] << 8, i); /* the record's index: the offsets are right */
-        CHECK_INT(r[4], was[order[i]] == KV_RES_RAM);
+        CHECK_INT(r[4], was[order[i]]);
         n_ram += r[4] == 1, n_not += r[4] == 0;
     }
     CHECK(n_ram >= 1 && n_not >= 4);
@@ -435,7 +442,155 @@ TEST(test_tiered_ledger_and_no_movement) {
     CHECK_INT(rmdir(dir), 0);
 }
 
+/* The stream without the attention ledger, as a writer before it made it: header flag bit
+ * 2 cleared, every page record rec - 4 * L bytes, every checksum and the trailer recomputed
+ * (framing as docs/FORMATS.md gives it; P = 8, so one mask word per entry). */
+static uint8_t *strip_ledger(const uint8_t *in, size_t n, size_t rec, int L, size_t *out_n) {
+    uint8_t *o = malloc(n);
+    uint64_t sums[64];
+    int k = 0;
+    uint32_t fl, n_seqs, n_pages;
+    memcpy(o, in, 80);
+    memcpy(&fl, o + 36, 4), memcpy(&n_seqs, o + 64, 4), memcpy(&n_pages, o + 68, 4);
+    fl &= ~4u;
+    memcpy(o + 36, &fl, 4);
+    uint64_t h = XXH3_64bits(o, 72);
+    memcpy(o + 72, &h, 8);
+    sums[k++] = h;
+    size_t ri = 80, ro = 80;
+    const size_t nrec = rec - 4u * (size_t)L;
+    for (uint32_t i = 0; i < n_pages; i++, ri += rec, ro += nrec) {
+        memcpy(o + ro, in + ri, nrec - 8);
+        h = XXH3_64bits(o + ro, nrec - 8);
+        memcpy(o + ro + nrec - 8, &h, 8);
+        sums[k++] = h;
+    }
+    for (uint32_t j = 0; j < n_seqs; j++) {
+        uint64_t len, n_ent;
+        memcpy(&len, in + ri + 8, 8), memcpy(&n_ent, in + ri + 16, 8);
+        const size_t sr = 32 + n_ent * (16 + 8) + 4 * len + 8;
+        memcpy(o + ro, in + ri, sr);
+        memcpy(&sums[k++], in + ri + sr - 8, 8);
+        ri += sr, ro += sr;
+    }
+    memcpy(o + ro, in + ri, 8);
+    h = XXH3_64bits(sums, (size_t)k * 8);
+    memcpy(o + ro + 8, &h, 8);
+    *out_n = ro + 16;
+    return o;
+}
+
+static st_kv *mk_tiered(st_ctx *ctx, char *dir, size_t cap) {
+    snprintf(dir, cap, "/tmp/strata-snap-XXXXXX");
+    if (!mkdtemp(dir)) return NULL;
+    st_kv_params p = st_kv_default_params();
+    p.n_layer = 2, p.n_kv_head = 1, p.head_dim = 4, p.page_size = 8, p.type = ST_TYPE_F16;
+    p.n_pages = 32, p.max_seqs = 8;
+    p.fingerprint.b[3] = 1;
+    p.spill_dir = dir;
+    p.ram_pages = 3;
+    st_kv *kv = NULL;
+    st_kv_create(ctx, &p, &kv);
+    return kv;
+}
+
+/* Decode attention on sequence C feeds the ledger of its blocks only; the snapshot stores
+ * each block's decayed score, a tiered pool restores exactly those, a stream without the
+ * ledger (the format before it) still reads with all scores zero, and a NaN score is
+ * refused. */
+TEST(test_attention_ledger) {
+    st_ctx *ctx;
+    REQUIRE(st_ctx_create(NULL, &ctx) == 0);
+    st_attn_ws *ws;
+    REQUIRE(st_attn_ws_create(st_ctx_isa(ctx), &ws) == 0);
+    char da[64], dc[64];
+    st_kv *a = mk_tiered(ctx, da, sizeof da), *c = mk_tiered(ctx, dc, sizeof dc);
+    st_kv *b = mk(ctx, ST_TYPE_F16, 64, 4, 1);
+    REQUIRE(a && b && c);
+    st_kv_seq_id ids[3], out[3];
+    build(a, ids);
+    const st_attn_geom g = {.n_head = 1, .n_kv_head = 1, .head_dim = 4, .page_size = 8,
+                            .type = ST_TYPE_F16, .scale = 0};
+    float q[4] = {0.5f, -1, 0.25f, 2}, o[4];
+    for (int step = 0; step < 3; step++)
+        for (int l = 0; l < 2; l++) CHECK_OK(st_kv_attend_decode(a, ctx, ws, &g, l, &ids[2], 1, NULL, q, o));
+    st_kv_page_id pc[8], pa[8];
+    int nc = 0, na = 0;
+    CHECK_OK(st_kv_seq_pages(a, ids[2], pc, 8, &nc));
+    CHECK_OK(st_kv_seq_pages(a, ids[0], pa, 8, &na));
+    for (int i = 0; i < nc; i++)
+        if (pc[i] >= 0) /* used by all 3 steps: 1 + 0.9 + 0.81 */
+            for (int l = 0; l < 2; l++) CHECK(fabsf(kv_blk_score(a, kv_blk(a, pc[i], l)) - 2.71f) < 1e-4f);
+    for (int i = 0; i < na; i++) CHECK(kv_blk_score(a, kv_blk(a, pa[i], 0)) == 0.0f);
+    st_kv_io io;
+    st_kv_io_mem_writer(&io);
+    CHECK_OK(st_kv_snapshot_write(a, ids, 3, -1, &io));
+    uint32_t fl;
+    memcpy(&fl, io.buf + 36, 4);
+    CHECK_INT(fl, 2 | 4);
+    /* the records: first A's pages (3), then B's new one, then C's (4, one a hole) */
+    const size_t payload = 2 * 1 * 8 * 4 * 2, boxes = 2 * 1 * 2 * 4 * 4, L = 2;
+    const size_t rec = 48 + 4 * 8 + 2 * payload + boxes + 4 * L + 8;
+    int n_scored = 0;
+    for (int i = 0; i < 7; i++) {
+        float sc[2];
+        memcpy(sc, io.buf + 80 + (size_t)i * rec + rec - 8 - 4 * L, 8);
+        n_scored += sc[0] > 2.7f && sc[1] > 2.7f;
+        CHECK(i < 4 ? sc[0] == 0 && sc[1] == 0 : sc[0] > 2.7f && sc[1] > 2.7f);
+    }
+    CHECK_INT(n_scored, 3);
+    st_kv_io in;
+    int n = 0;
+    st_kv_io_mem_reader(&in, io.buf, io.len);
+    CHECK_OK(st_kv_snapshot_read(c, &in, out, 3, &n));
+    REQUIRE(n == 3);
+    st_kv_page_id pr[8];
+    int nr = 0;
+    CHECK_OK(st_kv_seq_pages(c, out[2], pr, 8, &nr));
+    CHECK_INT(nr, nc);
+    for (int i = 0; i < nr; i++)
+        for (int l = 0; pr[i] >= 0 && l < 2; l++)
+            CHECK(kv_blk_score(c, kv_blk(c, pr[i], l)) == kv_blk_score(a, kv_blk(a, pc[i], l)));
+    same_seq(a, ids[2], c, out[2], 30);
+    /* the older stream: no ledger, restored into a pool without a tier and a tiered one */
+    size_t n_old = 0;
+    uint8_t *old = strip_ledger(io.buf, io.len, rec, (int)L, &n_old);
+    CHECK_INT(n_old, io.len - 7 * 4 * L);
+    st_kv_io_mem_reader(&in, old, n_old);
+    CHECK_OK(st_kv_snapshot_read(b, &in, out, 3, &n));
+    REQUIRE(n == 3);
+    same_seq(a, ids[0], b, out[0], 21);
+    same_seq(a, ids[2], b, out[2], 30);
+    for (int j = 0; j < 3; j++) CHECK_OK(st_kv_seq_free(c, out[j]));
+    st_kv_io_mem_reader(&in, old, n_old);
+    CHECK_OK(st_kv_snapshot_read(c, &in, out, 3, &n));
+    CHECK_OK(st_kv_seq_pages(c, out[2], pr, 8, &nr));
+    for (int i = 0; i < nr; i++)
+        if (pr[i] >= 0) CHECK(kv_blk_score(c, kv_blk(c, pr[i], 1)) == 0.0f);
+    free(old);
+    /* a NaN score, checksums fixed: refused by name */
+    uint8_t *bad = malloc(io.len);
+    memcpy(bad, io.buf, io.len);
+    const float nan = NAN;
+    uint8_t *r5 = bad + 80 + 5 * rec;
+    memcpy(r5 + rec - 8 - 4, &nan, 4);
+    uint64_t h = XXH3_64bits(r5, rec - 8);
+    memcpy(r5 + rec - 8, &h, 8);
+    st_kv_io_mem_reader(&in, bad, io.len);
+    CHECK_INT(st_kv_snapshot_read(b, &in, out, 3, &n), ST_E_FORMAT);
+    CHECK(strstr(st_ctx_error(ctx), "attention score") != NULL);
+    free(bad);
+    char msg[256];
+    CHECK_OK(kv_check(a, msg, sizeof msg));
+    CHECK_OK(kv_check(c, msg, sizeof msg));
+    st_kv_destroy(c);
+    CHECK_INT(rmdir(dc), 0);
+    st_attn_ws_destroy(ws);
+    finish(ctx, a, b, &io, NULL);
+    CHECK_INT(rmdir(da), 0);
+}
+
 TEST_MAIN(test_roundtrip_f32, test_roundtrip_q8, test_file_and_fd_backends_and_cut,
           test_restore_over_cached_pages,
           test_every_truncation_and_flip_rejected, test_mismatches_and_limits, test_faulty_io,
-          test_tiered_ledger_and_no_movement)
+          test_tiered_ledger_and_no_movement, test_attention_ledger)

@@ -416,7 +416,7 @@ TEST(test_snapshot_boxes) {
     /* shrink page 2's first box (layer 0, head 0, kmin[0] raised past its keys), then fix
      * the record's checksum and the trailer: the reader must still refuse it */
     const size_t payload = 2 * (size_t)H * P * D * 2, box = (size_t)L * H * 2 * D * 4;
-    const size_t rec = 48 + 4 * P + L * payload + box + 8, n_rec = (size_t)na;
+    const size_t rec = 48 + 4 * P + L * payload + box + 4 * L + 8, n_rec = (size_t)na; /* + ledger */
     uint8_t *buf = malloc(io.len);
     memcpy(buf, io.buf, io.len);
     uint8_t *r2 = buf + 80 + 2 * rec;

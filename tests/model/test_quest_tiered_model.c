@@ -28,10 +28,10 @@ static char *read_err(const char *dir) {
 
 /* Blocks streamed, from the "KV tier: ..." statistics line; -1 when absent. */
 static long long blocks_streamed(const char *err) {
-    const char *t = err ? strstr(err, "KV tier: hot pool 2 pages") : NULL;
-    const char *b = t ? strstr(t, " fetched, ") : NULL;
+    const char *t = err ? strstr(err, "KV tier: hot pool 10 layer blocks") : NULL;
+    const char *b = t ? strstr(t, " read ahead), ") : NULL;
     long long n = -1;
-    if (b && sscanf(b, " fetched, %lld blocks streamed", &n) != 1) n = -1;
+    if (b && sscanf(b, " read ahead), %lld blocks streamed", &n) != 1) n = -1;
     return n;
 }
 

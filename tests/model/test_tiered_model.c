@@ -1,6 +1,6 @@
 /* SSD tier on a real model: greedy generation from stories260K with a hot KV pool
- * of two pages (--kv-ram 40K: a page of 32 tokens is 5 layers x 4 KiB = 20 KiB, so 32K would
- * be a single page; the KV of the 512-token context is 17 pages) must produce exactly the
+ * of ten layer blocks, two pages' worth (--kv-ram 40K: a page of 32 tokens is 5 layers x
+ * 4 KiB = 20 KiB; the KV of the 512-token context is 17 pages) must produce exactly the
  * tokens of the all-in-RAM run, for a short prompt (decode streams the past every step) and
  * for a long one prefilled in chunks (chunk attention streams too). Through the CLI. */
 #include "../test.h"
@@ -30,7 +30,7 @@ static void compare(const char *bin, const char *model, const char *prompt_args,
         unlink(path);
     }
     /* the run really went through the tier: pages spilled and streamed */
-    CHECK(err && strstr(err, "KV tier: hot pool 2 pages"));
+    CHECK(err && strstr(err, "KV tier: hot pool 10 layer blocks"));
     CHECK(err && !strstr(err, " 0 blocks streamed"));
     free(err);
     free(ra);

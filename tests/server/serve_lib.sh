@@ -14,6 +14,7 @@ fail() { echo "FAIL: $*" >&2; [ -f "$log" ] && tail -20 "$log" >&2; exit 1; }
 # serve_start ARGS...: `strata serve --port 0 ARGS` in the background, its output in $log;
 # returns once it says where it listens (sets pid and port).
 serve_start() {
+  : >"$log" # exists before the background shell opens it, so the first poll can read it
   "$bin" serve --port 0 "$@" >"$log" 2>&1 &
   pid=$!
   port=

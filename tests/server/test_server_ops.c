@@ -284,7 +284,13 @@ static void slots_in_flight(int show_text) {
             CHECK_INT(ram, json_integer_value(json_object_get(s0, "pages_hot")));
             CHECK_INT(disk, json_integer_value(json_object_get(s0, "pages_cold")));
             CHECK_INT(sh, json_integer_value(json_object_get(s0, "pages_shared")));
-            CHECK(ram <= 6 && disk > 0); /* 6 pages of RAM for > 6 pages of sequence */
+            /* 6 pages' worth of layer blocks in RAM for > 6 pages of sequence: a page holds
+             * RAM when any of its blocks does */
+            const int n_layer = st_kv_get_params(st_engine_kv(v.e))->n_layer;
+            const json_t *pool = json_object_get(o, "pool");
+            CHECK(ram <= 6 * n_layer && ram + disk > 6);
+            CHECK(json_integer_value(json_object_get(pool, "hot")) <= 6 &&
+                  json_integer_value(json_object_get(pool, "cold")) > 0); /* page equivalents */
             CHECK_INT(json_integer_value(json_object_get(s0, "n_prompt")) +
                           json_integer_value(json_object_get(s0, "n_generated")) - 1,
                       n_tok); /* the last token drawn is not in the KV yet */
