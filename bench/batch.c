@@ -61,7 +61,7 @@ static const char *shared_dir(void) {
 static st_engine *open_engine(const char *path, int n_parallel, int n_batch, int n_ctx) {
     st_engine_params p = st_engine_default_params();
     p.model_path = path;
-    p.use_mmap = 1;
+    p.use_mmap = bench_model_load_params().use_mmap; /* as the CLI: read (quads) unless STRATA_MMAP=1 */
     p.n_threads = n_threads;
     p.n_parallel = n_parallel;
     p.n_batch = n_batch;

@@ -19,9 +19,10 @@
  *                        [-t THREADS]
  *
  * MODEL defaults to ../shared/models/tiny-long.gguf ($STRATA_SHARED); TEXT to the project's own
- * documentation and KV sources concatenated in the order of `corpus_files` below (text the
- * model was not trained on). Without the model the program says SKIPPED and exits 0. */
+ * tree as the other trained-model benches read it (bench_text.h), which the model was not
+ * trained on. Without the model the program says SKIPPED and exits 0. */
 #include "bench_common.h"
+#include "bench_text.h"
 #include "strata/kv.h"
 #include "strata/model.h"
 #include "strata/quest.h"
@@ -34,36 +35,6 @@
 #include <unistd.h>
 
 #define MAX_LIST 8
-
-static const char *const corpus_files[] = {
-    "docs/ARCHITECTURE.md", "docs/FORMATS.md", "src/kv/kv_pool.c", "src/kv/kv_seq.c",
-    "src/kv/kv_quest.c",    "src/kv/kv_attend.c", "src/kv/kv_tier.c", "src/kv/kv_snapshot.c",
-};
-
-/* The files above, concatenated; NULL (with a message) when one is missing. */
-static char *read_corpus(size_t *len) {
-    char *all = NULL;
-    size_t n = 0;
-    for (size_t i = 0; i < sizeof corpus_files / sizeof *corpus_files; i++) {
-        char path[4096];
-        size_t m = 0;
-        snprintf(path, sizeof path, "%s/%s", STRATA_SOURCE_DIR, corpus_files[i]);
-        char *t = bench_read_file(path, &m);
-        char *grown = t ? realloc(all, n + m + 1) : NULL;
-        if (!grown) {
-            fprintf(stderr, "fidelity: cannot read %s\n", path);
-            free(t), free(all);
-            return NULL;
-        }
-        all = grown;
-        memcpy(all + n, t, m);
-        n += m;
-        all[n] = 0;
-        free(t);
-    }
-    *len = n;
-    return all;
-}
 
 /* -log p(target) from one row of logits, in double (as strata perplexity computes it). */
 static double nll(const float *lg, int n, int32_t target) {
@@ -150,8 +121,11 @@ int main(int argc, char **argv) {
         return 0;
     }
     size_t text_len = 0;
-    char *text = text_path ? bench_read_file(text_path, &text_len) : read_corpus(&text_len);
-    if (!text) return 1;
+    char *text = NULL;
+    if (text_path && !(text = bench_read_file(text_path, &text_len))) {
+        fprintf(stderr, "fidelity: cannot read %s\n", text_path);
+        return 1;
+    }
 
     st_ctx_params cp = st_ctx_default_params();
     cp.n_threads = (int)n_threads;
@@ -165,10 +139,13 @@ int main(int argc, char **argv) {
     st_model_load_params lp = bench_model_load_params();
     if (!rc) rc = st_model_load(ctx, model_path, &lp, &m);
     if (!rc) rc = st_tok_load(ctx, st_model_gguf(m), NULL, &tok);
-    if (!rc) rc = st_tok_encode_alloc(tok, text, text_len, true, false, &toks, &n_toks);
-    const st_model_hparams *hp = m ? st_model_get_hparams(m) : NULL;
     const long long copy_len = 1 + 2 * n_passage + n_filler;
     const long long need_ppl = n_chunks * C, need_copy = n_trials * (n_passage + n_filler) + 1;
+    int n_files = 0;
+    if (!rc && text) rc = st_tok_encode_alloc(tok, text, text_len, true, false, &toks, &n_toks);
+    else if (!rc && bench_text_tokens(tok, need_ppl > need_copy ? need_ppl : need_copy, &toks, &n_toks, &n_files))
+        rc = ST_E_INVAL;
+    const st_model_hparams *hp = m ? st_model_get_hparams(m) : NULL;
     if (!rc && (need_ppl > n_toks || need_copy > n_toks)) {
         fprintf(stderr, "fidelity: the text has %d tokens; the perplexity chunks need %lld, the copy trials %lld\n",
                 n_toks, need_ppl, need_copy);
@@ -240,7 +217,7 @@ int main(int argc, char **argv) {
     } else {
         printf("%s: %d layers; text %s (%d tokens); perplexity %lld chunks of %lld (decode steps, second half "
                "scored); copy test: %lld trials of passage %lld + filler %lld + passage again; %lld threads\n",
-               model_path, hp->n_layer, text_path ? text_path : "the project's docs and KV sources", n_toks,
+               model_path, hp->n_layer, text_path ? text_path : "the project's tree (bench_text.h)", n_toks,
                n_chunks, C, n_trials, n_passage, n_filler, n_threads);
         printf("dense: the first copy's loss %.4f nats/token, the second's %.4f\n", first_copy_loss,
                set[0].copy_loss);
