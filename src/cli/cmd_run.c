@@ -364,6 +364,7 @@ int st_cmd_run(int argc, char **argv) {
     ep.page_size = (int)o.kv_page;
     ep.kv_type = o.kv_type;
     ep.mem_limit = st_cli_mem_available();
+    ep.quest = o.quest.p; /* the engine's drafting gate reads the budget (the runner gets it too) */
     st_cli_spec_apply(&o.spec, &ep);
     if ((rc = st_cli_kv_flags_engine(&o.tier, &ep, "run"))) {
         free(text);
