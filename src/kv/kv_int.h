@@ -343,7 +343,7 @@ int kv_read_block(st_kv *kv, int32_t page, int layer, uint8_t *buf);
 int kv_block_bytes(st_kv *kv, int32_t page, int layer, uint8_t *buf, const uint8_t **out);
 /* Every block of the page is RAM (always, for a live page without a tier). */
 int kv_page_in_ram(const st_kv *kv, int32_t page);
-/* kv_check's tier part: 0 or ST_E_STATE with msg. */
+/* kv_tier_check.c: kv_check's tier part: 0 or ST_E_STATE with msg. */
 int kv_tier_check(const st_kv *kv, char *msg, size_t cap);
 /* kv_attend.c, kv_stream.c: attention through the tiers */
 /* One sequence's view list for a layer: every page (dense), or with a selection only the
