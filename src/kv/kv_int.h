@@ -130,7 +130,7 @@ struct st_kv {
     uint8_t *stream_buf[2]; /* [stream_cap] attention's streaming windows, kept across calls
                              * (fresh buffers per call cost a page fault per 4 KiB) */
     size_t stream_cap;
-    struct kv_stream *stream; /* kv_attend.c: buffers reused across calls */
+    struct kv_stream *stream; /* kv_stream.c: buffers reused across calls */
     uint64_t att_step;    /* decode attention steps: passes over the layers (kv_tier_step) */
     int att_layer;        /* layer of the last decode attention call */
     int32_t **last_sel;   /* [n_layer] the pages each layer's last decode call used (tier) */
@@ -343,9 +343,51 @@ int kv_read_block(st_kv *kv, int32_t page, int layer, uint8_t *buf);
 int kv_block_bytes(st_kv *kv, int32_t page, int layer, uint8_t *buf, const uint8_t **out);
 /* Every block of the page is RAM (always, for a live page without a tier). */
 int kv_page_in_ram(const st_kv *kv, int32_t page);
-/* kv_check's tier part: 0 or ST_E_STATE with msg. */
+/* kv_tier_check.c: kv_check's tier part: 0 or ST_E_STATE with msg. */
 int kv_tier_check(const st_kv *kv, char *msg, size_t cap);
-void kv_attend_free(st_kv *kv); /* kv_attend.c: the stream buffers */
+/* kv_attend.c, kv_stream.c: attention through the tiers */
+/* One sequence's view list for a layer: every page (dense), or with a selection only the
+ * pages some head selected, in logical order, with the selection renumbered to match. */
+typedef struct seq_views {
+    kv_seq *s;
+    st_attn_page *v;   /* [n] views; cold pages point at the zero block until read */
+    int32_t *page;     /* [n] physical page of each view */
+    uint8_t *cold;     /* [n] 1: the page is on disk (its view is a placeholder until read) */
+    int32_t n;
+    const st_kv_select *sel; /* NULL = dense */
+    int32_t *sel_idx;  /* [H][sel_stride] per KV head, the selected views as indices into v */
+    int32_t *sel_n;    /* [H] */
+    int32_t sel_stride;
+    int64_t lim;       /* > 0: only positions < lim are attended (dense only) */
+} seq_views;
+
+/* The attention view of block blk (NULL: none) of entry i, positions limited to lim (> 0).
+ * Views are written field by field in place: they are rebuilt for every layer of every
+ * decode step over the whole table (500 pages at 8k tokens), serial between two dispatches,
+ * where a memset plus a returned copy per view doubled the time (docs/PERFORMANCE.md, KV
+ * cache). */
+static inline void kv_block_view(const st_kv *kv, const uint8_t *blk, const kv_entry *e, int64_t i,
+                                 int64_t lim, st_attn_page *v) {
+    const int q8 = blk && kv->p.type == ST_TYPE_Q8_0;
+    v->k = blk;
+    v->v = blk ? blk + kv->g.v_offset : NULL;
+    v->k_scale = q8 ? (const float *)(blk + kv->g.scale_offset) : NULL;
+    v->v_scale = q8 ? v->k_scale + kv->p.n_kv_head : NULL;
+    v->valid = e->has_mask ? e->mask : NULL;
+    v->n_tokens = e->n_tokens;
+    v->pos0 = i * kv->p.page_size;
+    /* a length limit (st_kv_attend_decode_at): slots at or past it are not attended */
+    if (lim > 0 && v->pos0 + v->n_tokens > lim) v->n_tokens = (int32_t)(lim - v->pos0);
+}
+
+/* kv_stream.c: attends one sequence by streaming its cold blocks of `layer` a window at a
+ * time through the two stream buffers, nothing evicted: decode (q -> out via partials) or
+ * chunk (q[n_q] from position pos0_q -> out). 0 or an error set on ctx (a failed read
+ * fails its page and sequences). */
+int kv_stream_one(st_kv *kv, st_ctx *ctx, st_attn_ws *ws, const st_attn_geom *g, int layer,
+                  seq_views *sv, int chunk, const float *q, int32_t n_q, int64_t pos0_q,
+                  float *out);
+void kv_attend_free(st_kv *kv); /* kv_stream.c: the stream buffers */
 
 /* kv_snapshot.c: st_kv_snapshot_read; free_only: the snapshot's pages must all come from
  * the free list (ST_E_POOL_FULL otherwise), so that no cached page is evicted for it and a

@@ -56,7 +56,7 @@
  *       Pinned and referenced pages are never taken, so a full pool fails at once rather
  *       than waiting for pages that the caller itself holds (the deadlock guard).
  *
- * The SSD tier (kv_tier.c, kv_attend.c). The unit of RAM residency is the (page, layer)
+ * The SSD tier (kv_tier.c, kv_attend.c, kv_stream.c). The unit of RAM residency is the (page, layer)
  * BLOCK: decode selects pages per layer (Quest) and real models select differently in each
  * layer, so a frame holds one layer block (layer_bytes) and each layer's selection fetches
  * and evicts only its own blocks; a hot pool of B bytes is B / layer_bytes frames. Page ids
@@ -93,7 +93,7 @@
  *   CACHED page on disk -> FREE    make_disk_room (disk full)          tier_drops
  *   page -> ERROR                  kv_page_fail                        tier_errors (+ io or checksum), seqs_failed
  *   any -> (FREE)                  kv_tier_forget (frames, slot back)  -
- *   attention on DISK blocks       kv_attend.c streams layer blocks    tier_block_reads
+ *   attention on DISK blocks       kv_stream.c streams layer blocks    tier_block_reads
  *                                  (no state change)
  *
  * Invariants of the tier (kv_tier_check, called by kv_check):
