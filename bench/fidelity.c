@@ -23,6 +23,7 @@
  * trained on. Without the model the program says SKIPPED and exits 0. */
 #include "bench_common.h"
 #include "bench_text.h"
+#include "cli/ppl.h"
 #include "strata/kv.h"
 #include "strata/model.h"
 #include "strata/quest.h"
@@ -35,16 +36,6 @@
 #include <unistd.h>
 
 #define MAX_LIST 8
-
-/* -log p(target) from one row of logits, in double (as strata perplexity computes it). */
-static double nll(const float *lg, int n, int32_t target) {
-    float mx = lg[0];
-    for (int i = 1; i < n; i++)
-        if (lg[i] > mx) mx = lg[i];
-    double sum = 0;
-    for (int i = 0; i < n; i++) sum += exp((double)lg[i] - mx);
-    return -((double)lg[target] - mx - log(sum));
-}
 
 typedef struct bench_run {
     st_kv *kv;
@@ -63,7 +54,7 @@ static int score(bench_run *b, const int32_t *seq, int n, int from, int to, doub
         const int want = j >= from && j < to;
         st_batch d = {.n_tokens = 1, .tokens = seq + j, .seq_single = id, .want_logits = want ? NULL : &no};
         rc = st_runner_forward(b->r, &d, want ? b->lg : NULL);
-        if (!rc && want) *sum += nll(b->lg, b->n_vocab, seq[j + 1]), ++*cnt;
+        if (!rc && want) *sum += st_ppl_nll(b->lg, b->n_vocab, seq[j + 1]), ++*cnt;
     }
     if (id >= 0) st_kv_seq_free(b->kv, id);
     return rc;

@@ -23,16 +23,6 @@ static void usage(FILE *f) {
                ST_CLI_MMAP_USAGE ST_CLI_QUEST_USAGE ST_CLI_KV_FLAGS_USAGE);
 }
 
-/* -log p(target) from one row of logits, in double as llama.cpp does. */
-static double nll(const float *lg, int n, int32_t target) {
-    float mx = lg[0];
-    for (int i = 1; i < n; i++)
-        if (lg[i] > mx) mx = lg[i];
-    double sum = 0;
-    for (int i = 0; i < n; i++) sum += exp((double)lg[i] - mx);
-    return -((double)lg[target] - mx - log(sum));
-}
-
 int st_cmd_perplexity(int argc, char **argv) {
     const char *model = NULL, *file = NULL;
     long long n_ctx = 512, n_threads = 0, n_batch = 0, kv_page = 16, max_chunks = -1;
@@ -147,7 +137,7 @@ int st_cmd_perplexity(int argc, char **argv) {
         }
         st_kv_seq_free(s.kv, seq);
         for (int j = 0; j < C - 1 - first && !rc; j++)
-            st_ppl_add(&acc, nll(logits + (size_t)j * nv, nv, tok[(size_t)c * C + first + 1 + j]));
+            st_ppl_add(&acc, st_ppl_nll(logits + (size_t)j * nv, nv, tok[(size_t)c * C + first + 1 + j]));
         if (!rc) printf("[%d]%.4f%s", c + 1, st_ppl_value(&acc), c + 1 < n_chunk ? "," : "\n");
         fflush(stdout);
     }

@@ -16,6 +16,16 @@ static inline void st_ppl_add(st_ppl_acc *a, double nll) {
     a->count++;
 }
 
+/* -log p(target) from one row of n logits, in double as llama.cpp computes it. */
+static inline double st_ppl_nll(const float *lg, int n, int target) {
+    float mx = lg[0];
+    for (int i = 1; i < n; i++)
+        if (lg[i] > mx) mx = lg[i];
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)lg[i] - mx);
+    return -((double)lg[target] - mx - log(sum));
+}
+
 /* exp(mean NLL); NAN before any token. */
 static inline double st_ppl_value(const st_ppl_acc *a) { return a->count ? exp(a->nll / (double)a->count) : NAN; }
 

@@ -8,15 +8,11 @@
 
 #include <unistd.h>
 
-/* The stderr of the last tiered run (dir/err.txt), or NULL; caller frees. */
+/* The stderr of the last tiered run (dir/err.txt, removed), or NULL; caller frees. */
 static char *read_err(const char *dir) {
     char path[512];
     snprintf(path, sizeof path, "%s/err.txt", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return NULL;
-    char *err = calloc(1, 16384);
-    if (err && fread(err, 1, 16383, f) == 0) err[0] = 0;
-    fclose(f);
+    char *err = test_slurp(path, NULL);
     unlink(path);
     return err;
 }
