@@ -4,37 +4,8 @@
  * (query, layer, head) samples the true skipped mass never exceeds the bound; epsilon 0 and
  * growth to every page give a dense selection. */
 #include "strata/quest.h"
-#include "../test.h"
+#include "quest_fx.h"
 
-typedef struct fx {
-    st_ctx *ctx;
-    st_kv *kv;
-    st_attn_ws *ws;
-    int L, H, D, P;
-} fx;
-
-static uint64_t rng_state;
-static float frand(void) { /* uniform [-1, 1) */
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rng_state >> 40) & 0xffffff) / 8388608.0f - 1.0f;
-}
-
-static int fx_open(fx *f, st_type type, int P, int n_pages, int L, int H, int D) {
-    memset(f, 0, sizeof *f);
-    f->L = L, f->H = H, f->D = D, f->P = P;
-    if (st_ctx_create(NULL, &f->ctx)) return -1;
-    st_kv_params p = st_kv_default_params();
-    p.n_layer = L, p.n_kv_head = H, p.head_dim = D, p.page_size = P, p.type = type;
-    p.n_pages = n_pages;
-    p.max_seqs = 4;
-    int rc = st_kv_create(f->ctx, &p, &f->kv);
-    return rc ? rc : st_attn_ws_create(st_ctx_isa(f->ctx), &f->ws);
-}
-static void fx_close(fx *f) {
-    st_attn_ws_destroy(f->ws);
-    st_kv_destroy(f->kv);
-    st_ctx_destroy(f->ctx);
-}
 
 /* Page p's keys: every token c_p * u (f16-exact values, so the box is the key itself). */
 #define T_D 16
