@@ -408,7 +408,7 @@ int main(int argc, char **argv) {
     st_ctx *ctx = NULL;
     if (st_ctx_create(&cp, &ctx)) return 1;
     char kname[64], small[1024], big[1024];
-    printf("kernels: %s, %d threads\n", bench_kernels_name(st_kernels_get(st_ctx_isa(ctx)), kname, sizeof kname),
+    printf("kernels: %s, %d threads\n", bench_kernels_name(st_kernels_get_ex(st_ctx_isa(ctx), st_ctx_amx(ctx)), kname, sizeof kname),
            n_threads);
     /* how much of the machine this run has: a starved VM reads far below its ~21-23 GB/s */
     double bw = st_membw_read(st_ctx_threadpool(ctx), (size_t)256 << 20, 3);

@@ -81,7 +81,7 @@ static inline int bench_argmax(const float *x, int n) {
 
 /* "avx512 (VNNI) (GFNI)": the kernel table a bench runs on, for its header line. */
 static inline const char *bench_kernels_name(const st_kernels *k, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s%s%s", st_isa_name(k->isa), k->vnni ? " (VNNI)" : "", k->gfni ? " (GFNI)" : "");
+    snprintf(buf, cap, "%s%s%s%s", st_isa_name(k->isa), k->vnni ? " (VNNI)" : "", k->gfni ? " (GFNI)" : "", k->amx ? " (AMX)" : "");
     return buf;
 }
 

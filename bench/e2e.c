@@ -184,7 +184,7 @@ int main(int argc, char **argv) {
         return rc;
     }
     char kname[64];
-    printf("kernels: %s\n", bench_kernels_name(st_kernels_get(st_ctx_isa(ctx)), kname, sizeof kname));
+    printf("kernels: %s\n", bench_kernels_name(st_kernels_get_ex(st_ctx_isa(ctx), st_ctx_amx(ctx)), kname, sizeof kname));
     double bw = st_membw_read(st_ctx_threadpool(ctx), 0, 5);
     printf("read bandwidth probe (%d threads, 1 GiB, best of 5): %.1f GB/s (for reference; the "
            "roofline uses the probes around each decode round)\n", n_threads, bw);

@@ -197,14 +197,14 @@ static void bench_matmul(st_threadpool *tp, const st_kernels *k, st_type t, st_w
     free(Xq);
 }
 
-/* --tiles: the Q8_0 quad products in cache, one thread (pin it: taskset -c 0), ns per 256
- * weights per token over a ROWSxCOLS quad matrix (default 1536x512, the small model's FFN,
- * 835 KiB: in L2) for batches of 1, 4, 16 and 64 tokens: the wide tiles (the table as is)
- * against the same table without them (4-row x 4-token tile4 tiles, what products ran
- * before), alternating within every round, and matvec (one token) beside them. Prints the
- * fastest of the rounds (each pass is about a millisecond: on a machine shared with other
- * builds a pass that lost the core for a time slice reads several times slower, so the
- * median measures the neighbours) and checks the three give the same bits. */
+/* --tiles: the Q8_0 group products in cache, one thread (pin it: taskset -c 0), ns per 256
+ * weights per token over a ROWSxCOLS matrix in the group layout (default 1536x512, the small
+ * model's FFN, 835 KiB: in L2) for batches of 1, 4, 16 and 64 tokens: the table as it is
+ * (AMX where the CPU has it and grants it) against the VNNI-only table, alternating within
+ * every round, and matvec (one token) beside them. Prints the fastest of the rounds (each
+ * pass is about a millisecond: on a machine shared with other builds a pass that lost the
+ * core for a time slice reads several times slower, so the median measures the neighbours)
+ * and checks the three give the same bits. */
 static double tiles_pass(const st_kernels *k, int which, const uint8_t *m, int64_t rows, int64_t cols, int64_t n_tok,
                          const uint8_t *Xq, float *Y) {
     const size_t ab = st_act_bytes(ST_TYPE_Q8_0, cols);
@@ -225,12 +225,12 @@ static double tiles_pass(const st_kernels *k, int which, const uint8_t *m, int64
 }
 
 static int bench_tiles(const st_kernels *k, int rounds, int64_t rows, int64_t cols) {
-    if (!st_quads_fit(k, ST_TYPE_Q8_0, rows, cols) || !k->type[ST_TYPE_Q8_0].tilew) {
-        printf("tiles: this table has no Q8_0 wide tile (AVX-512 VNNI only)\n");
+    if (!st_quads_fit(k, ST_TYPE_Q8_0, rows, cols)) {
+        printf("tiles: this table has no Q8_0 group tile (AVX-512 VNNI only), or %lldx%lld cannot take it\n",
+               (long long)rows, (long long)cols);
         return 0;
     }
-    st_kernels old = *k; /* the same table with products over tile4 tiles only */
-    old.type[ST_TYPE_Q8_0].tilew = NULL;
+    const st_kernels *old = st_kernels_get_ex(k->isa, false); /* the same table without AMX */
     enum { MAX_TOK = 64 };
     uint8_t *m = make_matrix(ST_TYPE_Q8_0, rows, cols, 1);
     const size_t ab = st_act_bytes(ST_TYPE_Q8_0, cols);
@@ -242,15 +242,15 @@ static int bench_tiles(const st_kernels *k, int rounds, int64_t rows, int64_t co
     if (!m || !X || !Y[0] || !Y[1] || !Y[2] || !Xq || !v || st_pack_quads(ST_TYPE_Q8_0, m, rows, cols)) exit(1);
     for (int64_t i = 0; i < MAX_TOK * cols; i++) X[i] = frand();
     if (st_quantize_act_rows(NULL, k, ST_TYPE_Q8_0, X, cols, MAX_TOK, cols, Xq)) exit(1);
-    printf("Q8_0 quads %lldx%lld in cache, 1 thread, ns per 256 weights per token (best of %d rounds):\n",
-           (long long)rows, (long long)cols, rounds);
-    printf("%6s %10s %10s %10s %9s %6s\n", "tokens", "matvec", "tile4", "wide", "tile4/wide", "bits");
+    printf("Q8_0 groups %lldx%lld in cache, 1 thread, ns per 256 weights per token (best of %d rounds)%s:\n",
+           (long long)rows, (long long)cols, rounds, k->amx ? "" : "; no AMX here: the VNNI table twice");
+    printf("%6s %10s %10s %10s %9s %6s\n", "tokens", "matvec", "vnni", k->amx ? "amx" : "vnni", "ratio", "bits");
     static const int64_t toks[] = {1, 4, 16, 64};
     int all_same = 1;
     for (int ti = 0; ti < 4; ti++) {
         const int64_t n = toks[ti];
         for (int r = 0; r < rounds; r++) /* old, new, matvec in turn, each round */
-            for (int w = 0; w < 3; w++) v[w * rounds + r] = tiles_pass(w == 1 ? k : &old, w, m, rows, cols, n, Xq, Y[w]);
+            for (int w = 0; w < 3; w++) v[w * rounds + r] = tiles_pass(w == 1 ? k : old, w, m, rows, cols, n, Xq, Y[w]);
         const size_t yb = (size_t)(n * rows) * sizeof(float);
         const int same = !memcmp(Y[0], Y[1], yb) && !memcmp(Y[0], Y[2], yb);
         all_same &= same;
@@ -323,7 +323,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     st_threadpool *tp = st_ctx_threadpool(ctx);
-    const st_kernels *k = st_kernels_get(st_ctx_isa(ctx));
+    const st_kernels *k = st_kernels_get_ex(st_ctx_isa(ctx), st_ctx_amx(ctx));
     char kname[64];
     printf("kernels: %s, threads: %d\n", bench_kernels_name(k, kname, sizeof kname), st_threadpool_n_threads(tp));
     if (tiles) {

@@ -14,6 +14,7 @@
 #define STRATA_CORE_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -129,6 +130,11 @@ int st_cpu_has_vnni(void);
 int st_cpu_has_gfni(void);
 /* True when the CPU has AVX-VNNI (VEX vpdpbusd: the AVX2 table's K-quant dots then use it). */
 int st_cpu_has_avxvnni(void);
+/* True when the CPU has AMX-TILE and AMX-INT8 and the kernel grants this process the tile
+ * data state, which it asks for here (arch_prctl ARCH_REQ_XCOMP_PERM: the grant is the
+ * process's and lasts; asking again is harmless). False off Linux x86-64, on older kernels
+ * and where the state is refused. Thread-safe. */
+int st_cpu_amx_enable(void);
 /* Parse "scalar" | "avx2" | "avx512" (case-insensitive); -1 when unknown. */
 int st_isa_parse(const char *s);
 const char *st_isa_name(st_isa isa);
@@ -189,7 +195,7 @@ static inline void st_split_range(int64_t n, int ith, int nth, int64_t *i0, int6
  * called from any thread, including the pool's own tasks. Separate contexts are
  * independent: one per thread runs in parallel. st_ctx_destroy: once nothing uses the ctx.
  *
- * The environment: st_ctx_create reads STRATA_THREADS and STRATA_ISA itself (not through
+ * The environment: st_ctx_create reads STRATA_THREADS, STRATA_ISA and STRATA_AMX itself (not through
  * the params the callers fill, as the model loader does for its variables) because that is
  * its contract: it is how a test run under valgrind, or a comparison of kernel paths,
  * forces an ISA or a thread count into every context, including the many that tests and
@@ -201,12 +207,14 @@ typedef struct st_ctx st_ctx;
 typedef struct st_ctx_params {
     int n_threads;  /* 0 = STRATA_THREADS if set, else st_cpu_default_threads() */
     int isa;        /* -1 = best supported, or STRATA_ISA from the environment */
+    int no_amx;     /* 1: Q8_0 batches stay off AMX (the same bits, for comparisons); 0: AMX
+                     * where the CPU runs it, unless STRATA_AMX=0 is in the environment */
 } st_ctx_params;
 
 st_ctx_params st_ctx_default_params(void);
 /* Creates a context (params NULL: the defaults). Honors STRATA_ISA=scalar|avx2|avx512
- * (forcing a path, e.g. for valgrind) and STRATA_THREADS=N when the params leave them at
- * default. STRATA_THREADS must be a whole number in 1..ST_THREADS_MAX (else ST_E_INVAL, or
+ * (forcing a path, e.g. for valgrind), STRATA_AMX=0 (no AMX; any other value: the default)
+ * and STRATA_THREADS=N when the params leave them at default. STRATA_THREADS must be a whole number in 1..ST_THREADS_MAX (else ST_E_INVAL, or
  * ST_E_LIMIT above the cap). An ISA the CPU cannot run (st_cpu_isa_missing), forced or
  * passed, is refused with ST_E_UNSUPPORTED: st_ctx_isa() always names the kernels that run.
  * *out owned by caller. Returns 0, ST_E_INVAL (bad STRATA_ISA / STRATA_THREADS / isa),
@@ -218,6 +226,9 @@ int st_ctx_create_msg(const st_ctx_params *params, st_ctx **out, char *why, size
 void st_ctx_destroy(st_ctx *ctx); /* NULL is a no-op */
 st_threadpool *st_ctx_threadpool(st_ctx *ctx);
 st_isa st_ctx_isa(const st_ctx *ctx);
+/* Whether the kernels may use AMX (st_kernels_get_ex's amx): false when the params or
+ * STRATA_AMX=0 said no. Whether AMX runs is then the CPU's and the OS's (st_kernels->amx). */
+bool st_ctx_amx(const st_ctx *ctx);
 
 /* Records a detailed message for err in ctx (ctx may be NULL: then it is dropped)
  * and returns err, so callers write `return st_seterr(ctx, ST_E_FORMAT, "...")`. */

@@ -148,16 +148,14 @@ typedef void (*st_tile_fn)(int n, float *s, size_t bs, const void *x, size_t bx,
  * 0..nr-1 of it. Bit-identical per element to the table's vec_dot of the plain rows. */
 typedef void (*st_tile4_fn)(int n, float *s, size_t bs, const void *x, const void *y, size_t by,
                             int nr, int nc);
-/* A wide tile over nq consecutive whole quads of a matrix in the quad layout (x the first)
- * against nc activation rows: s[c * bs + 4 * q + r] for q < nq, r < 4, c < nc (nq in
- * 1..ST_TILEW_QUADS, nc in 1..ST_TILEW_TOKENS), each bit-identical to what the table's
- * tile4 gives for that pair (so a product's bits do not depend on which of the two ran).
- * Batches of tokens take it: the token side's per-block work is done once per call for
- * every quad. */
-typedef void (*st_tilew_fn)(int n, float *s, size_t bs, const void *x, const void *y, size_t by,
-                            int nq, int nc);
-#define ST_TILEW_QUADS 8
-#define ST_TILEW_TOKENS 8
+/* A group tile, for a type whose quad layout holds rows in groups of 16 (Q8_0): x the first
+ * of ng consecutive groups, s[c * bs + 16 * g + r] = row r of group g . activation row c
+ * (y + c * by) for g < ng, r < 16 and any nc >= 1. Each element's arithmetic is fixed by the
+ * layout (one exact int32 per block, scaled and added in block order: src/quant/quads.c), so
+ * it is the same bits whatever ng and nc, and on every path (AVX-512 VNNI, AMX, the scalar
+ * twin): matvec of one token and any tile of a batch agree. */
+typedef void (*st_tilex_fn)(int n, float *s, size_t bs, const void *x, int ng, const void *y, size_t by, int nc);
+#define ST_QUAD_GROUP_ROWS 16
 
 /* Matrix-vector rows with the activation side prepared once (a matvec reads one activation
  * row against every weight row, and rebuilding its vectors for each row made a q8_0 matvec
@@ -180,7 +178,8 @@ typedef struct st_type_kernels {
     st_tile_fn tile;             /* NULL: products loop over vec_dot */
     st_tile4_fn tile4;           /* quad layout; NULL: this table does not pack the type
                                   * (products over a quad matrix unpack each quad) */
-    st_tilew_fn tilew;           /* quad layout, several tokens; NULL: tile4 tiles only */
+    st_tilex_fn tilex;           /* quad layout in groups of 16 rows (set instead of tile4);
+                                  * NULL: the type's quads are 4 rows (or unpacked) */
     st_act_expand_fn act_expand; /* matvec rows over an expanded activation: both set, */
     st_rows_fn rows;             /* or both NULL (a matvec loops over vec_dot) */
 } st_type_kernels;
@@ -202,6 +201,8 @@ typedef struct st_kernels {
     st_isa isa;                 /* the ISA this table really uses */
     bool vnni;                  /* VNNI dots in use: AVX512-VNNI, or AVX-VNNI on the AVX2 table */
     bool gfni;                  /* GFNI K-quant dots in use (the same bits as without) */
+    bool amx;                   /* AMX-INT8 tiles in use for Q8_0 batches (the same bits as
+                                 * without) */
     st_type_kernels type[ST_TYPE_COUNT_]; /* indexed by st_type; unsupported rows NULL */
     st_vec_ops ops;
 } st_kernels;
@@ -213,6 +214,11 @@ typedef struct st_kernels {
  * CPU with AVX-VNNI the AVX2 table's K-quant dots use vpdpbusd (->vnni), in their own order.
  * Valid for the life of the process; shared by all threads. */
 const st_kernels *st_kernels_get(st_isa isa);
+/* The same, with amx false keeping Q8_0 batches off AMX even where it runs (for comparisons;
+ * the bits are the same). With amx true on a CPU with AMX-INT8 (Sapphire Rapids and newer),
+ * this asks the kernel for the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, once per call;
+ * the grant is the process's, idempotent) and uses AMX only when it is granted (->amx). */
+const st_kernels *st_kernels_get_ex(st_isa isa, bool amx);
 
 /* ---- activations ------------------------------------------------------------------- */
 /* Bytes of one quantized activation row of `cols` elements for weights of type wtype;
@@ -234,12 +240,14 @@ int st_quantize_act_rows(st_threadpool *tp, const st_kernels *k, st_type wtype, 
  * interleaved one by one. A matrix-vector product then reads the 4 rows of a quad as one
  * sequential stream while it loads and converts each activation block once per 4 rows
  * (docs/PERFORMANCE.md, quantized matvec). Q4_K, Q5_K,
- * Q6_K and Q8_0 (cols a multiple of 256; tables with their tile4: AVX-512, and AVX2 for
- * Q4_K) take it too, in quad blocks of their own arranged for kernels with a row per 128-bit
- * lane
- * (src/quant/kquants.h, quant_int.h; docs/FORMATS.md): their products are deterministic and
- * the same in matvec and matmul, but not the row layout's bits (a row's f32 sums run in
- * another order). In memory only: files keep GGUF's layout. */
+ * Q6_K (cols a multiple of 256; tables with their tile4: AVX-512, and AVX2 for Q4_K) take it
+ * too, in quad blocks of their own arranged for kernels with a row per 128-bit lane
+ * (src/quant/kquants.h). Q8_0 (rows a multiple of 16, cols of 64; the AVX-512 tables, which
+ * have its st_tilex_fn) takes groups of ST_QUAD_GROUP_ROWS rows instead, each block's quants
+ * arranged as VNNI and AMX read them, 4 bytes of each of the 16 rows in turn (quant_int.h:
+ * ST_Q8X_*). These products are deterministic and the same in matvec and matmul, but not the
+ * row layout's bits (a row's f32 sums run in another order). In memory only: files keep
+ * GGUF's layout. */
 /* ST_WLAYOUT_PANELS (rows longer than ST_PANEL_MAX_COLS, any type): the columns cut into
  * st_panels_count() panels of equal width, each a plain row-major rows x width matrix, stored
  * panel after panel. A thread then streams one panel's rows with an activation slice that
@@ -254,13 +262,14 @@ typedef enum st_wlayout { ST_WLAYOUT_ROWS = 0, ST_WLAYOUT_QUADS = 1, ST_WLAYOUT_
 #define ST_PANEL_ALIGN 256     /* panel widths are multiples of every block size */
 
 /* Whether a rows x cols matrix of type t can take the quad layout, and k has a kernel
- * for it (k->type[t].tile4): when false, keep the rows layout. */
+ * for it (k->type[t].tile4, or .tilex for Q8_0): when false, keep the rows layout. */
 bool st_quads_fit(const st_kernels *k, st_type t, int64_t rows, int64_t cols);
 /* Rearranges W (rows x cols of type t, writable, row layout) into the quad layout in
  * place. 0, or ST_E_INVAL when the shape or type cannot take it (W unchanged). */
 int st_pack_quads(st_type t, void *W, int64_t rows, int64_t cols);
 /* Copies row r of W (quad layout) into row (st_row_bytes(t, cols) bytes, caller-owned) in
- * the row layout (through a 4-row scratch it allocates). 0, ST_E_INVAL or ST_E_NOMEM. */
+ * the row layout (through a scratch of one quad or group it allocates). 0, ST_E_INVAL or
+ * ST_E_NOMEM. */
 int st_quads_row(st_type t, const void *W, int64_t rows, int64_t cols, int64_t r, void *row);
 /* Panels of the panel layout for a rows x cols matrix of type t: the fewest panels of at
  * most ST_PANEL_MAX_COLS columns whose width divides cols, is a multiple of ST_PANEL_ALIGN and

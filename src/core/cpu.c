@@ -10,6 +10,9 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#endif
 
 /* The features each SIMD build is compiled for (CMakeLists.txt: ST_AVX2_FLAGS, ST_AVX512_FLAGS):
  * the compiler may emit any of them anywhere in those files (BMI2 shifts in plain C, say),
@@ -81,6 +84,18 @@ int st_cpu_has_avxvnni(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
     return (a >> 4) & 1;
+#else
+    return 0;
+#endif
+}
+
+int st_cpu_amx_enable(void) {
+#if defined(__linux__) && defined(__x86_64__)
+    /* CPUID leaf 7: EDX bit 24 AMX-TILE, bit 25 AMX-INT8; the state is XFEATURE 18
+     * (XTILEDATA), granted by ARCH_REQ_XCOMP_PERM (0x1023, Linux 5.16 and newer) */
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> 24) & 1) || !((d >> 25) & 1)) return 0;
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
 #else
     return 0;
 #endif

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 #define ST_ERRMSG_MAX 1024
@@ -12,6 +13,7 @@
 struct st_ctx {
     st_threadpool *tp;
     st_isa isa;
+    bool amx;
     int last_code;
     char last_msg[ST_ERRMSG_MAX];
 };
@@ -80,6 +82,8 @@ int st_ctx_create_msg(const st_ctx_params *params, st_ctx **out, char *why, size
         return why_fail(why, why_len, rc, "cannot start %d threads: %s", p.n_threads, st_strerror(rc));
     }
     ctx->isa = (st_isa)p.isa;
+    const char *amx_env = getenv("STRATA_AMX");
+    ctx->amx = !p.no_amx && !(amx_env && !strcmp(amx_env, "0"));
     *out = ctx;
     return 0;
 }
@@ -94,6 +98,7 @@ void st_ctx_destroy(st_ctx *ctx) {
 
 st_threadpool *st_ctx_threadpool(st_ctx *ctx) { return ctx->tp; }
 st_isa st_ctx_isa(const st_ctx *ctx) { return ctx->isa; }
+bool st_ctx_amx(const st_ctx *ctx) { return ctx->amx; }
 
 int st_vseterr(st_ctx *ctx, int err, const char *fmt, va_list ap) {
     if (ctx) {

@@ -96,7 +96,7 @@ int st_runner_create(st_ctx *ctx, const st_model *m, st_kv *kv, const st_runner_
     r->tp = st_ctx_threadpool(ctx);
     r->m = m;
     r->kv = kv;
-    r->kern = st_kernels_get(st_ctx_isa(ctx));
+    r->kern = st_kernels_get_ex(st_ctx_isa(ctx), st_ctx_amx(ctx));
     r->n_batch = rp.n_batch;
     r->n_ctx = rp.n_ctx;
     r->E = hp->n_embd;

@@ -90,11 +90,12 @@ static const st_kernels kernels_avx2 = KERNELS_AVX2_(avx2, false);
 static const st_kernels kernels_avx2vnni = KERNELS_AVX2_(avx2vnni, true);
 
 /* The AVX-512 table; nib as in KQ_AVX512_. */
-#define KERNELS_AVX512_(nib, use_gfni) { \
+#define KERNELS_AVX512_(nib, use_gfni, use_amx, q8x) { \
     .isa = ST_ISA_AVX512, \
     .ops = ST_VEC_OPS_(avx512), \
     .vnni = true, \
     .gfni = (use_gfni), \
+    .amx = (use_amx), \
     .type = { \
         [ST_TYPE_F32] = ROW_(ST_TYPE_F32, st_quantize_row_f32_ref, st_dequantize_row_f32, st_vec_dot_f32_f32_avx512, st_tile_f32_f32_avx512), \
         [ST_TYPE_F16] = ROW_(ST_TYPE_F16, st_quantize_row_f16_avx2, st_dequantize_row_f16_avx2, st_vec_dot_f16_f16_avx512, st_tile_f16_f16_avx512), \
@@ -103,25 +104,31 @@ static const st_kernels kernels_avx2vnni = KERNELS_AVX2_(avx2vnni, true);
         [ST_TYPE_Q4_1] = ROWX_(ST_TYPE_Q8_1, st_quantize_row_q4_1_ref, st_dequantize_row_q4_1, st_vec_dot_q4_1_q8_1_avx512, st_tile_q4_1_q8_1_avx512, st_tile4_q4_1_q8_1_avx512, st_act_expand_q4_1_q8_1_avx512, st_rows_q4_1_q8_1_avx512), \
         [ST_TYPE_Q5_0] = ROWX_(ST_TYPE_Q8_0, st_quantize_row_q5_0_ref, st_dequantize_row_q5_0, st_vec_dot_q5_0_q8_0_avx512, st_tile_q5_0_q8_0_avx512, st_tile4_q5_0_q8_0_avx512, st_act_expand_q5_0_q8_0_avx512, st_rows_q5_0_q8_0_avx512), \
         [ST_TYPE_Q5_1] = ROWX_(ST_TYPE_Q8_1, st_quantize_row_q5_1_ref, st_dequantize_row_q5_1, st_vec_dot_q5_1_q8_1_avx512, st_tile_q5_1_q8_1_avx512, st_tile4_q5_1_q8_1_avx512, st_act_expand_q5_1_q8_1_avx512, st_rows_q5_1_q8_1_avx512), \
-        [ST_TYPE_Q8_0] = {.vec_dot_type = ST_TYPE_Q8_0, .from_float = st_quantize_row_q8_0_avx512, .to_float = st_dequantize_row_q8_0, .vec_dot = st_vec_dot_q8_0_q8_0_avx512, .tile = st_tile_q8_0_q8_0_avx512, .tile4 = st_tile4_q8_0_q8_0_avx512, .tilew = st_tilew_q8_0_q8_0_avx512, .act_expand = st_act_expand_q8_0_q8_0_avx512, .rows = st_rows_q8_0_q8_0_avx512}, \
+        [ST_TYPE_Q8_0] = {.vec_dot_type = ST_TYPE_Q8_0, .from_float = st_quantize_row_q8_0_avx512, .to_float = st_dequantize_row_q8_0, .vec_dot = st_vec_dot_q8_0_q8_0_avx512, .tile = st_tile_q8_0_q8_0_avx512, .tilex = (q8x), .act_expand = st_act_expand_q8_0_q8_0_avx512, .rows = st_rows_q8_0_q8_0_avx512}, \
         [ST_TYPE_Q8_1] = ROW_(NOT_, st_quantize_row_q8_1_avx512, st_dequantize_row_q8_1, NULL, NULL), \
         KQ_AVX512_(nib), \
     }, \
 }
 
-static const st_kernels kernels_avx512 = KERNELS_AVX512_(avx512, false);
+static const st_kernels kernels_avx512 = KERNELS_AVX512_(avx512, false, false, st_tilex_q8_0_q8_0_avx512);
 /* Ice Lake, Zen 4 and newer: the same table with the GFNI K-quant dots (same bits) */
-static const st_kernels kernels_avx512gfni = KERNELS_AVX512_(avx512gfni, true);
+static const st_kernels kernels_avx512gfni = KERNELS_AVX512_(avx512gfni, true, false, st_tilex_q8_0_q8_0_avx512);
+/* Sapphire Rapids and newer (GFNI too): Q8_0 batches on AMX-INT8 (same bits) */
+static const st_kernels kernels_avx512amx = KERNELS_AVX512_(avx512gfni, true, true, st_tilex_q8_0_q8_0_amx);
 
 /* st_cpu_best_isa's AVX512 level includes VNNI (core.h), so the table for a level the CPU
  * runs is always that level's own. */
-const st_kernels *st_kernels_get(st_isa isa) {
+const st_kernels *st_kernels_get_ex(st_isa isa, bool amx) {
     const st_isa best = st_cpu_best_isa();
-    if (isa == ST_ISA_AVX512 && best == ST_ISA_AVX512)
-        return st_cpu_has_gfni() ? &kernels_avx512gfni : &kernels_avx512;
+    if (isa == ST_ISA_AVX512 && best == ST_ISA_AVX512) {
+        if (!st_cpu_has_gfni()) return &kernels_avx512;
+        return amx && st_cpu_amx_enable() ? &kernels_avx512amx : &kernels_avx512gfni;
+    }
     if (isa >= ST_ISA_AVX2 && best >= ST_ISA_AVX2) return st_cpu_has_avxvnni() ? &kernels_avx2vnni : &kernels_avx2;
     return &kernels_scalar;
 }
+
+const st_kernels *st_kernels_get(st_isa isa) { return st_kernels_get_ex(isa, true); }
 
 /* ---- traits ---- */
 bool st_type_is_quantized(st_type t) {

@@ -61,7 +61,8 @@ struct mv_job {
     const st_type_kernels *tk;
     st_type wtype;
     st_wlayout layout;
-    uint8_t *scratch; /* quads without tile4: [n_threads][4 rows], each quad unpacked */
+    int unit;         /* rows per unit: 1, or a quad's 4 / a group's 16 in the quad layout */
+    uint8_t *scratch; /* quads without their tile kernel: [n_threads][unit rows], each unpacked */
     int n_mat;
     const void *const *W;
     const int64_t *rows;
@@ -78,17 +79,23 @@ struct mv_job {
     float *part;
 };
 
-/* Quads [q0, q1) of a matrix in the quad layout: one 4 x 1 tile each (or, for a table
- * without tile4, the quad unpacked into scratch and its rows done as in the row layout). */
+/* Units [q0, q1) of a matrix in the quad layout: the group tile over all of them at once, or
+ * a 4 x 1 tile per quad (or, for a table without the type's tile kernel, each unit unpacked
+ * into scratch and its rows done as in the row layout). */
 static void mv_quads(const struct mv_job *j, const uint8_t *W, int64_t q0, int64_t q1, float *y, int ith) {
+    const size_t ub = (size_t)j->unit * j->rb;
+    if (j->tk->tilex && j->unit == ST_QUAD_GROUP_ROWS) {
+        j->tk->tilex(j->cols, y + (size_t)j->unit * (size_t)q0, 0, W + (size_t)q0 * ub, (int)(q1 - q0), j->xq, 0, 1);
+        return;
+    }
     for (int64_t q = q0; q < q1; q++) {
-        const uint8_t *quad = W + (size_t)q * 4 * j->rb;
-        if (j->tk->tile4) {
+        const uint8_t *quad = W + (size_t)q * ub;
+        if (j->tk->tile4 && j->unit == 4) {
             j->tk->tile4(j->cols, y + 4 * q, 1, quad, j->xq, 0, 4, 1);
         } else {
-            uint8_t *rows4 = j->scratch + (size_t)ith * 4 * j->rb;
-            st_quads_unpack4(j->wtype, quad, j->cols, rows4);
-            mv_rows(j->tk, rows4, j->rb, 0, 4, j->cols, j->xq, NULL, y + 4 * q);
+            uint8_t *rows = j->scratch + (size_t)ith * ub;
+            st_quads_unpack(j->wtype, quad, j->cols, rows);
+            mv_rows(j->tk, rows, j->rb, 0, j->unit, j->cols, j->xq, NULL, y + (size_t)j->unit * (size_t)q);
         }
     }
 }
@@ -96,7 +103,7 @@ static void mv_quads(const struct mv_job *j, const uint8_t *W, int64_t q0, int64
 /* Units [a, b) of panel p's concatenated units (p = 0 outside the panel layout): rows, or
  * quads in the quad layout. */
 static void mv_span(const struct mv_job *j, int p, int64_t a, int64_t b, int ith) {
-    const int64_t per = j->layout == ST_WLAYOUT_QUADS ? 4 : 1;
+    const int64_t per = j->unit;
     const void *xq = (const uint8_t *)j->xq + (size_t)p * j->abp;
     int64_t base = 0;
     for (int m = 0; m < j->n_mat && base < b; base += j->rows[m] / per, m++) {
@@ -105,7 +112,7 @@ static void mv_span(const struct mv_job *j, int p, int64_t a, int64_t b, int ith
         if (lo >= hi) continue;
         const uint8_t *W = (const uint8_t *)j->W[m] + (size_t)p * (size_t)j->rows[m] * j->rb;
         float *y = p ? j->part + (size_t)(p - 1) * (size_t)j->total + (size_t)base : j->y[m];
-        if (per == 4) mv_quads(j, W, lo, hi, y, ith);
+        if (j->layout == ST_WLAYOUT_QUADS) mv_quads(j, W, lo, hi, y, ith);
         else mv_rows(j->tk, W, j->rb, lo, hi, j->cols, xq, j->xe, y);
     }
 }
@@ -113,18 +120,24 @@ static void mv_span(const struct mv_job *j, int p, int64_t a, int64_t b, int ith
 /* Units [a, b) of every panel's units, panel after panel (one panel outside that layout). */
 static void mv_range(void *arg, int64_t a, int64_t b, int ith) {
     const struct mv_job *j = arg;
-    const int64_t n = j->layout == ST_WLAYOUT_QUADS ? j->total / 4 : j->total;
+    const int64_t n = j->total / j->unit;
     for (int64_t p = a / n; p < j->np && p * n < b; p++)
         mv_span(j, (int)p, a > p * n ? a - p * n : 0, b - p * n < n ? b - p * n : n, ith);
 }
 
-/* Scratch for quad products on a table without tile4 (NULL when none is needed). 0 or
- * ST_E_NOMEM. */
-static int quad_scratch(const st_type_kernels *tk, st_wlayout layout, st_threadpool *tp, size_t rb,
+/* Whether tk runs the quad layout of type t in its own tile kernel (else each unit is
+ * unpacked into rows). */
+static bool quads_native(const st_type_kernels *tk, st_type t) {
+    return st_quads_unit(t) == ST_QUAD_GROUP_ROWS ? tk->tilex != NULL : tk->tile4 != NULL;
+}
+
+/* Scratch for quad products on a table without the type's tile kernel (NULL when none is
+ * needed): a unit's rows per thread. 0 or ST_E_NOMEM. */
+static int quad_scratch(const st_type_kernels *tk, st_type t, st_wlayout layout, st_threadpool *tp, size_t rb,
                         uint8_t **out) {
     *out = NULL;
-    if (layout != ST_WLAYOUT_QUADS || tk->tile4) return 0;
-    *out = malloc((size_t)st_threadpool_n_threads(tp) * 4 * rb);
+    if (layout != ST_WLAYOUT_QUADS || quads_native(tk, t)) return 0;
+    *out = malloc((size_t)st_threadpool_n_threads(tp) * (size_t)st_quads_unit(t) * rb);
     return *out ? 0 : ST_E_NOMEM;
 }
 
@@ -153,9 +166,10 @@ int st_matvec_multi_l(st_threadpool *tp, const st_kernels *k, st_type wtype, st_
         total += rows[m];
     }
     const int np = panels_of(layout, wtype, cols);
-    struct mv_job j = {&k->type[wtype], wtype, layout, NULL, n_mat, W, rows, st_row_bytes(wtype, cols / np),
+    const int unit = layout == ST_WLAYOUT_QUADS ? st_quads_unit(wtype) : 1;
+    struct mv_job j = {&k->type[wtype], wtype, layout, unit, NULL, n_mat, W, rows, st_row_bytes(wtype, cols / np),
                        (int)(cols / np), xq, NULL, y, np, st_act_bytes(wtype, cols / np), total, NULL};
-    if ((rc = quad_scratch(j.tk, layout, tp, j.rb, &j.scratch))) return rc;
+    if ((rc = quad_scratch(j.tk, wtype, layout, tp, j.rb, &j.scratch))) return rc;
     if (np > 1 && total && !(j.part = malloc((size_t)(np - 1) * (size_t)total * sizeof(float)))) return ST_E_NOMEM;
     void *xe = NULL; /* the activation expanded once for every row */
     if (layout == ST_WLAYOUT_ROWS && j.tk->rows && total && cols <= MV_ROWS_MAX_COLS) {
@@ -166,9 +180,9 @@ int st_matvec_multi_l(st_threadpool *tp, const st_kernels *k, st_type wtype, st_
         j.tk->act_expand((int)cols, xq, xe);
         j.xe = xe;
     }
-    /* work units: rows (of each panel in turn in the panel layout), or quads (4 rows) */
-    const size_t ub = layout == ST_WLAYOUT_QUADS ? 4 * j.rb : j.rb;
-    const int64_t units = (layout == ST_WLAYOUT_QUADS ? total / 4 : total) * np;
+    /* work units: rows (of each panel in turn in the panel layout), or quads / groups */
+    const size_t ub = (size_t)unit * j.rb;
+    const int64_t units = total / unit * np;
     size_t chunk = (size_t)units * ub / ((size_t)MV_CHUNKS_PER_THREAD * (size_t)st_threadpool_n_threads(tp));
     if (chunk > MV_CHUNK_BYTES) chunk = MV_CHUNK_BYTES;
     if (chunk < MV_CHUNK_MIN_BYTES) chunk = MV_CHUNK_MIN_BYTES;
@@ -223,10 +237,10 @@ struct mm_job {
 
 /* Tile (rows [r, r + nr), tokens [t, t + nc)) of panel p into y (row stride ldy). */
 static void mm_tile(const struct mm_job *j, int p, const uint8_t *w, int64_t t, int nr, int nc, float *y,
-                    size_t ldy) {
+                    size_t ldy, bool quad_tile) {
     const st_type_kernels *tk = j->tk;
     const uint8_t *x = j->X + (size_t)t * j->ab + (size_t)p * j->abp;
-    if (j->layout == ST_WLAYOUT_QUADS && tk->tile4) {
+    if (quad_tile) {
         tk->tile4(j->cols, y, ldy, w, x, j->ab, nr, nc);
     } else if (tk->tile) {
         tk->tile(j->cols, y, ldy, w, j->rb, x, j->ab, nr, nc);
@@ -237,19 +251,19 @@ static void mm_tile(const struct mm_job *j, int p, const uint8_t *w, int64_t t, 
     }
 }
 
-/* Rows [r0, r1) (whole quads) of a quad matrix whose table has a wide tile: for each token
- * block, groups of ST_TILEW_QUADS quads (their weights stay in L1/L2) against the block's
- * tokens ST_TILEW_TOKENS at a time. */
-static void mm_task_wide(const struct mm_job *j, int64_t r0, int64_t r1) {
+/* Rows [r0, r1) (whole groups) of a matrix in the group layout (Q8_0): for each token block,
+ * runs of groups whose weights stay in L2 against all the block's tokens in one call of the
+ * group tile (which takes the tokens 16 at a time on AMX, 4 on VNNI). */
+#define MM_GROUP_L2_BYTES (128 * 1024)
+static void mm_task_groups(const struct mm_job *j, int64_t r0, int64_t r1) {
+    const size_t gb = ST_QUAD_GROUP_ROWS * j->rb;
+    const int64_t run = gb >= MM_GROUP_L2_BYTES ? 1 : (int64_t)(MM_GROUP_L2_BYTES / gb);
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->tb) {
         const int64_t t1 = t0 + j->tb < j->n_tok ? t0 + j->tb : j->n_tok;
-        for (int64_t r = r0; r < r1; r += 4 * ST_TILEW_QUADS) {
-            const int nq = (r1 - r) / 4 < ST_TILEW_QUADS ? (int)((r1 - r) / 4) : ST_TILEW_QUADS;
-            for (int64_t t = t0; t < t1; t += ST_TILEW_TOKENS) {
-                const int nc = t1 - t < ST_TILEW_TOKENS ? (int)(t1 - t) : ST_TILEW_TOKENS;
-                j->tk->tilew(j->cols, j->Y + t * j->ldy + r, (size_t)j->ldy, j->W + (size_t)r * j->rb,
-                             j->X + (size_t)t * j->ab, j->ab, nq, nc);
-            }
+        for (int64_t r = r0; r < r1; r += run * ST_QUAD_GROUP_ROWS) {
+            const int64_t ng = (r1 - r) / ST_QUAD_GROUP_ROWS < run ? (r1 - r) / ST_QUAD_GROUP_ROWS : run;
+            j->tk->tilex(j->cols, j->Y + t0 * j->ldy + r, (size_t)j->ldy, j->W + (size_t)r * j->rb, (int)ng,
+                         j->X + (size_t)t0 * j->ab, j->ab, (int)(t1 - t0));
         }
     }
 }
@@ -258,34 +272,39 @@ static void mm_task(void *arg, int ith, int nth) {
     const struct mm_job *j = arg;
     int64_t r0, r1;
     const int quads = j->layout == ST_WLAYOUT_QUADS;
-    /* a quad matrix splits by quads, so every tile is one whole quad */
-    st_split_range(quads ? j->rows / 4 : j->rows, ith, nth, &r0, &r1);
-    if (quads) r0 *= 4, r1 *= 4;
+    const int unit = quads ? st_quads_unit(j->wtype) : 1;
+    /* a quad matrix splits by units, so every tile is within one whole quad or group */
+    st_split_range(j->rows / unit, ith, nth, &r0, &r1);
+    r0 *= unit, r1 *= unit;
     const st_type_kernels *tk = j->tk;
-    if (quads && tk->tilew) {
-        mm_task_wide(j, r0, r1);
+    const bool native = quads && quads_native(tk, j->wtype);
+    if (native && unit == ST_QUAD_GROUP_ROWS) {
+        mm_task_groups(j, r0, r1);
         return;
     }
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->tb) {
         const int64_t t1 = t0 + j->tb < j->n_tok ? t0 + j->tb : j->n_tok;
-        for (int64_t r = r0; r < r1; r += ST_TILE_MAX) {
-            const int nr = r1 - r < ST_TILE_MAX ? (int)(r1 - r) : ST_TILE_MAX;
-            const uint8_t *w = j->W + (size_t)r * j->rb;
-            if (quads && !tk->tile4) { /* rows of the quad, then as the row layout */
-                uint8_t *rows4 = j->scratch + (size_t)ith * 4 * j->rb;
-                st_quads_unpack4(j->wtype, w, j->cols, rows4);
-                w = rows4;
+        for (int64_t ru = r0; ru < r1; ru += unit) {
+            const uint8_t *wu = j->W + (size_t)ru * j->rb;
+            if (quads && !native) { /* rows of the unit, then as the row layout */
+                uint8_t *rows = j->scratch + (size_t)ith * (size_t)unit * j->rb;
+                st_quads_unpack(j->wtype, wu, j->cols, rows);
+                wu = rows;
             }
-            for (int64_t t = t0; t < t1; t += ST_TILE_MAX) {
-                const int nc = t1 - t < ST_TILE_MAX ? (int)(t1 - t) : ST_TILE_MAX;
-                float *y = j->Y + t * j->ldy + r;
-                mm_tile(j, 0, w, t, nr, nc, y, (size_t)j->ldy);
-                /* later panels: into a tile of their own, then added in panel order */
-                for (int p = 1; p < j->np; p++) {
-                    float part[ST_TILE_MAX * ST_TILE_MAX];
-                    mm_tile(j, p, w + (size_t)p * (size_t)j->rows * j->rb, t, nr, nc, part, ST_TILE_MAX);
-                    for (int c = 0; c < nc; c++)
-                        for (int i = 0; i < nr; i++) y[c * j->ldy + i] += part[c * ST_TILE_MAX + i];
+            for (int64_t r = ru; r < ru + unit && r < r1; r += ST_TILE_MAX) {
+                const int nr = r1 - r < ST_TILE_MAX ? (int)(r1 - r) : ST_TILE_MAX;
+                const uint8_t *w = wu + (size_t)(r - ru) * j->rb;
+                for (int64_t t = t0; t < t1; t += ST_TILE_MAX) {
+                    const int nc = t1 - t < ST_TILE_MAX ? (int)(t1 - t) : ST_TILE_MAX;
+                    float *y = j->Y + t * j->ldy + r;
+                    mm_tile(j, 0, w, t, nr, nc, y, (size_t)j->ldy, native);
+                    /* later panels: into a tile of their own, then added in panel order */
+                    for (int p = 1; p < j->np; p++) {
+                        float part[ST_TILE_MAX * ST_TILE_MAX];
+                        mm_tile(j, p, w + (size_t)p * (size_t)j->rows * j->rb, t, nr, nc, part, ST_TILE_MAX, native);
+                        for (int c = 0; c < nc; c++)
+                            for (int i = 0; i < nr; i++) y[c * j->ldy + i] += part[c * ST_TILE_MAX + i];
+                    }
                 }
             }
         }
@@ -306,7 +325,7 @@ int st_matmul_l(st_threadpool *tp, const st_kernels *k, st_type wtype, st_wlayou
     const int np = panels_of(layout, wtype, cols);
     struct mm_job j = {&k->type[wtype], wtype, layout, NULL, W, st_row_bytes(wtype, cols / np), rows,
                        (int)(cols / np), n_tok, Xq, ab, Y, ldy, tb, np, st_act_bytes(wtype, cols / np)};
-    if ((rc = quad_scratch(j.tk, layout, tp, j.rb, &j.scratch))) return rc;
+    if ((rc = quad_scratch(j.tk, wtype, layout, tp, j.rb, &j.scratch))) return rc;
     st_threadpool_run(tp, mm_task, &j);
     free(j.scratch);
     return 0;

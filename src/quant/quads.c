@@ -1,7 +1,8 @@
 /* The quad weight layout (st_wlayout): 4 rows of 32-element blocks interleaved block by
- * block, or (Q4_K, Q5_K, Q6_K, Q8_0) rearranged into quad blocks of their own
- * (kquants.h), so a 4-row tile reads one sequential stream (see quant.h). Packing runs once
- * per matrix at model load, in place, one quad at a time through a 4-row scratch buffer. */
+ * block, or (Q4_K, Q5_K, Q6_K) rearranged into quad blocks of their own (kquants.h), so a
+ * 4-row tile reads one sequential stream; Q8_0 in groups of 16 rows (quant_int.h: ST_Q8X_*).
+ * Packing runs once per matrix at model load, in place, one unit (quad or group) at a time
+ * through a scratch buffer of that many rows. */
 #include "quant_int.h"
 
 #include "quant/kquants.h"
@@ -12,13 +13,13 @@
 bool st_quads_shape(st_type t, int64_t rows, int64_t cols) {
     const bool type_ok = t == ST_TYPE_Q4_0 || t == ST_TYPE_Q4_1 || t == ST_TYPE_Q5_0 || t == ST_TYPE_Q5_1;
     const bool own = t == ST_TYPE_Q4_K || t == ST_TYPE_Q5_K || t == ST_TYPE_Q6_K || t == ST_TYPE_Q8_0; /* layouts of their own */
-    const int64_t col_step = t == ST_TYPE_Q8_0 ? 32 * ST_Q8Q_SPAN : own ? QK_K : 64;
-    return (type_ok || own) && rows >= 0 && rows % 4 == 0 && cols > 0 && cols % col_step == 0 &&
+    const int64_t col_step = t == ST_TYPE_Q8_0 ? 32 * ST_Q8X_SPAN : own ? QK_K : 64;
+    return (type_ok || own) && rows >= 0 && rows % st_quads_unit(t) == 0 && cols > 0 && cols % col_step == 0 &&
            cols <= INT32_MAX;
 }
 
 bool st_quads_fit(const st_kernels *k, st_type t, int64_t rows, int64_t cols) {
-    return k && st_quads_shape(t, rows, cols) && k->type[t].tile4;
+    return k && st_quads_shape(t, rows, cols) && (t == ST_TYPE_Q8_0 ? k->type[t].tilex != NULL : k->type[t].tile4 != NULL);
 }
 
 /* n bytes from the row layout into the quad, or back (unpack): every converter below moves
@@ -68,22 +69,20 @@ static void quad_convert_q45k(int q5, uint8_t *quad, uint8_t *rows4, size_t rb, 
     }
 }
 
-/* Q8_0: span sp of the 4 rows (quant_int.h: ST_Q8Q_*) <-> quad block sp; the quants are
- * stored + 128 (XOR 0x80). */
-static void quad_convert_q8(uint8_t *quad, uint8_t *rows4, size_t rb, int unpack) {
-    for (size_t sp = 0; sp < rb / (ST_Q8Q_SPAN * sizeof(st_block_q8_0)); sp++) {
-        uint8_t *qb = quad + sp * ST_Q8Q_BLOCK_BYTES;
-        for (int b = 0; b < ST_Q8Q_SPAN; b++) {
-            for (int j = 0; j < 4; j++) {
-                st_block_q8_0 *blk = (st_block_q8_0 *)(rows4 + (size_t)j * rb) + ST_Q8Q_SPAN * sp + b;
-                quad_move(qb + 2 * (4 * b + j), &blk->d, 2, unpack);
-                for (int h = 0; h < 2; h++) {
-                    uint8_t *q = qb + ST_Q8Q_QS + 128 * b + 64 * h + 16 * j;
-                    for (int e = 0; e < 16; e++) {
-                        if (unpack) blk->qs[16 * h + e] = (int8_t)(q[e] ^ 0x80);
-                        else q[e] = (uint8_t)blk->qs[16 * h + e] ^ 0x80;
-                    }
-                }
+/* Q8_0: a group of 16 rows (quant_int.h: ST_Q8X_*) <-> the rows; the quants are stored + 128
+ * (XOR 0x80). */
+static void group_convert_q8(uint8_t *grp, uint8_t *rows, size_t rb, int unpack) {
+    for (size_t b = 0; b < rb / sizeof(st_block_q8_0); b++) {
+        uint8_t *sp = grp + (b / ST_Q8X_SPAN) * ST_Q8X_SPAN_BYTES;
+        const int j = (int)(b % ST_Q8X_SPAN);
+        for (int r = 0; r < ST_QUAD_GROUP_ROWS; r++) {
+            st_block_q8_0 *blk = (st_block_q8_0 *)(rows + (size_t)r * rb) + b;
+            quad_move(sp + 2 * (ST_QUAD_GROUP_ROWS * j + r), &blk->d, 2, unpack);
+            uint8_t *q = sp + ST_Q8X_QS + 512 * j + 4 * r;
+            for (int k = 0; k < 32; k++) {
+                uint8_t *e = q + 64 * (k / 4) + k % 4;
+                if (unpack) blk->qs[k] = (int8_t)(*e ^ 0x80);
+                else *e = (uint8_t)blk->qs[k] ^ 0x80;
             }
         }
     }
@@ -109,7 +108,7 @@ static void quad_convert_q6k(uint8_t *quad, uint8_t *rows4, size_t rb, int unpac
 static void quad_convert(uint8_t *quad, uint8_t *rows4, size_t rb, size_t bb, int unpack) {
     switch (bb) {
     case sizeof(st_block_q6_K): quad_convert_q6k(quad, rows4, rb, unpack); break;
-    case sizeof(st_block_q8_0): quad_convert_q8(quad, rows4, rb, unpack); break;
+    case sizeof(st_block_q8_0): group_convert_q8(quad, rows4, rb, unpack); break; /* 16 rows */
     case sizeof(st_block_q4_K): quad_convert_q45k(0, quad, rows4, rb, unpack); break;
     case sizeof(st_block_q5_K): quad_convert_q45k(1, quad, rows4, rb, unpack); break;
     case 18: quad_convert_bb(quad, rows4, rb, 18, unpack); break; /* q4_0 */
@@ -121,63 +120,58 @@ static void quad_convert(uint8_t *quad, uint8_t *rows4, size_t rb, size_t bb, in
 
 int st_pack_quads(st_type t, void *W, int64_t rows, int64_t cols) {
     if (!W || !st_quads_shape(t, rows, cols)) return ST_E_INVAL;
-    const size_t rb = st_row_bytes(t, cols), bb = st_type_size(t);
-    uint8_t *tmp = malloc(4 * rb);
+    const size_t rb = st_row_bytes(t, cols), bb = st_type_size(t), u = (size_t)st_quads_unit(t);
+    uint8_t *tmp = malloc(u * rb);
     if (!tmp) return ST_E_NOMEM;
-    for (int64_t q = 0; q < rows / 4; q++) {
-        uint8_t *quad = (uint8_t *)W + (size_t)q * 4 * rb;
-        memcpy(tmp, quad, 4 * rb);
-        quad_convert(quad, tmp, rb, bb, 0);
+    for (int64_t q = 0; q < rows / (int64_t)u; q++) {
+        uint8_t *unit = (uint8_t *)W + (size_t)q * u * rb;
+        memcpy(tmp, unit, u * rb);
+        quad_convert(unit, tmp, rb, bb, 0);
     }
     free(tmp);
     return 0;
 }
 
-void st_quads_unpack4(st_type t, const void *quad, int64_t cols, void *rows4) {
-    quad_convert((uint8_t *)quad, rows4, st_row_bytes(t, cols), st_type_size(t), 1);
+void st_quads_unpack(st_type t, const void *unit, int64_t cols, void *rows) {
+    quad_convert((uint8_t *)unit, rows, st_row_bytes(t, cols), st_type_size(t), 1);
 }
 
 int st_quads_row(st_type t, const void *W, int64_t rows, int64_t cols, int64_t r, void *row) {
     if (!W || !row || !st_quads_shape(t, rows, cols) || r < 0 || r >= rows) return ST_E_INVAL;
     const size_t rb = st_row_bytes(t, cols);
-    uint8_t *rows4 = malloc(4 * rb);
-    if (!rows4) return ST_E_NOMEM;
-    st_quads_unpack4(t, (const uint8_t *)W + (size_t)(r / 4) * 4 * rb, cols, rows4);
-    memcpy(row, rows4 + (size_t)(r % 4) * rb, rb);
-    free(rows4);
+    const int u = st_quads_unit(t);
+    uint8_t *tmp = malloc((size_t)u * rb);
+    if (!tmp) return ST_E_NOMEM;
+    st_quads_unpack(t, (const uint8_t *)W + (size_t)(r / u) * (size_t)u * rb, cols, tmp);
+    memcpy(row, tmp + (size_t)(r % u) * rb, rb);
+    free(tmp);
     return 0;
 }
 
-/* The Q8_0 quad kernels' arithmetic (quads_avx512.c) in plain C, lane by lane: row r's 4
- * lanes k each sum, per block, its 8 products (elements 4k..4k+3 of both halves) exactly in
- * an int, add it times (d_w * d_a) with one rounding (fmaf) in block order, and end as
- * (l0 + l1) + (l2 + l3). The same bits as the AVX-512 tile4 and tilew on every input, so
- * the tests hold both to it on any CPU. */
-void st_tilew_q8_0_q8_0_scalar(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nq, int nc) {
-    const int n_span = n / (32 * ST_Q8Q_SPAN);
-    for (int q = 0; q < nq; q++) {
-        const uint8_t *xq = (const uint8_t *)x + (size_t)q * (size_t)n_span * ST_Q8Q_BLOCK_BYTES;
+/* The Q8_0 group tiles' arithmetic (q8x_avx512.c, q8x_amx.c) in plain C, and so their
+ * definition: each (row, block) pair's 32 products summed exactly in an int32, converted to
+ * f32 (exact: |sum| < 2^19) and added times (d_w * d_a), that product rounded once, with one
+ * rounding (fmaf), block after block from 0. The SIMD kernels hold the bits to this on every
+ * input; the tests hold them to it on any CPU. */
+void st_tilex_q8_0_q8_0_scalar(int n, float *s, size_t bs, const void *x, int ng, const void *y, size_t by, int nc) {
+    const int nb = n / 32;
+    const size_t gb = (size_t)nb * ST_QUAD_GROUP_ROWS * sizeof(st_block_q8_0);
+    for (int g = 0; g < ng; g++) {
+        const uint8_t *xg = (const uint8_t *)x + (size_t)g * gb;
         for (int c = 0; c < nc; c++) {
             const st_block_q8_0 *a = (const st_block_q8_0 *)((const uint8_t *)y + (size_t)c * by);
-            for (int r = 0; r < 4; r++) {
-                float l[4] = {0, 0, 0, 0};
-                for (int i = 0; i < n_span; i++) {
-                    const uint8_t *xb = xq + (size_t)i * ST_Q8Q_BLOCK_BYTES;
-                    for (int b = 0; b < ST_Q8Q_SPAN; b++) {
-                        const st_block_q8_0 *ab = &a[ST_Q8Q_SPAN * i + b];
-                        const float dwa = st_fp16_to_fp32(ld16(xb + 2 * (4 * b + r))) * st_fp16_to_fp32(ab->d);
-                        for (int k = 0; k < 4; k++) {
-                            int32_t p = 0;
-                            for (int h = 0; h < 2; h++)
-                                for (int e = 0; e < 4; e++) {
-                                    const uint8_t wq = xb[ST_Q8Q_QS + 128 * b + 64 * h + 16 * r + 4 * k + e];
-                                    p += (int32_t)(int8_t)(wq ^ 0x80) * ab->qs[16 * h + 4 * k + e];
-                                }
-                            l[k] = fmaf((float)p, dwa, l[k]);
-                        }
-                    }
+            for (int r = 0; r < ST_QUAD_GROUP_ROWS; r++) {
+                float acc = 0;
+                for (int b = 0; b < nb; b++) {
+                    const uint8_t *sp = xg + (size_t)(b / ST_Q8X_SPAN) * ST_Q8X_SPAN_BYTES;
+                    const int j = b % ST_Q8X_SPAN;
+                    const uint8_t *q = sp + ST_Q8X_QS + 512 * j + 4 * r;
+                    int32_t p = 0;
+                    for (int k = 0; k < 32; k++) p += (int32_t)(int8_t)(q[64 * (k / 4) + k % 4] ^ 0x80) * a[b].qs[k];
+                    const float dwa = st_fp16_to_fp32(ld16(sp + 2 * (ST_QUAD_GROUP_ROWS * j + r))) * st_fp16_to_fp32(a[b].d);
+                    acc = fmaf((float)p, dwa, acc);
                 }
-                s[(size_t)c * bs + 4 * (size_t)q + r] = (l[0] + l[1]) + (l[2] + l[3]);
+                s[(size_t)c * bs + ST_QUAD_GROUP_ROWS * (size_t)g + r] = acc;
             }
         }
     }

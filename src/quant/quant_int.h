@@ -81,21 +81,24 @@ static inline int wk_has_min(int kind) { return kind == W_Q4_1 || kind == W_Q5_1
 static inline uint16_t ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 static inline uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 
-/* quads.c: whether a matrix can take the quad layout (type and shape); the 4 rows of a quad
- * (quad layout) into rows4 (4 rows, row layout). */
+/* quads.c: whether a matrix can take the quad layout (type and shape); the rows of one unit
+ * of it (a quad of 4 rows, or a group of ST_QUAD_GROUP_ROWS for Q8_0: st_quads_unit) into
+ * rows (that many rows, row layout). */
 bool st_quads_shape(st_type t, int64_t rows, int64_t cols);
-void st_quads_unpack4(st_type t, const void *quad, int64_t cols, void *rows4);
+static inline int st_quads_unit(st_type t) { return t == ST_TYPE_Q8_0 ? ST_QUAD_GROUP_ROWS : 4; }
+void st_quads_unpack(st_type t, const void *unit, int64_t cols, void *rows);
 
-/* The Q8_0 quad layout: a quad's 4 rows cut into spans of 8 blocks (256 columns), each
- * span one 1088-byte quad block (8 x 4 x 34 bytes, 17 cache lines):
- *   bytes  0..63     d of block b of row r (f16) at 2 * (4 b + r)
- *   bytes 64..1087   block b's quants at 64 + 128 b: half h (elements 16 h .. 16 h + 15)
- *                    of row r at + 64 h + 16 r, each byte q XOR 0x80 (q + 128, unsigned)
- * so one 64-byte load holds 16 quants of each of the 4 rows, as vpdpbusd's unsigned side
- * (quads_avx512.c). */
-#define ST_Q8Q_SPAN 8
-#define ST_Q8Q_BLOCK_BYTES (4 * ST_Q8Q_SPAN * sizeof(st_block_q8_0))
-#define ST_Q8Q_QS 64
+/* The Q8_0 quad layout: rows in groups of 16, a group's blocks in spans of 2 (64 columns),
+ * each span 1088 bytes (2 x 16 x 34, 17 cache lines):
+ *   bytes  0..63     d of block j (0, 1) of row r (f16) at 2 * (16 j + r)
+ *   bytes 64..1087   block j's quants at 64 + 512 j: quant k = 4 i + e (i < 8, e < 4) of
+ *                    row r at + 64 i + 4 r + e, stored q XOR 0x80 (q + 128, unsigned)
+ * so 64 bytes hold 4 quants of each of the 16 rows: one int32 lane per row for vpdpbusd (the
+ * unsigned side), and the 8 x 64 bytes of a block are AMX's B tile in its VNNI order as they
+ * lie. Every path sums each (row, block) into one exact int32 (q8x_avx512.c, q8x_amx.c). */
+#define ST_Q8X_SPAN 2
+#define ST_Q8X_SPAN_BYTES (ST_QUAD_GROUP_ROWS * ST_Q8X_SPAN * sizeof(st_block_q8_0))
+#define ST_Q8X_QS 64
 
 /* ---- quad tiles (st_tile4_fn) ---- */
 #define ST_DECL_TILE4_(isa)                                                                          \
@@ -109,13 +112,12 @@ void st_quads_unpack4(st_type t, const void *quad, int64_t cols, void *rows4);
                                   int nr, int nc);
 ST_DECL_TILE4_(avx2)
 ST_DECL_TILE4_(avx512)
-/* Q8_0 in its quad layout (quads_avx512.c): its own arithmetic, not the rows' bits */
-void st_tile4_q8_0_q8_0_avx512(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nr,
-                               int nc);
-/* Q8_0 wide tiles (st_tilew_fn): AVX-512 VNNI (quads_avx512.c), and the scalar twin of that
- * arithmetic lane by lane (quads.c), the bits of st_tile4_q8_0_q8_0_avx512 on any CPU */
-void st_tilew_q8_0_q8_0_avx512(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nq, int nc);
-void st_tilew_q8_0_q8_0_scalar(int n, float *s, size_t bs, const void *x, const void *y, size_t by, int nq, int nc);
+/* Q8_0 group tiles (st_tilex_fn): AVX-512 VNNI (q8x_avx512.c), AMX-INT8 (q8x_amx.c: batches
+ * of 2 tokens or more, fewer through the VNNI one), and the scalar twin (quads.c) that
+ * defines their bits on any CPU */
+void st_tilex_q8_0_q8_0_avx512(int n, float *s, size_t bs, const void *x, int ng, const void *y, size_t by, int nc);
+void st_tilex_q8_0_q8_0_amx(int n, float *s, size_t bs, const void *x, int ng, const void *y, size_t by, int nc);
+void st_tilex_q8_0_q8_0_scalar(int n, float *s, size_t bs, const void *x, int ng, const void *y, size_t by, int nc);
 
 /* ---- AVX2 tiles (bit-identical per element to the matching _avx2 dot) ---- */
 void st_tile_q4_0_q8_0_avx2(int n, float *s, size_t bs, const void *x, size_t bx, const void *y,

@@ -192,15 +192,15 @@ TEST(test_product_errors) {
     CHECK_NEAR(y[0], 0.0, 0);
 }
 
-/* The quad layout: for every table (the scalar one has no tile4 and unpacks each quad),
+/* The quad layout: for every table (the scalar one has no quad kernels and unpacks each unit),
  * st_matvec_multi_l and st_matmul_l over a packed matrix give the row layout's bits for
  * 1 and 2 threads; st_quads_row returns the original rows; shapes and types that cannot
- * take the layout are refused and left as they were. The Q4_K, Q5_K, Q6_K and Q8_0 quad kernels
- * (AVX-512; Q4_K on AVX2 too) have their own arithmetic: there matvec and matmul over quads must agree bit for
+ * take the layout are refused and left as they were. The Q4_K, Q5_K, Q6_K quad kernels and
+ * Q8_0's group tile (AVX-512; Q4_K on AVX2 too) have their own arithmetic: there matvec and matmul over quads must agree bit for
  * bit, for 1 and 2 threads, and the row layout's products within the kernels' rounding; a
  * table without them unpacks the quads and gives the rows' bits. */
 TEST(test_quad_layout) {
-    enum { QR = 44, QC_MAX = 1280, QT = 7 };
+    enum { QR = 48, QC_MAX = 1280, QT = 7 }; /* 12 quads, 3 groups of 16 */
     st_threadpool *tp2 = NULL;
     CHECK_OK(st_threadpool_create(2, &tp2));
     const st_type types[] = {ST_TYPE_Q4_0, ST_TYPE_Q4_1, ST_TYPE_Q5_0, ST_TYPE_Q5_1, ST_TYPE_Q4_K, ST_TYPE_Q5_K, ST_TYPE_Q6_K, ST_TYPE_Q8_0};
@@ -213,7 +213,7 @@ TEST(test_quad_layout) {
             /* the K-quants, Q8_0: 5 spans of 256 columns a row (an odd count); the others 12 blocks of 32 */
             const bool own_layout = t == ST_TYPE_Q4_K || t == ST_TYPE_Q5_K || t == ST_TYPE_Q6_K || t == ST_TYPE_Q8_0;
             const int QC = own_layout ? QC_MAX : 384;
-            const bool own_bits = own_layout && k->type[t].tile4;
+            const bool own_bits = own_layout && (k->type[t].tile4 || k->type[t].tilex);
             const size_t rb = st_row_bytes(t, QC), ab = st_act_bytes(t, QC);
             uint8_t *W = malloc(rb * QR), *P = malloc(rb * QR), *row = malloc(rb), *Xq = malloc(ab * QT);
             float *tmp = malloc(sizeof(float) * QC * QR);
@@ -272,10 +272,12 @@ TEST(test_quad_layout) {
         }
     }
     CHECK(n_checked >= 8);
-    /* refusals: not a packable type, rows not a multiple of 4, cols not of 64 (K-quants, Q8_0: of 256) */
+    /* refusals: not a packable type, rows not a multiple of 4 (Q8_0: of 16), cols not of 64
+     * (K-quants: of 256) */
     uint8_t buf[8 * 34 * 2] = {0}, before[sizeof buf];
     memcpy(before, buf, sizeof buf);
     CHECK_INT(st_pack_quads(ST_TYPE_Q8_0, buf, 4, 64), ST_E_INVAL);
+    CHECK_INT(st_pack_quads(ST_TYPE_Q8_0, buf, 16, 32), ST_E_INVAL);
     CHECK_INT(st_pack_quads(ST_TYPE_Q3_K, buf, 4, 256), ST_E_INVAL);
     CHECK_INT(st_pack_quads(ST_TYPE_Q4_0, buf, 6, 64), ST_E_INVAL);
     CHECK_INT(st_pack_quads(ST_TYPE_Q4_0, buf, 4, 96), ST_E_INVAL);
@@ -404,21 +406,22 @@ TEST(test_panel_layout) {
 }
 
 
-/* Q8_0 products over quads through the wide tiles (st_tilew_fn), with rows and tokens that
- * are no multiple of the tile (19 quads: groups of 8, 8, 3, and a 2-thread split of 9 and
- * 10; 1..21 tokens: groups of 8 and a tail) and rows of 9 spans (past the wide tile's chunk
- * of prepared activations): st_matmul_l with the table as it is equals, bit for bit, the
- * same table without the wide tile (tile4 tiles), st_matvec_multi_l of each token alone,
- * and the scalar twin of the quad arithmetic, for 1 and 2 threads. */
-TEST(test_q8_0_wide_products) {
-    const st_kernels *k = st_kernels_get(ST_ISA_AVX512);
-    if (qt_max_isa() < ST_ISA_AVX512 || k->isa != ST_ISA_AVX512 || !k->type[ST_TYPE_Q8_0].tilew) {
-        test_skip("no AVX-512 with VNNI: no Q8_0 wide tile");
+/* Q8_0 products over the group layout (st_tilex_fn), with rows and tokens that are no
+ * multiple of the kernels' steps (7 groups: runs of 3, 3 and 1 per L2-sized call, a 2-thread
+ * split of 3 and 4; 1..37 tokens: AMX tiles of 16 and tails, VNNI passes of 4 and tails) and
+ * rows of 72 blocks (past the kernels' 64-block chunks of prepared activations): st_matmul_l
+ * with the table as it is (AMX where it runs) equals, bit for bit, the VNNI-only table,
+ * st_matvec_multi_l of each token alone, and the scalar twin of the group arithmetic, for 1
+ * and 2 threads. */
+TEST(test_q8_0_group_products) {
+    const st_kernels *k = st_kernels_get(ST_ISA_AVX512), *vnni = st_kernels_get_ex(ST_ISA_AVX512, false);
+    if (qt_max_isa() < ST_ISA_AVX512 || k->isa != ST_ISA_AVX512 || !k->type[ST_TYPE_Q8_0].tilex) {
+        test_skip("no AVX-512 with VNNI: no Q8_0 group tile");
         return;
     }
-    st_kernels narrow = *k;
-    narrow.type[ST_TYPE_Q8_0].tilew = NULL;
-    enum { R = 76, C = 2304, T = 21 };
+    if (!k->amx) test_untested("no AMX-INT8 granted here: the VNNI table against itself");
+    CHECK(!vnni->amx && vnni->type[ST_TYPE_Q8_0].tilex);
+    enum { R = 7 * ST_QUAD_GROUP_ROWS, C = 2304, T = 37 };
     const size_t rb = st_row_bytes(ST_TYPE_Q8_0, C), ab = st_act_bytes(ST_TYPE_Q8_0, C);
     uint8_t *W = malloc(rb * R), *Xq = malloc(ab * T);
     float *tmp = malloc(sizeof(float) * C * R), *Yw = malloc(sizeof(float) * R * T), *Yn = malloc(sizeof(float) * R * T),
@@ -430,15 +433,15 @@ TEST(test_q8_0_wide_products) {
     CHECK_OK(st_pack_quads(ST_TYPE_Q8_0, W, R, C));
     qt_fill(&r, tmp, (int64_t)C * T, 2.0f);
     CHECK_OK(st_quantize_act_rows(NULL, k, ST_TYPE_Q8_0, tmp, C, T, C, Xq));
-    st_tilew_q8_0_q8_0_scalar(C, Yr, R, W, Xq, ab, R / 4, T);
+    st_tilex_q8_0_q8_0_scalar(C, Yr, R, W, R / ST_QUAD_GROUP_ROWS, Xq, ab, T);
     st_threadpool *tp2 = NULL;
     CHECK_OK(st_threadpool_create(2, &tp2));
     int same = 1, n = 0;
     for (int th = 0; th < 2; th++) {
         st_threadpool *tp = th ? tp2 : NULL;
-        for (int nt = 1; nt <= T; nt += (nt < 9 ? 1 : 4)) {
+        for (int nt = 1; nt <= T; nt += (nt < 17 ? 1 : 4)) { /* 1..17, 21, ..., 37 */
             CHECK_OK(st_matmul_l(tp, k, ST_TYPE_Q8_0, ST_WLAYOUT_QUADS, W, R, C, nt, Xq, Yw, R));
-            CHECK_OK(st_matmul_l(tp, &narrow, ST_TYPE_Q8_0, ST_WLAYOUT_QUADS, W, R, C, nt, Xq, Yn, R));
+            CHECK_OK(st_matmul_l(tp, vnni, ST_TYPE_Q8_0, ST_WLAYOUT_QUADS, W, R, C, nt, Xq, Yn, R));
             for (int t = 0; t < nt; t++) {
                 const void *Wp = W;
                 const int64_t rows = R;
@@ -447,16 +450,16 @@ TEST(test_q8_0_wide_products) {
             }
             const size_t yb = sizeof(float) * R * (size_t)nt;
             const int ok = !memcmp(Yw, Yn, yb) && !memcmp(Yw, Yv, yb) && !memcmp(Yw, Yr, yb);
-            if (!ok) fprintf(stderr, "  q8_0 wide products differ: %d tokens, %d threads\n", nt, th + 1);
+            if (!ok) fprintf(stderr, "  q8_0 group products differ: %d tokens, %d threads\n", nt, th + 1);
             same &= ok;
             n++;
         }
     }
     CHECK(same);
-    CHECK_INT(n, 2 * 12);
+    CHECK_INT(n, 2 * 22);
     st_threadpool_destroy(tp2);
     free(W), free(Xq), free(tmp), free(Yw), free(Yn), free(Yv), free(Yr);
 }
 
 TEST_MAIN(test_products_deterministic_and_exact, test_rows_kernels_match_vec_dot, test_product_errors, test_quad_layout,
-          test_panel_layout, test_q8_0_wide_products)
+          test_panel_layout, test_q8_0_group_products)

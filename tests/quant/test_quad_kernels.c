@@ -1,4 +1,4 @@
-/* The quad kernels (st_tile4_fn, and Q8_0's wide tile st_tilew_fn) of the layouts with an
+/* The quad kernels (st_tile4_fn, and Q8_0's group tile st_tilex_fn) of the layouts with an
  * arithmetic of their own: Q4_K, Q5_K, Q6_K and Q8_0 on AVX-512, Q4_K on AVX2 (quant.h:
  * ST_WLAYOUT_QUADS). Each build
  * against the scalar reference and at the ends of its integer ranges, and the same bits
@@ -159,108 +159,116 @@ TEST(test_kquant_quad_kernels) {
     free(x), free(xd), free(ad), free(rows), free(buf), free(qa);
 }
 
-/* The Q8_0 quad kernel at the ends of the ranges: quants -128 and 127 against activations
- * -128 and 127 (the kernel adds 128 to each quant and takes 128 * sum(a) back out), every
- * tile shape and the three alignments of the quad (64, 32, 16 past a cache line), against
- * the exact sum of the dequantized products. */
-TEST(test_q8_0_quad_extremes) {
-    const st_kernels *k = st_kernels_get(ST_ISA_AVX512);
-    if (qt_max_isa() < ST_ISA_AVX512 || k->isa != ST_ISA_AVX512 || !k->type[ST_TYPE_Q8_0].tile4) {
-        test_skip("no AVX-512 with VNNI: the Q8_0 quad kernel untested");
-        return;
-    }
-    enum { C = 512, NBK = C / 32, NA = 4 };
-    st_block_q8_0 w[4][NBK], a[NA][NBK];
-    for (int r = 0; r < 4; r++)
+/* The Q8_0 group tiles' paths (st_tilex_fn): the scalar twin that defines their bits, the
+ * AVX-512 VNNI kernel and the AMX one (each where the CPU runs it). */
+typedef void (*tilex_fn)(int, float *, size_t, const void *, int, const void *, size_t, int);
+enum { N_X_PATHS = 3 };
+static const char *const x_path_name[N_X_PATHS] = {"scalar", "vnni", "amx"};
+static tilex_fn x_path(int i) {
+    if (i == 0) return st_tilex_q8_0_q8_0_scalar;
+    if (qt_max_isa() < ST_ISA_AVX512 || st_kernels_get_ex(ST_ISA_AVX512, false)->isa != ST_ISA_AVX512) return NULL;
+    if (i == 1) return st_tilex_q8_0_q8_0_avx512;
+    return st_cpu_amx_enable() ? st_tilex_q8_0_q8_0_amx : NULL;
+}
+
+/* The Q8_0 group tiles at the ends of the ranges: quants -128 and 127 against activations
+ * -128 and 127 (the VNNI kernel adds 128 to each quant and takes 128 * sum(a) back out, the
+ * AMX one adds -128 * sum(a) in a second tile product), 20 tokens (a whole AMX tile and a
+ * part one), the three alignments of the matrix (64, 32, 16 past a cache line), every path
+ * against the exact sum of the dequantized products and bit for bit against the scalar twin. */
+TEST(test_q8_0_group_extremes) {
+    enum { C = 512, NBK = C / 32, NA = 20, R = ST_QUAD_GROUP_ROWS };
+    static st_block_q8_0 w[R][NBK], a[NA][NBK];
+    for (int r = 0; r < R; r++)
         for (int b = 0; b < NBK; b++) {
-            w[r][b].d = st_fp32_to_fp16(r == 3 ? 0.5f : 1.0f / (1 + b));
-            for (int e = 0; e < 32; e++) w[r][b].qs[e] = (int8_t)(r == 0 ? -128 : r == 1 ? 127 : r == 2 ? ((e + b) & 1 ? 127 : -128) : e - 16);
+            w[r][b].d = st_fp32_to_fp16(r == 3 ? 0.5f : 1.0f / (1 + b + r));
+            for (int e = 0; e < 32; e++)
+                w[r][b].qs[e] = (int8_t)(r % 4 == 0 ? -128 : r % 4 == 1 ? 127 : r % 4 == 2 ? ((e + b) & 1 ? 127 : -128) : e - 16 + r);
         }
     for (int c = 0; c < NA; c++)
         for (int b = 0; b < NBK; b++) {
             a[c][b].d = st_fp32_to_fp16(0.25f);
-            for (int e = 0; e < 32; e++) a[c][b].qs[e] = (int8_t)(c == 0 ? -128 : c == 1 ? 127 : c == 2 ? (e & 1 ? -128 : 127) : 3 * e - 50);
+            for (int e = 0; e < 32; e++)
+                a[c][b].qs[e] = (int8_t)(c % 4 == 0 ? -128 : c % 4 == 1 ? 127 : c % 4 == 2 ? (e & 1 ? -128 : 127) : 3 * e - 50 + c);
         }
     uint8_t *buf = malloc(sizeof w + 128);
     REQUIRE(buf);
-    int bad = 0, n = 0;
+    float ref[NA * R], s[NA * R];
+    int bad = 0, n = 0, paths = 0;
     for (int al = 0; al < 3; al++) {
-        uint8_t *quad = (uint8_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63) + (al == 0 ? 0 : al == 1 ? 32 : 16);
-        memcpy(quad, w, sizeof w);
-        CHECK_OK(st_pack_quads(ST_TYPE_Q8_0, quad, 4, C));
-        for (int nr = 1; nr <= 4; nr++)
-            for (int nc = 1; nc <= NA; nc++) {
-                float s[NA * 4];
-                k->type[ST_TYPE_Q8_0].tile4(C, s, 4, quad, a, sizeof a[0], nr, nc);
-                for (int r = 0; r < nr; r++)
-                    for (int c = 0; c < nc; c++) {
-                        double exact = 0, mag = 0;
-                        for (int b = 0; b < NBK; b++)
-                            for (int e = 0; e < 32; e++) {
-                                const double p = (double)st_fp16_to_fp32(w[r][b].d) * w[r][b].qs[e] *
-                                                 st_fp16_to_fp32(a[c][b].d) * a[c][b].qs[e];
-                                exact += p, mag += fabs(p);
-                            }
-                        if (fabs(s[c * 4 + r] - exact) > 1e-6 * mag) {
-                            fprintf(stderr, "  q8_0 quad row %d act %d (align %d): %.9g vs %.9g\n", r, c, al, s[c * 4 + r], exact);
-                            bad++;
+        uint8_t *grp = (uint8_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63) + (al == 0 ? 0 : al == 1 ? 32 : 16);
+        memcpy(grp, w, sizeof w);
+        CHECK_OK(st_pack_quads(ST_TYPE_Q8_0, grp, R, C));
+        for (int pi = 0; pi < N_X_PATHS; pi++) {
+            const tilex_fn fn = x_path(pi);
+            if (!fn) continue;
+            paths += al == 0;
+            fn(C, pi ? s : ref, R, grp, 1, a, sizeof a[0], NA);
+            for (int r = 0; r < R; r++)
+                for (int c = 0; c < NA; c++) {
+                    double exact = 0, mag = 0;
+                    for (int b = 0; b < NBK; b++)
+                        for (int e = 0; e < 32; e++) {
+                            const double p = (double)st_fp16_to_fp32(w[r][b].d) * w[r][b].qs[e] * st_fp16_to_fp32(a[c][b].d) * a[c][b].qs[e];
+                            exact += p, mag += fabs(p);
                         }
-                        n++;
+                    const float got = (pi ? s : ref)[c * R + r];
+                    if (fabs(got - exact) > 1e-6 * mag || (pi && memcmp(&got, &ref[c * R + r], sizeof got))) {
+                        if (bad < 10)
+                            fprintf(stderr, "  q8_0 group %s row %d act %d (align %d): %.9g vs exact %.9g, twin %.9g\n",
+                                    x_path_name[pi], r, c, al, got, exact, ref[c * R + r]);
+                        bad++;
                     }
-            }
+                    n++;
+                }
+        }
     }
+    if (paths < N_X_PATHS) test_untested("the Q8_0 group tile's VNNI or AMX path does not run on this CPU");
     CHECK_INT(bad, 0);
-    CHECK_INT(n, 3 * 10 * 10);
+    CHECK_INT(n, 3 * paths * R * NA);
     free(buf);
 }
 
-/* The Q8_0 wide tile (st_tilew_fn) and the tile4 against the scalar twin of their
- * arithmetic (st_tilew_q8_0_q8_0_scalar), bit for bit: 19 quads of rows 256 and 2304
- * columns wide (one span; 9 spans, past the wide tile's 8-span chunk of prepared
- * activations) against 11 tokens, random quants with every row's first block at -128 /
- * 127 and one token's at -128 / 127; every nq 1..ST_TILEW_QUADS starting at every quad
- * that leaves room, every nc 1..ST_TILEW_TOKENS, the three alignments of the matrix; the
- * tile4 at every nr, nc. The scalar twin itself against the exact sum of the dequantized
- * products. The scalar checks run on any CPU. */
+/* The Q8_0 group tiles against their scalar twin, bit for bit: 7 groups of rows 64 and 2304
+ * columns wide (one span; 36 spans, past the kernels' 64-block chunks of prepared
+ * activations) against 37 tokens (two whole AMX tiles and a part one), random quants with
+ * every row's first block at -128 / 127 and one token's at -128 / 127; every ng from every
+ * group that leaves room, token counts 1..37 ending at the last, the three alignments of the
+ * matrix, and nothing written outside the tile. The scalar twin itself against the exact sum
+ * of the dequantized products. The scalar checks run on any CPU. */
 static int rand_q8(qt_rng *r) { /* uniform over -128..127 */
     const int v = (int)((qt_uniform(r) + 1.0f) * 128.0f);
     return (v > 255 ? 255 : v) - 128;
 }
 
-TEST(test_q8_0_wide_tiles) {
-    const st_kernels *k = st_kernels_get(ST_ISA_AVX512);
-    const int simd = qt_max_isa() >= ST_ISA_AVX512 && k->isa == ST_ISA_AVX512 && k->type[ST_TYPE_Q8_0].tilew;
-    if (!simd) test_untested("no AVX-512 with VNNI: the Q8_0 wide and quad tiles untested, their scalar twin tested");
-    enum { NQ = 19, NA = 11, R = 4 * NQ };
-    static const int cols_list[2] = {256, 2304};
-    int bad = 0, n_simd = 0, n_ref = 0;
+TEST(test_q8_0_group_tiles) {
+    enum { NG = 7, NA = 37, R = ST_QUAD_GROUP_ROWS * NG };
+    static const int cols_list[2] = {64, 2304};
+    static const int nc_list[] = {1, 2, 3, 4, 5, 8, 15, 16, 17, 31, 32, 33, 37};
+    int bad = 0, n_simd = 0, n_ref = 0, paths = 0;
     for (int ci = 0; ci < 2; ci++) {
         const int C = cols_list[ci], NBK = C / 32;
         const size_t rb = st_row_bytes(ST_TYPE_Q8_0, C), ab = st_act_bytes(ST_TYPE_Q8_0, C);
         st_block_q8_0 *w = malloc(rb * R), *a = malloc(ab * NA);
-        uint8_t *buf = malloc(rb * R + 128);
+        uint8_t *buf = malloc(rb * R + 128), *packed = malloc(rb * R);
         float *ref = malloc(sizeof(float) * R * NA), *t = malloc(sizeof(float) * R * NA);
-        REQUIRE(w && a && buf && ref && t);
+        REQUIRE(w && a && buf && ref && t && packed);
         qt_rng rng = {4242 + (uint64_t)ci};
         for (int r = 0; r < R; r++)
             for (int b = 0; b < NBK; b++) {
                 st_block_q8_0 *blk = &w[(size_t)r * NBK + b];
                 blk->d = st_fp32_to_fp16((0.75f + 0.25f * qt_uniform(&rng)) / 64);
-                for (int e = 0; e < 32; e++)
-                    blk->qs[e] = (int8_t)(b == 0 ? ((e + r) & 1 ? 127 : -128) : rand_q8(&rng));
+                for (int e = 0; e < 32; e++) blk->qs[e] = (int8_t)(b == 0 ? ((e + r) & 1 ? 127 : -128) : rand_q8(&rng));
             }
         for (int c = 0; c < NA; c++)
             for (int b = 0; b < NBK; b++) {
                 st_block_q8_0 *blk = &a[(size_t)c * NBK + b];
                 blk->d = st_fp32_to_fp16((0.75f + 0.25f * qt_uniform(&rng)) / 32);
-                for (int e = 0; e < 32; e++)
-                    blk->qs[e] = (int8_t)(c == 3 ? (e & 2 ? 127 : -128) : rand_q8(&rng));
+                for (int e = 0; e < 32; e++) blk->qs[e] = (int8_t)(c == 3 ? (e & 2 ? 127 : -128) : rand_q8(&rng));
             }
-        uint8_t *packed = malloc(rb * R);
-        REQUIRE(packed);
         memcpy(packed, w, rb * R);
         CHECK_OK(st_pack_quads(ST_TYPE_Q8_0, packed, R, C));
-        st_tilew_q8_0_q8_0_scalar(C, ref, R, packed, a, ab, NQ, NA);
+        st_tilex_q8_0_q8_0_scalar(C, ref, R, packed, NG, a, ab, NA);
         for (int r = 0; r < R; r++) /* the twin against the exact sum */
             for (int c = 0; c < NA; c++) {
                 double exact = 0, mag = 0;
@@ -277,46 +285,41 @@ TEST(test_q8_0_wide_tiles) {
                 }
                 n_ref++;
             }
-        for (int al = 0; simd && al < 3; al++) {
-            uint8_t *m = (uint8_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63) + (al == 0 ? 0 : al == 1 ? 32 : 16);
-            memcpy(m, packed, rb * R);
-            for (int nq = 1; nq <= ST_TILEW_QUADS; nq++)
-                for (int q0 = 0; q0 + nq <= NQ; q0 += (nq == 1 ? 1 : 3))
-                    for (int nc = 1; nc <= ST_TILEW_TOKENS; nc++) {
-                        const int c0 = NA - nc; /* tokens c0.. c0 + nc - 1 */
-                        for (size_t i = 0; i < (size_t)R * NA; i++) t[i] = -1.0f;
-                        k->type[ST_TYPE_Q8_0].tilew(C, t + (size_t)c0 * R + 4 * q0, R, m + (size_t)q0 * 4 * rb,
-                                                    (const uint8_t *)a + (size_t)c0 * ab, ab, nq, nc);
-                        for (int c = 0; c < NA; c++)
-                            for (int r = 0; r < R; r++) {
-                                const size_t e = (size_t)c * R + r;
-                                const int in = c >= c0 && r >= 4 * q0 && r < 4 * (q0 + nq);
-                                if (in ? memcmp(&t[e], &ref[e], sizeof(float)) != 0 : t[e] != -1.0f) {
-                                    if (bad < 10)
-                                        fprintf(stderr, "  q8_0 tilew nq %d nc %d at quad %d, %d cols, align %d: row %d act %d %.9g vs %.9g\n",
-                                                nq, nc, q0, C, al, r, c, t[e], in ? ref[e] : -1.0);
-                                    bad++;
+        for (int pi = 1; pi < N_X_PATHS; pi++) {
+            const tilex_fn fn = x_path(pi);
+            if (!fn) continue;
+            paths += ci == 0;
+            for (int al = 0; al < 3; al++) {
+                uint8_t *m = (uint8_t *)(((uintptr_t)buf + 63) & ~(uintptr_t)63) + (al == 0 ? 0 : al == 1 ? 32 : 16);
+                memcpy(m, packed, rb * R);
+                for (int ng = 1; ng <= NG; ng++)
+                    for (int g0 = 0; g0 + ng <= NG; g0 += (ng == 1 ? 1 : 3))
+                        for (size_t ni = 0; ni < sizeof nc_list / sizeof nc_list[0]; ni++) {
+                            const int nc = nc_list[ni], c0 = NA - nc; /* tokens c0 .. NA - 1 */
+                            for (size_t i = 0; i < (size_t)R * NA; i++) t[i] = -1.0f;
+                            fn(C, t + (size_t)c0 * R + ST_QUAD_GROUP_ROWS * g0, R, m + (size_t)g0 * ST_QUAD_GROUP_ROWS * rb, ng,
+                               (const uint8_t *)a + (size_t)c0 * ab, ab, nc);
+                            for (int c = 0; c < NA; c++)
+                                for (int r = 0; r < R; r++) {
+                                    const size_t e = (size_t)c * R + r;
+                                    const int in = c >= c0 && r >= ST_QUAD_GROUP_ROWS * g0 && r < ST_QUAD_GROUP_ROWS * (g0 + ng);
+                                    if (in ? memcmp(&t[e], &ref[e], sizeof(float)) != 0 : t[e] != -1.0f) {
+                                        if (bad < 10)
+                                            fprintf(stderr, "  q8_0 group %s ng %d nc %d at group %d, %d cols, align %d: row %d act %d %.9g vs %.9g\n",
+                                                    x_path_name[pi], ng, nc, g0, C, al, r, c, t[e], in ? ref[e] : -1.0);
+                                        bad++;
+                                    }
+                                    n_simd += in;
                                 }
-                                n_simd += in;
-                            }
-                    }
-            for (int q = 0; q < NQ; q++) /* tile4 at every shape: the bits matvec gives */
-                for (int nr = 1; nr <= 4; nr++)
-                    for (int nc = 1; nc <= 4; nc++) {
-                        float s4[16];
-                        k->type[ST_TYPE_Q8_0].tile4(C, s4, 4, m + (size_t)q * 4 * rb, (const uint8_t *)a + 7 * ab, ab, nr, nc);
-                        for (int c = 0; c < nc; c++)
-                            for (int r = 0; r < nr; r++) {
-                                if (memcmp(&s4[c * 4 + r], &ref[(size_t)(7 + c) * R + 4 * q + r], sizeof(float))) bad++;
-                                n_simd++;
-                            }
-                    }
+                        }
+            }
         }
         free(w), free(a), free(buf), free(ref), free(t), free(packed);
     }
+    if (paths < N_X_PATHS - 1) test_untested("the Q8_0 group tile's VNNI or AMX path does not run on this CPU; the scalar twin tested");
     CHECK_INT(bad, 0);
     CHECK_INT(n_ref, 2 * R * NA);
-    if (simd) CHECK(n_simd > 2 * 3 * NQ * 100);
+    if (paths) CHECK(n_simd > paths * 2 * 3 * R * 100);
 }
 
-TEST_MAIN(test_kquant_quad_kernels, test_q8_0_quad_extremes, test_q8_0_wide_tiles)
+TEST_MAIN(test_kquant_quad_kernels, test_q8_0_group_extremes, test_q8_0_group_tiles)
