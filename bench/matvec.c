@@ -199,7 +199,7 @@ static void bench_matmul(st_threadpool *tp, const st_kernels *k, st_type t, st_w
 
 /* --tiles: the Q8_0 group products in cache, one thread (pin it: taskset -c 0), ns per 256
  * weights per token over a ROWSxCOLS matrix in the group layout (default 1536x512, the small
- * model's FFN, 835 KiB: in L2) for batches of 1, 4, 16 and 64 tokens: the table as it is
+ * model's FFN, 835 KiB: in L2) for batches of 1, 2, 4, 8, 16 and 64 tokens: the table as it is
  * (AMX where the CPU has it and grants it) against the VNNI-only table, alternating within
  * every round, and matvec (one token) beside them. Prints the fastest of the rounds (each
  * pass is about a millisecond: on a machine shared with other builds a pass that lost the
@@ -245,9 +245,9 @@ static int bench_tiles(const st_kernels *k, int rounds, int64_t rows, int64_t co
     printf("Q8_0 groups %lldx%lld in cache, 1 thread, ns per 256 weights per token (best of %d rounds)%s:\n",
            (long long)rows, (long long)cols, rounds, k->amx ? "" : "; no AMX here: the VNNI table twice");
     printf("%6s %10s %10s %10s %9s %6s\n", "tokens", "matvec", "vnni", k->amx ? "amx" : "vnni", "ratio", "bits");
-    static const int64_t toks[] = {1, 4, 16, 64};
+    static const int64_t toks[] = {1, 2, 4, 8, 16, 64};
     int all_same = 1;
-    for (int ti = 0; ti < 4; ti++) {
+    for (int ti = 0; ti < 6; ti++) {
         const int64_t n = toks[ti];
         for (int r = 0; r < rounds; r++) /* old, new, matvec in turn, each round */
             for (int w = 0; w < 3; w++) v[w * rounds + r] = tiles_pass(w == 1 ? k : old, w, m, rows, cols, n, Xq, Y[w]);

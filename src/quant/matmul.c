@@ -13,7 +13,9 @@
  * Matmul blocking (prefill): a thread walks its rows in quads; for each block of TB
  * tokens (sized so the block's activations stay in L2) it runs 4x4 tiles across the
  * block, so the 4 weight rows of a quad stay in L1 while the activations stream from
- * L2. Weights are read from memory once per token block. */
+ * L2. Weights are read from memory once per token block. A Q8_0 matrix in groups of 16
+ * rows instead hands the group tile runs of groups that stay in L2 with all the block's
+ * tokens at once (mm_task_groups). */
 #include "quant_int.h"
 
 #include <limits.h>

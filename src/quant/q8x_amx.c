@@ -12,8 +12,8 @@
  * vpdpbusd chains) on the VNNI path (docs/PERFORMANCE.md, the engine).
  *
  * The bits are the scalar twin's (quads.c), as q8x_avx512.c's: the same integer per (row,
- * block), the same float product and FMA in block order. A call of one token goes to the VNNI
- * kernel (a 1-row tile wastes the unit; the bits are the same).
+ * block), the same float product and FMA in block order. A call of a few tokens goes to the
+ * VNNI kernel (Q8A_MIN_TOKENS; the bits are the same).
  *
  * The tile state needs the kernel's permission (st_cpu_amx_enable, asked when the kernel
  * table is chosen); each call loads its tile configuration and releases the tiles at its end,
@@ -50,6 +50,11 @@ static void q8a_config(int m) {
     for (int t = 4; t < 7; t++) cfg.rows[t] = 8, cfg.colsb[t] = 64;
     _tile_loadconfig(&cfg);
 }
+
+/* Fewer tokens than this go to the VNNI kernel: a tile's fixed cost (its loads and stores,
+ * the two tile products) is paid for however few rows it holds, and VNNI ran as fast at 4
+ * tokens and faster at 2 (bench/matvec --tiles; docs/PERFORMANCE.md, the engine). */
+#define Q8A_MIN_TOKENS 6
 
 #define Q8A_CHUNK 64 /* blocks of the tokens' scales prepared at once (4 KiB for 16 tokens) */
 
@@ -103,7 +108,7 @@ AI void q8a_pass(const int M, int nb, const uint8_t *x, int ng, const uint8_t *y
 
 void st_tilex_q8_0_q8_0_amx(int n, float *s, size_t bs, const void *x, int ng, const void *y, size_t by, int nc) {
     ST_ASSERT(n % (32 * ST_Q8X_SPAN) == 0 && ng >= 1 && nc >= 1);
-    if (nc < 2) {
+    if (nc < Q8A_MIN_TOKENS) {
         st_tilex_q8_0_q8_0_avx512(n, s, bs, x, ng, y, by, nc);
         return;
     }
@@ -121,14 +126,14 @@ void st_tilex_q8_0_q8_0_amx(int n, float *s, size_t bs, const void *x, int ng, c
         }
         const uint8_t *yc = (const uint8_t *)y + (size_t)c0 * by;
         float *sc = s + (size_t)c0 * bs;
-        if (m == 1) { /* a last token alone: the VNNI kernel, which leaves the tiles be */
-            st_tilex_q8_0_q8_0_avx512(n, sc, bs, x, ng, yc, by, 1);
+        if (m < Q8A_MIN_TOKENS) { /* the last few: the VNNI kernel, which leaves the tiles be */
+            st_tilex_q8_0_q8_0_avx512(n, sc, bs, x, ng, yc, by, m);
             continue;
         }
         switch (m) {
 #define Q8A_CASE_(M) \
     case M: q8a_pass(M, nb, (const uint8_t *)x, ng, yc, by, sc, bs); break;
-            Q8A_CASE_(2) Q8A_CASE_(3) Q8A_CASE_(4) Q8A_CASE_(5) Q8A_CASE_(6) Q8A_CASE_(7) Q8A_CASE_(8)
+            Q8A_CASE_(6) Q8A_CASE_(7) Q8A_CASE_(8)
             Q8A_CASE_(9) Q8A_CASE_(10) Q8A_CASE_(11) Q8A_CASE_(12) Q8A_CASE_(13) Q8A_CASE_(14) Q8A_CASE_(15)
             default: q8a_pass(16, nb, (const uint8_t *)x, ng, yc, by, sc, bs); break;
 #undef Q8A_CASE_

@@ -408,7 +408,8 @@ TEST(test_panel_layout) {
 
 /* Q8_0 products over the group layout (st_tilex_fn), with rows and tokens that are no
  * multiple of the kernels' steps (7 groups: runs of 3, 3 and 1 per L2-sized call, a 2-thread
- * split of 3 and 4; 1..37 tokens: AMX tiles of 16 and tails, VNNI passes of 4 and tails) and
+ * split of 3 and 4; 1..37 tokens: AMX tiles of 16 and tails, VNNI for the fewest and for short
+ * tails, VNNI passes of 4 and tails) and
  * rows of 72 blocks (past the kernels' 64-block chunks of prepared activations): st_matmul_l
  * with the table as it is (AMX where it runs) equals, bit for bit, the VNNI-only table,
  * st_matvec_multi_l of each token alone, and the scalar twin of the group arithmetic, for 1
