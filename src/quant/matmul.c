@@ -286,14 +286,17 @@ static void mm_task(void *arg, int ith, int nth) {
     }
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += j->tb) {
         const int64_t t1 = t0 + j->tb < j->n_tok ? t0 + j->tb : j->n_tok;
-        for (int64_t ru = r0; ru < r1; ru += unit) {
+        /* rows a unit at a time in the quad layout (one unpack each without its kernel), else
+         * a tile's rows */
+        const int step = quads ? unit : ST_TILE_MAX;
+        for (int64_t ru = r0; ru < r1; ru += step) {
             const uint8_t *wu = j->W + (size_t)ru * j->rb;
             if (quads && !native) { /* rows of the unit, then as the row layout */
                 uint8_t *rows = j->scratch + (size_t)ith * (size_t)unit * j->rb;
                 st_quads_unpack(j->wtype, wu, j->cols, rows);
                 wu = rows;
             }
-            for (int64_t r = ru; r < ru + unit && r < r1; r += ST_TILE_MAX) {
+            for (int64_t r = ru; r < ru + step && r < r1; r += ST_TILE_MAX) {
                 const int nr = r1 - r < ST_TILE_MAX ? (int)(r1 - r) : ST_TILE_MAX;
                 const uint8_t *w = wu + (size_t)(r - ru) * j->rb;
                 for (int64_t t = t0; t < t1; t += ST_TILE_MAX) {
