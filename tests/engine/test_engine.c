@@ -1,8 +1,10 @@
 /* Engine tests on the built-in synthetic model: batched equals alone (token for token, 1 and
- * 2 threads, staggered arrivals, chunked prefill), prefix reuse across requests, preemption
+ * 2 threads, staggered arrivals, chunked prefill; also read from a file, in the load-time weight
+ * layouts), prefix reuse across requests, preemption
  * by spilling with identical output, the disk budget's clean refusal, stop strings split
  * over tokens, cancellation freeing every page. */
 #include "strata/engine.h"
+#include "strata/quant.h"
 #include "../test.h"
 
 #include <stdlib.h>
@@ -114,13 +116,15 @@ static void make_jobs(job *jobs, int n) {
 }
 
 /* 16 requests arriving at staggered steps, prompts cut into pieces by a small step budget:
- * each stream equals that request run alone, on 1 and 2 threads. */
-TEST(test_batched_equals_alone) {
+ * each stream equals that request run alone, on 1 and 2 threads. The model: the built-in one
+ * (model_path NULL, its weights in the file's rows), or that file. */
+static void batched_vs_alone(const char *model_path) {
     static job all[MAX_REQ], one;
     for (int threads = 1; threads <= 2; threads++) {
         make_jobs(all, MAX_REQ);
         st_engine *e = NULL;
         st_engine_params p = params(threads, 48, MAX_REQ);
+        p.model_path = model_path;
         CHECK_OK(st_engine_create(&p, &e, NULL, 0));
         if (!e) return;
         CHECK(drive(e, all, MAX_REQ) > 0);
@@ -134,6 +138,7 @@ TEST(test_batched_equals_alone) {
             one.at_step = 0;
             /* alone: a fresh engine, the whole prompt in one piece */
             st_engine_params pa = params(threads, 256, 1);
+            pa.model_path = model_path;
             CHECK_OK(st_engine_create(&pa, &e, NULL, 0));
             if (!e) return;
             CHECK(drive(e, &one, 1) > 0);
@@ -145,6 +150,35 @@ TEST(test_batched_equals_alone) {
             if (all[i].fin == ST_FINISH_LENGTH) CHECK_INT(all[i].n_toks, all[i].max_tokens);
         }
     }
+}
+
+TEST(test_batched_equals_alone) { batched_vs_alone(NULL); }
+
+/* The same with the built-in model read from a file, as strata serve reads one: its Q8_0
+ * matrices take the 16-row groups, so prompt pieces and decode batches of 6 tokens or more
+ * run on AMX where the CPU grants it, fewer and single tokens on VNNI, and still every stream
+ * equals its request alone. */
+TEST(test_batched_equals_alone_from_file) {
+    char path[] = "/tmp/strata-test-engine-XXXXXX";
+    const int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    close(fd);
+    st_ctx *ctx = NULL;
+    CHECK_OK(st_ctx_create(NULL, &ctx));
+    const st_synth_params sp = st_engine_builtin_model();
+    CHECK_OK(st_synth_write(ctx, &sp, path));
+    const st_kernels *k = ctx ? st_kernels_get_ex(st_ctx_isa(ctx), st_ctx_amx(ctx)) : NULL;
+    if (k && !k->type[ST_TYPE_Q8_0].tilex) test_untested("no AVX-512 VNNI: the file's Q8_0 stays in rows");
+    else if (k && !k->amx) test_untested("no AMX-INT8 granted here: the groups run on VNNI only");
+    st_engine_params p = params(1, 48, 1);
+    p.model_path = path;
+    st_engine *e = NULL;
+    CHECK_OK(st_engine_create(&p, &e, NULL, 0));
+    if (e && k && k->type[ST_TYPE_Q8_0].tilex) CHECK(st_model_n_quad_matrices(st_engine_model(e)) > 0);
+    st_engine_destroy(e);
+    batched_vs_alone(path);
+    st_ctx_destroy(ctx);
+    unlink(path);
 }
 
 /* The streamed text is the detokenized token stream. */
@@ -594,6 +628,6 @@ TEST(test_logprobs) {
     st_engine_destroy(e);
 }
 
-TEST_MAIN(test_batched_equals_alone, test_prefix_save_load, test_logprobs, test_keep_and_continue, test_stream_text_is_detokenized,
+TEST_MAIN(test_batched_equals_alone, test_batched_equals_alone_from_file, test_prefix_save_load, test_logprobs, test_keep_and_continue, test_stream_text_is_detokenized,
           test_stop_string_never_leaks, test_shared_prefix, test_preemption_by_spilling, test_ram_auto, test_cancel_frees_pages,
           test_submit_errors)
