@@ -150,7 +150,7 @@ int st_quads_row(st_type t, const void *W, int64_t rows, int64_t cols, int64_t r
 
 /* The Q8_0 group tiles' arithmetic (q8x_avx512.c, q8x_amx.c) in plain C, and so their
  * definition: each (row, block) pair's 32 products summed exactly in an int32, converted to
- * f32 (exact: |sum| < 2^19) and added times (d_w * d_a), that product rounded once, with one
+ * f32 (exact: |sum| <= 2^19) and added times (d_w * d_a), that product rounded once, with one
  * rounding (fmaf), block after block from 0. The SIMD kernels hold the bits to this on every
  * input; the tests hold them to it on any CPU. */
 void st_tilex_q8_0_q8_0_scalar(int n, float *s, size_t bs, const void *x, int ng, const void *y, size_t by, int nc) {
