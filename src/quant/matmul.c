@@ -81,18 +81,25 @@ struct mv_job {
     float *part;
 };
 
+/* Whether tk runs the quad layout of type t in its own tile kernel (else each unit is
+ * unpacked into rows). */
+static bool quads_native(const st_type_kernels *tk, st_type t) {
+    return st_quads_unit(t) == ST_QUAD_GROUP_ROWS ? tk->tilex != NULL : tk->tile4 != NULL;
+}
+
 /* Units [q0, q1) of a matrix in the quad layout: the group tile over all of them at once, or
  * a 4 x 1 tile per quad (or, for a table without the type's tile kernel, each unit unpacked
  * into scratch and its rows done as in the row layout). */
 static void mv_quads(const struct mv_job *j, const uint8_t *W, int64_t q0, int64_t q1, float *y, int ith) {
     const size_t ub = (size_t)j->unit * j->rb;
-    if (j->tk->tilex && j->unit == ST_QUAD_GROUP_ROWS) {
+    const bool native = quads_native(j->tk, j->wtype);
+    if (native && j->unit == ST_QUAD_GROUP_ROWS) {
         j->tk->tilex(j->cols, y + (size_t)j->unit * (size_t)q0, 0, W + (size_t)q0 * ub, (int)(q1 - q0), j->xq, 0, 1);
         return;
     }
     for (int64_t q = q0; q < q1; q++) {
         const uint8_t *quad = W + (size_t)q * ub;
-        if (j->tk->tile4 && j->unit == 4) {
+        if (native) {
             j->tk->tile4(j->cols, y + 4 * q, 1, quad, j->xq, 0, 4, 1);
         } else {
             uint8_t *rows = j->scratch + (size_t)ith * ub;
@@ -125,12 +132,6 @@ static void mv_range(void *arg, int64_t a, int64_t b, int ith) {
     const int64_t n = j->total / j->unit;
     for (int64_t p = a / n; p < j->np && p * n < b; p++)
         mv_span(j, (int)p, a > p * n ? a - p * n : 0, b - p * n < n ? b - p * n : n, ith);
-}
-
-/* Whether tk runs the quad layout of type t in its own tile kernel (else each unit is
- * unpacked into rows). */
-static bool quads_native(const st_type_kernels *tk, st_type t) {
-    return st_quads_unit(t) == ST_QUAD_GROUP_ROWS ? tk->tilex != NULL : tk->tile4 != NULL;
 }
 
 /* Scratch for quad products on a table without the type's tile kernel (NULL when none is

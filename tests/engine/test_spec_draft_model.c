@@ -96,6 +96,20 @@ static void same_pool(const run *a, const run *b) {
     CHECK_INT(b->dks.pages_pinned, 0);
 }
 
+/* Two requests plain (no draft model), then drafted by `draft`, greedy: every drafted stream
+ * runs to its length with the plain stream's tokens. */
+static void plain_then_drafted(st_engine_params *p, const char *draft, run *a, run *b) {
+    p->draft_model_path = NULL;
+    CHECK_OK(gen(p, 2, 0, 0, a));
+    p->draft_model_path = draft;
+    CHECK_OK(gen(p, 2, 1, 0, b));
+    for (int i = 0; i < 2; i++) {
+        CHECK_INT(b->n[i], N_GEN);
+        CHECK(!memcmp(a->toks[i], b->toks[i], sizeof a->toks[i]));
+    }
+}
+
+
 static void model_path(const char *name, char *out, size_t cap) {
     snprintf(out, cap, "%s/models/%s", test_shared_dir(), name);
 }
@@ -179,13 +193,7 @@ TEST(test_draft_model_batched_self) {
         p.model_path = sp;
         p.n_threads = th, p.n_parallel = 2, p.n_ctx = 512, p.n_batch = 64;
         run a, b, c;
-        CHECK_OK(gen(&p, 2, 0, 0, &a));
-        p.draft_model_path = sp;
-        CHECK_OK(gen(&p, 2, 1, 0, &b));
-        for (int i = 0; i < 2; i++) {
-            CHECK_INT(b.n[i], N_GEN);
-            CHECK(!memcmp(a.toks[i], b.toks[i], sizeof a.toks[i]));
-        }
+        plain_then_drafted(&p, sp, &a, &b);
         CHECK(b.es.spec_model_drafts > 0);
         CHECK(b.es.spec_model_accepted * 10 >= b.es.spec_model_drafted * 9);
         same_pool(&a, &b);
@@ -206,15 +214,8 @@ TEST(test_draft_model_batched_self) {
         char dir[] = "/tmp/strata-specdm-pre-XXXXXX";
         CHECK(mkdtemp(dir) != NULL);
         p.spill_dir = dir, p.ram_pages = 4;
-        p.draft_model_path = NULL;
         prompts[1] = "Lily and Tom"; /* both admitted at once, then grown past the RAM */
-        CHECK_OK(gen(&p, 2, 0, 0, &a));
-        p.draft_model_path = sp;
-        CHECK_OK(gen(&p, 2, 1, 0, &b));
-        for (int i = 0; i < 2; i++) {
-            CHECK_INT(b.n[i], N_GEN);
-            CHECK(!memcmp(a.toks[i], b.toks[i], sizeof a.toks[i]));
-        }
+        plain_then_drafted(&p, sp, &a, &b);
         CHECK(b.es.preemptions > 0);
         CHECK(b.es.spec_model_accepted > 0);
         /* under this RAM pressure a verify round's reach into the next page can evict a
