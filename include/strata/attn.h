@@ -136,8 +136,12 @@ void st_attn_box_to_f16(const st_attn_ws *ws, int32_t head_dim, const float *kmi
  * which is >= q[g].k for every key k inside page p's box [kmin, kmax] (unscaled: multiply
  * by the score scale if needed; ranking does not care). q: [n_group][head_dim];
  * box: page p's f16 box (kmin then kmax, as st_attn_box_to_f16) starts at p * stride
- * elements (stride >= 2 * head_dim); bound: [n_pages]. Uses ws's ISA. Returns 0 or
- * ST_E_INVAL. */
+ * elements (stride >= 2 * head_dim); bound: [n_pages]. Uses ws's ISA. Each dimension's
+ * term is computed as max(q, 0) * kmax + min(q, 0) * kmin (the max above for finite
+ * sides), so a NaN side, an infinite side met by a zero weight, or +inf plus -inf makes
+ * that head's sum NaN, and a NaN head makes bound[p] NaN whatever the other heads give:
+ * such a page has no finite bound, and the caller ranks it as +inf. With that order a box
+ * that contains another never bounds lower, on every ISA. Returns 0 or ST_E_INVAL. */
 int st_attn_quest_bounds(const st_attn_ws *ws, int32_t head_dim, int32_t n_group,
                          const float *q, const uint16_t *box, int64_t stride, int32_t n_pages,
                          float *bound);

@@ -401,7 +401,7 @@ AI float quest_heads(int D, const int NG, const float *qp, const float *qn, cons
 #pragma GCC unroll 4
     for (int g = 0; g < NG; g++) {
         const float v = hsum8(_mm256_add_ps(s0[g], s1[g]));
-        if (v > best) best = v;
+        best = attn_quest_max(best, v);
     }
     return best;
 }
@@ -417,14 +417,12 @@ static float quest_one(int D, int G, const float *q, const uint16_t *mn, const u
             __m256 qv = _mm256_loadu_ps(qg + d);
             __m256 vn = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mn + d)));
             __m256 vx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mx + d)));
-            s = _mm256_add_ps(s, _mm256_max_ps(_mm256_mul_ps(qv, vn), _mm256_mul_ps(qv, vx)));
+            const __m256 qp = _mm256_max_ps(qv, _mm256_setzero_ps()), qn = _mm256_min_ps(qv, _mm256_setzero_ps());
+            s = _mm256_add_ps(s, _mm256_add_ps(_mm256_mul_ps(qp, vx), _mm256_mul_ps(qn, vn)));
         }
         float v = hsum8(s);
-        for (; d < D; d++) {
-            float lo = qg[d] * st_fp16_to_fp32(mn[d]), hi = qg[d] * st_fp16_to_fp32(mx[d]);
-            v += lo > hi ? lo : hi;
-        }
-        if (v > best) best = v;
+        for (; d < D; d++) v += attn_quest_term(qg[d], st_fp16_to_fp32(mn[d]), st_fp16_to_fp32(mx[d]));
+        best = attn_quest_max(best, v);
     }
     return best;
 }
@@ -454,7 +452,7 @@ static void quest_avx2(int D, int G, const float *q, const uint16_t *box, int64_
             case 3: v = quest_heads(D, 3, gp, gn, mn, mx); break;
             default: v = quest_heads(D, 4, gp, gn, mn, mx); break;
             }
-            if (v > best) best = v;
+            best = attn_quest_max(best, v);
         }
         bound[p] = best;
     }

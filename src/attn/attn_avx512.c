@@ -565,10 +565,11 @@ static void quest_one(int D, int G, const float *q, const uint16_t *mn, const ui
             __m512 qv = _mm512_maskz_loadu_ps(m, qg + d);
             __m512 vn = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, mn + d));
             __m512 vx = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, mx + d));
-            s = _mm512_add_ps(s, _mm512_max_ps(_mm512_mul_ps(qv, vn), _mm512_mul_ps(qv, vx)));
+            const __m512 qp = _mm512_max_ps(qv, _mm512_setzero_ps()), qn = _mm512_min_ps(qv, _mm512_setzero_ps());
+            s = _mm512_add_ps(s, _mm512_add_ps(_mm512_mul_ps(qp, vx), _mm512_mul_ps(qn, vn)));
         }
         float v = _mm512_reduce_add_ps(s);
-        if (v > best) best = v;
+        best = attn_quest_max(best, v);
     }
     *bound = best;
 }
@@ -617,7 +618,7 @@ AI void quest_groups(int D, const int G, const float *qp, const float *qn, const
         for (int j = 0; j < np; j++) {
             float best = t[j * G];
             for (int g = 1; g < G; g++)
-                if (t[j * G + g] > best) best = t[j * G + g];
+                best = attn_quest_max(best, t[j * G + g]);
             bound[p + j] = best;
         }
     }

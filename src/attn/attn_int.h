@@ -246,4 +246,23 @@ static inline const char *attn_run_pf(const attn_blk *b, int n, const attn_blk *
     return NULL;
 }
 
+/* One dimension of the Quest bound, max(q * lo, q * hi) written as q+ * hi + q- * lo (q+ =
+ * max(q, 0), q- = min(q, 0)) as the SIMD kernels compute it: equal for finite sides, and a
+ * NaN side, or an infinite one met by a zero weight, gives NaN on every ISA (the max form
+ * would drop a NaN lo), so a box that contains another never bounds lower in the ranking's
+ * order (NaN first). */
+static inline float attn_quest_term(float q, float lo, float hi) {
+    const float qp = q > 0 ? q : 0.0f, qn = q < 0 ? q : 0.0f;
+    return qp * hi + qn * lo;
+}
+
+/* The Quest bound's max over a GQA group's heads, NaN sticky: a head whose sum is NaN (an
+ * infinite box side times a zero weight, or +inf plus -inf) cannot be bounded, so the page's
+ * bound is NaN, which the ranking takes as +inf. A plain `v > best` would drop that head and
+ * rank the page by the others: a group box holding the page's infinite side then bounds
+ * lower than the page itself, and the two-level ranking skips a page the flat one picks. */
+static inline float attn_quest_max(float best, float v) {
+    return v > best || v != v ? v : best;
+}
+
 #endif

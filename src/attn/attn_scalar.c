@@ -63,10 +63,9 @@ static void quest_scalar(int D, int G, const float *q, const uint16_t *box, int6
             const float *qg = q + (size_t)g * D;
             float s = 0;
             for (int d = 0; d < D; d++) {
-                float a = qg[d] * st_fp16_to_fp32(mn[d]), c = qg[d] * st_fp16_to_fp32(mx[d]);
-                s += a > c ? a : c;
+                s += attn_quest_term(qg[d], st_fp16_to_fp32(mn[d]), st_fp16_to_fp32(mx[d]));
             }
-            if (s > best) best = s;
+            best = attn_quest_max(best, s);
         }
         bound[p] = best;
     }

@@ -170,4 +170,65 @@ TEST(test_quest_bounds) {
     }
 }
 
-TEST_MAIN(test_box_kernels_bit_identical, test_quest_bounds)
+/* The ranking's order: a NaN bound ranks as +inf (the page cannot be bounded). */
+static float rank_key(float b) { return isnan(b) ? INFINITY : b; }
+
+/* The two-level ranking's premise on every ISA, non-finite boxes included: a box that
+ * contains another (the union of two, each side the wider, a NaN side kept) never bounds
+ * lower in the ranking's order. Boxes get infinite and NaN sides and queries zero weights,
+ * so heads' sums go NaN: one such head makes the page's bound NaN, so a page whose every
+ * head is NaN ranks first instead of last. */
+TEST(test_quest_bounds_union_monotone) {
+    rng r = {11};
+    for (int isa = 0; isa <= max_isa(); isa++) {
+        st_attn_ws *ws = NULL;
+        CHECK_OK(st_attn_ws_create((st_isa)isa, &ws));
+        REQUIRE(ws);
+        int bad = 0, nonfinite = 0, trials = 0;
+        for (int it = 0; it < 4000; it++) {
+            const int dims[] = {7, 16, 64};
+            const int D = dims[it % 3], G = 1 + (it / 3) % 4;
+            uint16_t box[3][2 * 128];
+            for (int b = 0; b < 2; b++)
+                for (int d = 0; d < D; d++) {
+                    float lo = runif(&r) * 4.0f, hi = lo + (float)rint_(&r, 3) * fabsf(runif(&r));
+                    if (rint_(&r, 8 * D) == 0) hi = INFINITY;
+                    if (rint_(&r, 8 * D) == 0) lo = -INFINITY;
+                    if (rint_(&r, 32 * D) == 0) lo = NAN;
+                    box[b][d] = st_fp32_to_fp16(lo), box[b][D + d] = st_fp32_to_fp16(hi);
+                }
+            for (int d = 0; d < 2 * D; d++) { /* the union, as kv_quest_tree.c keeps it */
+                const float a = st_fp16_to_fp32(box[0][d]), c = st_fp16_to_fp32(box[1][d]);
+                const int wider_c = isnan(a) ? 0 : isnan(c) ? 1 : d >= D ? c > a : c < a;
+                box[2][d] = wider_c ? box[1][d] : box[0][d];
+            }
+            float q[4 * 128];
+            for (int i = 0; i < G * D; i++) q[i] = rint_(&r, 3) == 0 ? 0.0f : runif(&r) * 2.0f;
+            float bd[3];
+            for (int b = 0; b < 3; b++) CHECK_OK(st_attn_quest_bounds(ws, D, G, q, box[b], 2 * D, 1, &bd[b]));
+            for (int b = 0; b < 2; b++) bad += !(rank_key(bd[2]) >= rank_key(bd[b]));
+            nonfinite += !isfinite(bd[0]) + !isfinite(bd[1]);
+            trials++;
+        }
+        /* every head NaN: the bound is NaN, not the max over no head (-inf) */
+        {
+            const int D = 16, G = 2;
+            uint16_t box[2 * 16];
+            float q[2 * 16];
+            for (int d = 0; d < D; d++) box[d] = st_fp32_to_fp16(-1.0f), box[D + d] = st_fp32_to_fp16(1.0f);
+            for (int i = 0; i < G * D; i++) q[i] = 0.5f;
+            box[D + 3] = st_fp32_to_fp16(INFINITY);
+            q[3] = q[D + 3] = 0.0f;
+            float b;
+            CHECK_OK(st_attn_quest_bounds(ws, D, G, q, box, 2 * D, 1, &b));
+            CHECK(isnan(b));
+        }
+        fprintf(stderr, "  isa %d: %d box pairs, %d non-finite page bounds, %d unions below a member\n", isa,
+                trials, nonfinite, bad);
+        CHECK(nonfinite > 500 && nonfinite < 2 * trials - 500); /* both kinds met */
+        CHECK_INT(bad, 0);
+        st_attn_ws_destroy(ws);
+    }
+}
+
+TEST_MAIN(test_box_kernels_bit_identical, test_quest_bounds, test_quest_bounds_union_monotone)
