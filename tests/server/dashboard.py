@@ -273,7 +273,7 @@ def main():
                 time.sleep(0.05)
         th = threading.Thread(target=poll, daemon=True)
         th.start()
-        t_end = time.monotonic() + 10
+        t_end = time.monotonic() + 60  # a sanitizer build under load is slow to spill
         while time.monotonic() < t_end and not any(
                 s["slots"] and "D" in s["slots"][0]["pages"] and "R" in s["slots"][0]["pages"] for _, s in snaps):
             time.sleep(0.05)

@@ -28,7 +28,8 @@ curl -s -N -H 'Content-Type: application/json' \
   --data-binary '{"prompt":"Tell me a long story","max_tokens":1500,"temperature":0,"stream":true}' \
   "http://127.0.0.1:$port/v1/completions" >"$work/cut" &
 kpid=$!
-for _ in $(seq 1 200); do [ "$(grep -c '^data: ' "$work/cut" 2>/dev/null)" -gt 200 ] && break; sleep 0.02; done
+# up to a minute: a sanitizer build on a slow machine streams a few tokens a second
+for _ in $(seq 1 3000); do [ "$(grep -c '^data: ' "$work/cut" 2>/dev/null)" -gt 200 ] && break; sleep 0.02; done
 spilled=$(curl -s "http://127.0.0.1:$port/metrics" | sed -n 's/^strata_tier_writes_total \([0-9]*\)$/\1/p')
 [ "${spilled:-0}" -gt 0 ] || fail "no page was spilled before kill -9"
 kill -9 "$pid"; wait "$pid" 2>/dev/null || true; pid=

@@ -10,10 +10,13 @@
 #include <jansson.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 
 
@@ -405,13 +408,31 @@ TEST(test_queue_full_503) {
     CHECK_OK(rc);
     if (!v.s) return;
     char cmd[4096];
+    /* the two long requests from a child; the third only once the engine holds one running
+     * and one waiting (a fixed sleep raced a loaded machine's curl start-up) */
     snprintf(cmd, sizeof cmd,
              "for i in 1 2; do curl -s -o %s/q$i.out -H 'Content-Type: application/json' -d "
              "'{\"prompt\":\"long\",\"max_tokens\":1900,\"temperature\":0}' http://127.0.0.1:%d/v1/completions & "
-             "sleep 0.1; done; curl -s -D %s/q3.hdr -o %s/q3.out -w '%%{http_code}' -H 'Content-Type: application/json' "
-             "-d '{\"prompt\":\"x\",\"max_tokens\":2}' http://127.0.0.1:%d/v1/completions > %s/q3.code; wait",
-             tmpdir(), v.port, tmpdir(), tmpdir(), v.port, tmpdir());
+             "sleep 0.1; done; wait",
+             tmpdir(), v.port);
+    pid_t kid;
+    char *sh_argv[] = {"sh", "-c", cmd, NULL};
+    REQUIRE(posix_spawn(&kid, "/bin/sh", NULL, NULL, sh_argv, environ) == 0);
+    st_engine_stats es;
+    st_kv_stats ks;
+    for (int i = 0; i < 6000; i++) { /* up to a minute */
+        st_server_get_stats(v.s, &es, &ks);
+        if (es.running == 1 && es.waiting == 1) break;
+        usleep(10 * 1000);
+    }
+    CHECK(es.running == 1 && es.waiting == 1);
+    snprintf(cmd, sizeof cmd,
+             "curl -s -D %s/q3.hdr -o %s/q3.out -w '%%{http_code}' -H 'Content-Type: application/json' "
+             "-d '{\"prompt\":\"x\",\"max_tokens\":2}' http://127.0.0.1:%d/v1/completions > %s/q3.code",
+             tmpdir(), tmpdir(), v.port, tmpdir());
     CHECK_INT(system(cmd), 0);
+    int status = -1;
+    CHECK(waitpid(kid, &status, 0) == kid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
     char path[256];
     snprintf(path, sizeof path, "%s/q3.code", tmpdir());
     char *code = test_slurp(path, NULL);
