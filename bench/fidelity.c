@@ -14,9 +14,15 @@
  *               is printed beside it: the gap is what the model gains from the first copy.
  * Sparse layers use Quest's default sinks (one page) and recent pages (two pages).
  *
+ * --resident-bonus B1,B2,... adds, for every budget x dense-layers pair and each B, the same
+ * measures through the SSD tier: a pool whose RAM holds 1/8 of the pages (--ram-frac), the
+ * rest spilled under --spill-dir, with Quest's residency bonus B (quest.h, resident_bonus;
+ * 0 = plain Quest, whose output the tier does not change). A bonus makes blocks in RAM win
+ * close rankings, so it changes which pages are attended: these rows are its quality cost.
+ *
  *   build/bench/fidelity [-m MODEL] [-f TEXT] [-c 4096] [--chunks 4] [--budget 256,512,1k,2k]
  *                        [--dense-layers 0,1,2] [--passage 1000] [--filler 2000] [--trials 3]
- *                        [-t THREADS]
+ *                        [--resident-bonus 0,2,4] [--ram-frac 8] [--spill-dir /tmp] [-t THREADS]
  *
  * MODEL defaults to ../shared/models/tiny-long.gguf ($STRATA_SHARED); TEXT to the project's own
  * tree as the other trained-model benches read it (bench_text.h), which the model was not
@@ -62,14 +68,17 @@ static int score(bench_run *b, const int32_t *seq, int n, int from, int to, doub
 
 typedef struct setting {
     long long budget, dense_layers; /* budget 0: dense */
-    double ppl, copy_loss, pages_frac;
+    double bonus;                   /* < 0: all in RAM; else tiered with this residency bonus */
+    double ppl, copy_loss, pages_frac, spill_mib_step;
 } setting;
 
 int main(int argc, char **argv) {
     long long budgets[MAX_LIST] = {256, 512, 1024, 2048}, dls[MAX_LIST] = {0, 1, 2};
     long long C = 4096, n_chunks = 4, n_passage = 1000, n_filler = 2000, n_trials = 3, n_threads = 2;
-    int n_budgets = 4, n_dls = 3;
-    const char *model_path = NULL, *text_path = NULL;
+    int n_budgets = 4, n_dls = 3, n_bonus = 0;
+    double bonuses[MAX_LIST];
+    long long ram_frac = 8;
+    const char *model_path = NULL, *text_path = NULL, *spill_root = "/tmp";
     for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = v != NULL;
@@ -97,10 +106,27 @@ int main(int argc, char **argv) {
         else if (ok && !strcmp(a, "--filler")) ok = (n_filler = atoll(v)) >= 0;
         else if (ok && !strcmp(a, "--trials")) ok = (n_trials = atoll(v)) > 0;
         else if (ok && !strcmp(a, "-t")) ok = (n_threads = atoll(v)) > 0;
-        else ok = 0;
+        else if (ok && !strcmp(a, "--ram-frac")) ok = (ram_frac = atoll(v)) > 1;
+        else if (ok && !strcmp(a, "--spill-dir")) spill_root = v;
+        else if (ok && !strcmp(a, "--resident-bonus")) {
+            n_bonus = 0;
+            for (const char *s = v; *s && n_bonus < MAX_LIST;) {
+                char *end;
+                const double x = strtod(s, &end);
+                if (end == s || !(x >= 0)) {
+                    ok = 0;
+                    break;
+                }
+                bonuses[n_bonus++] = x;
+                s = *end == ',' ? end + 1 : end;
+                if (*end && *end != ',') ok = 0;
+            }
+            ok = ok && n_bonus > 0;
+        } else ok = 0;
         if (!ok) {
             fprintf(stderr, "usage: fidelity [-m MODEL] [-f TEXT] [-c CTX] [--chunks N] [--budget 256,512,...] "
-                            "[--dense-layers 0,1,2] [--passage N] [--filler N] [--trials N] [-t THREADS]\n");
+                            "[--dense-layers 0,1,2] [--passage N] [--filler N] [--trials N] [--resident-bonus B,...] "
+                            "[--ram-frac N] [--spill-dir DIR] [-t THREADS]\n");
             return 2;
         }
     }
@@ -125,7 +151,8 @@ int main(int argc, char **argv) {
     st_tok *tok = NULL;
     int32_t *toks = NULL, *seq = NULL;
     int n_toks = 0;
-    bench_run b = {0};
+    bench_run b = {0}, bt = {0}; /* all in RAM; tiered */
+    char dir[4096] = "";
     int rc = st_ctx_create(&cp, &ctx);
     st_model_load_params lp = bench_model_load_params();
     if (!rc) rc = st_model_load(ctx, model_path, &lp, &m);
@@ -158,28 +185,45 @@ int main(int argc, char **argv) {
         seq = malloc((size_t)max_len * sizeof *seq);
         rc = b.lg && seq ? st_kv_create(ctx, &kp, &b.kv) : ST_E_NOMEM;
         if (!rc) rc = st_runner_create(ctx, m, b.kv, &rp, &b.r);
+        if (!rc && n_bonus) {
+            rc = bench_make_spill_dir(spill_root, "fidelity", dir, sizeof dir) ? ST_E_IO : 0;
+            kp.spill_dir = dir;
+            kp.instance_id = "bench-fidelity";
+            kp.ram_pages = kp.n_pages / ram_frac > 2 ? kp.n_pages / ram_frac : 2;
+            bt.n_vocab = b.n_vocab, bt.lg = b.lg;
+            if (!rc) rc = st_kv_create(ctx, &kp, &bt.kv);
+            if (!rc) rc = st_runner_create(ctx, m, bt.kv, &rp, &bt.r);
+        }
     }
     /* settings[0] is dense; then budget-major */
-    setting set[1 + MAX_LIST * MAX_LIST];
+    setting set[1 + MAX_LIST * MAX_LIST * (1 + MAX_LIST)];
     int n_set = 0;
-    set[n_set++] = (setting){.budget = 0, .dense_layers = 0};
+    set[n_set++] = (setting){.budget = 0, .dense_layers = 0, .bonus = -1};
     for (int i = 0; i < n_budgets; i++)
-        for (int k = 0; k < n_dls; k++) set[n_set++] = (setting){.budget = budgets[i], .dense_layers = dls[k]};
+        for (int k = 0; k < n_dls; k++) {
+            set[n_set++] = (setting){.budget = budgets[i], .dense_layers = dls[k], .bonus = -1};
+            for (int j = 0; j < n_bonus; j++)
+                set[n_set++] = (setting){.budget = budgets[i], .dense_layers = dls[k], .bonus = bonuses[j]};
+        }
     double first_copy_loss = 0;
     const double t0 = st_time_now();
     for (int s = 0; s < n_set && !rc; s++) {
+        bench_run *run = set[s].bonus < 0 ? &b : &bt;
         st_kv_quest_params qp = st_kv_quest_default_params();
         qp.budget = set[s].budget;
         qp.dense_layers = (int32_t)set[s].dense_layers;
-        rc = st_runner_set_quest(b.r, &qp, 0);
+        qp.resident_bonus = set[s].bonus > 0 ? set[s].bonus : 0;
+        rc = st_runner_set_quest(run->r, &qp, 0);
         st_runner_quest_stats q0, q1;
-        st_runner_get_quest_stats(b.r, &q0);
+        st_runner_get_quest_stats(run->r, &q0);
+        st_kv_stats k0, k1;
+        st_kv_get_stats(run->kv, &k0);
         double sum = 0;
         long long cnt = 0;
         for (long long c = 0; c < n_chunks && !rc; c++) {
             memcpy(seq, toks + c * C, (size_t)C * sizeof *seq);
             if (st_tok_add_bos(tok) && st_tok_bos(tok) >= 0) seq[0] = st_tok_bos(tok);
-            rc = score(&b, seq, (int)C, (int)(C / 2), (int)C - 1, &sum, &cnt);
+            rc = score(run, seq, (int)C, (int)(C / 2), (int)C - 1, &sum, &cnt);
         }
         if (!rc) set[s].ppl = exp(sum / (double)cnt);
         double csum = 0, fsum = 0;
@@ -191,15 +235,18 @@ int main(int argc, char **argv) {
             memcpy(seq + 1 + n_passage + n_filler, p, (size_t)n_passage * sizeof *seq);
             const int second = (int)(n_passage + n_filler); /* logits at j predict seq[j + 1] */
             if (s == 0) /* dense: the first copy's loss too */
-                rc = score(&b, seq, (int)(n_passage + 1), 1, (int)n_passage, &fsum, &fcnt);
-            if (!rc) rc = score(&b, seq, (int)copy_len, second, (int)copy_len - 1, &csum, &ccnt);
+                rc = score(run, seq, (int)(n_passage + 1), 1, (int)n_passage, &fsum, &fcnt);
+            if (!rc) rc = score(run, seq, (int)copy_len, second, (int)copy_len - 1, &csum, &ccnt);
         }
         if (!rc) {
             set[s].copy_loss = csum / (double)ccnt;
             if (s == 0) first_copy_loss = fsum / (double)fcnt;
-            st_runner_get_quest_stats(b.r, &q1);
+            st_runner_get_quest_stats(run->r, &q1);
+            st_kv_get_stats(run->kv, &k1);
             const int64_t tot = q1.pages_total - q0.pages_total;
             set[s].pages_frac = tot > 0 ? (double)(q1.pages_listed - q0.pages_listed) / (double)tot : 1;
+            const int64_t steps = q1.steps - q0.steps;
+            set[s].spill_mib_step = steps > 0 ? (double)(k1.tier_bytes_read - k0.tier_bytes_read) / (1 << 20) / (double)steps : 0;
             fprintf(stderr, "fidelity: %d/%d done (%.0f s)\n", s + 1, n_set, st_time_now() - t0);
         }
     }
@@ -212,19 +259,29 @@ int main(int argc, char **argv) {
                n_chunks, C, n_trials, n_passage, n_filler, n_threads);
         printf("dense: the first copy's loss %.4f nats/token, the second's %.4f\n", first_copy_loss,
                set[0].copy_loss);
-        printf("| budget | dense layers | pages attended (sparse layers) | PPL | vs dense | copy loss | vs dense |\n"
-               "| --- | --- | --- | --- | --- | --- | --- |\n");
+        if (n_bonus)
+            printf("tiered rows: RAM for 1/%lld of the pages, spill dir under %s\n", ram_frac, spill_root);
+        printf("| budget | dense layers | KV | pages attended (sparse layers) | PPL | vs dense | copy loss | vs dense |%s\n"
+               "| --- | --- | --- | --- | --- | --- | --- | --- |%s\n", n_bonus ? " spill MiB/step |" : "",
+               n_bonus ? " --- |" : "");
         for (int s = 0; s < n_set; s++) {
-            char bud[32], dl[32];
+            char bud[32], dl[32], mode[48];
             snprintf(bud, sizeof bud, "%lld", set[s].budget);
             snprintf(dl, sizeof dl, "%lld", set[s].dense_layers);
-            printf("| %s | %s | %.1f%% | %.4f | %+.2f%% | %.4f | %+.2f%% |\n", s ? bud : "dense", s ? dl : "all",
+            if (set[s].bonus < 0) snprintf(mode, sizeof mode, "RAM");
+            else snprintf(mode, sizeof mode, "tiered, bonus %g", set[s].bonus);
+            printf("| %s | %s | %s | %.1f%% | %.4f | %+.2f%% | %.4f | %+.2f%% |", s ? bud : "dense", s ? dl : "all", mode,
                    100 * set[s].pages_frac, set[s].ppl, 100 * (set[s].ppl / set[0].ppl - 1), set[s].copy_loss,
                    100 * (set[s].copy_loss / set[0].copy_loss - 1));
+            if (n_bonus) printf(" %.3f |", set[s].spill_mib_step);
+            printf("\n");
         }
     }
     free(seq);
     free(b.lg);
+    st_runner_destroy(bt.r);
+    st_kv_destroy(bt.kv);
+    if (dir[0] && rmdir(dir)) fprintf(stderr, "fidelity: could not remove %s\n", dir);
     st_runner_destroy(b.r);
     st_kv_destroy(b.kv);
     free(toks);

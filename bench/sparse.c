@@ -23,8 +23,12 @@
  *   build/bench/sparse [--context 1k,4k,8k,16k,32k] [-n N_GEN] [--reps R] [--budget 2048]
  *                      [--page 16] [--preset small | -m MODEL] [--dense-layers 2]
  *                      [--svg FILE] [-t THREADS] [--spill-dir DIR] [--no-tiered] [--no-dense]
- *                      [--quest-group G] [--compare-flat] [--epsilon E]
+ *                      [--quest-group G] [--compare-flat] [--epsilon E] [--resident-bonus B]
  *
+ * --resident-bonus B gives the tiered mode Quest's residency bonus (quest.h): a page whose
+ * layer block is in RAM ranks as if its bound were B nats higher. With real text (-m) every
+ * mode's decode loss on the text's next tokens is printed too, which is what the bonus's
+ * different page choices cost.
  * --epsilon E adds certified sparse decode (quest.h, certificates): the same budget as the
  * starting selection, grown until the skipped softmax mass is provably <= E for every query
  * head; its rows give the speed, the pages it read and the largest bound.
@@ -40,6 +44,7 @@
 #include "bench_common.h"
 #include "bench_peer.h"
 #include "bench_text.h"
+#include "cli/ppl.h"
 #include "strata/model.h"
 #include "strata/quest.h"
 
@@ -56,6 +61,7 @@ typedef struct point {
     long long want, ctx;            /* asked for; measured at (cut to the model's context) */
     double pp_tps, pp_tiered_tps;   /* prefill: RAM segment, tiered from 0 */
     double dense_tps, sparse_tps, tiered_tps;
+    double dense_nll, sparse_nll, tiered_nll; /* real text: mean loss of the decode steps */
     double flat_tps;                /* --compare-flat: sparse on a copy of the pool, flat ranking */
     double listed_frac;             /* pages read / pages present, sparse layers */
     double scored_frac;             /* page boxes scored / ranked (two-level ranking < 1) */
@@ -82,21 +88,26 @@ static double loadavg(void) {
     return l;
 }
 
-/* n timed decode steps (after 2 untimed ones), then the sequence is rewound. tok/s. */
+/* n timed decode steps (after 2 untimed ones), then the sequence is rewound. tok/s. nll not
+ * NULL: *nll gets the mean loss of the text's next token over the timed steps (scored
+ * outside the timed part), which shows what a mode's page choices cost in quality. */
 static double decode_steps(st_runner *r, st_kv *kv, st_kv_seq_id seq, int n, const int32_t *toks,
-                           float *lg, int *rc) {
+                           float *lg, int n_vocab, double *nll, int *rc) {
     int64_t len;
     st_kv_seq_len(kv, seq, &len);
     for (int i = 0; i < 2 && !*rc; i++) {
         st_batch b = {.n_tokens = 1, .tokens = &toks[i], .seq_single = seq};
         *rc = st_runner_forward(r, &b, lg);
     }
-    double t0 = st_time_now();
+    double dt = 0, loss = 0;
     for (int i = 0; i < n && !*rc; i++) {
         st_batch b = {.n_tokens = 1, .tokens = &toks[2 + i], .seq_single = seq};
+        const double t0 = st_time_now();
         *rc = st_runner_forward(r, &b, lg);
+        dt += st_time_now() - t0;
+        if (nll && !*rc) loss += st_ppl_nll(lg, n_vocab, toks[3 + i]);
     }
-    double dt = st_time_now() - t0;
+    if (nll) *nll = loss / n;
     if (!*rc) *rc = st_kv_seq_truncate(kv, seq, len);
     return dt > 0 ? n / dt : 0;
 }
@@ -181,7 +192,7 @@ static int cert_run(const bench *B, st_runner *r, st_kv *kv, st_kv_seq_id seq, c
     int rc = st_runner_set_quest(r, &B->cert, 0);
     if (rc) return rc;
     st_runner_get_quest_stats(r, &a);
-    const double v = decode_steps(r, kv, seq, (int)B->n_gen, dt, B->lg, &rc);
+    const double v = decode_steps(r, kv, seq, (int)B->n_gen, dt, B->lg, 0, NULL, &rc);
     st_runner_get_quest_stats(r, &b);
     if (rc) return rc;
     if (v > p->cert_tps) p->cert_tps = v;
@@ -221,17 +232,21 @@ static int run_point(const bench *B, st_runner *r, st_kv *kv, st_kv_seq_id seq, 
     st_kv_stats k0, k1;
     if (tkv) st_kv_get_stats(tkv, &k0);
     const int32_t *dt = B->text ? B->toks + p->ctx : B->toks + 100;
+    const int nv = st_model_get_hparams(B->m)->n_vocab;
+    /* the loss is the same in every rep (the same tokens): the last rep's is kept */
+    double *dn = B->text ? &p->dense_nll : NULL, *sn = B->text ? &p->sparse_nll : NULL;
+    double *tn = B->text ? &p->tiered_nll : NULL;
     for (long long i = 0; i < B->reps && !rc; i++) {
         double v = 0;
         if (B->with_dense && !(rc = st_runner_set_quest(r, &B->dense, 0)))
-            v = decode_steps(r, kv, seq, (int)B->n_gen, dt, B->lg, &rc);
+            v = decode_steps(r, kv, seq, (int)B->n_gen, dt, B->lg, nv, dn, &rc);
         if (!rc && v > p->dense_tps) p->dense_tps = v;
         if (!rc && !(rc = st_runner_set_quest(r, &B->sparse, 0)))
-            v = decode_steps(r, kv, seq, (int)B->n_gen, dt, B->lg, &rc);
+            v = decode_steps(r, kv, seq, (int)B->n_gen, dt, B->lg, nv, sn, &rc);
         if (!rc && v > p->sparse_tps) p->sparse_tps = v;
-        if (!rc && tr) v = decode_steps(tr, tkv, tseq, (int)B->n_gen, dt, B->lg, &rc);
+        if (!rc && tr) v = decode_steps(tr, tkv, tseq, (int)B->n_gen, dt, B->lg, nv, tn, &rc);
         if (!rc && tr && v > p->tiered_tps) p->tiered_tps = v;
-        if (!rc && fr) v = decode_steps(fr, fkv, fseq, (int)B->n_gen, dt, B->lg, &rc);
+        if (!rc && fr) v = decode_steps(fr, fkv, fseq, (int)B->n_gen, dt, B->lg, 0, NULL, &rc);
         if (!rc && fr && v > p->flat_tps) p->flat_tps = v;
         if (!rc && B->cert.certify) rc = cert_run(B, r, kv, seq, dt, p);
     }
@@ -318,6 +333,26 @@ static void print_table(const point *pts, int np, int tiered, int flat, const be
         printf("tiered sparse at %lld / all-in-RAM sparse: %.3f (target >= 0.8 at 32k: %s)\n",
                hi->ctx, hi->tiered_tps / hi->sparse_tps,
                hi->want != 32768 ? "-" : hi->tiered_tps >= 0.8 * hi->sparse_tps ? "met" : "not met");
+}
+
+/* Real text only: the mean loss of the decode steps' next tokens, per mode (teacher-forced on
+ * the same tokens, so the modes differ only in the pages attended). */
+static void print_loss(const point *pts, int np, int tiered, int with_dense, double bonus) {
+    printf("decode loss, nats per token (the text's next token at each timed step):\n"
+           "| context |%s sparse |%s\n|---|%s---|%s\n", with_dense ? " dense |" : "",
+           tiered ? " tiered sparse | tiered - sparse |" : "", with_dense ? "---|" : "", tiered ? "---|---|" : "");
+    for (int i = 0; i < np; i++) {
+        const point *p = &pts[i];
+        printf("| %lld |", p->ctx);
+        if (with_dense) printf(" %.4f |", p->dense_nll);
+        printf(" %.4f |", p->sparse_nll);
+        if (tiered) printf(" %.4f | %+.4f |", p->tiered_nll, p->tiered_nll - p->sparse_nll);
+        printf("\n");
+    }
+    if (tiered)
+        printf("tiered residency bonus %g nats%s\n", bonus,
+               bonus > 0 ? " (tiered and all-in-RAM sparse may attend different pages)"
+                         : " (tiered attends the pages all-in-RAM sparse does: the losses must be equal)");
 }
 
 static void write_svg(const char *path, const point *p, int np, long long budget, int tiered, double peer_tps) {
@@ -428,6 +463,7 @@ static int model_run_point(bench *B, model_run *mr, long long want, long long ct
 int main(int argc, char **argv) {
     long long ctxs[MAX_POINTS] = {1024, 4096, 8192, 16384, 32768};
     int n_ctx = 5, tiered = 1, with_dense = 1, compare_flat = 0;
+    double resident_bonus = 0;
     long long n_gen = 32, reps = 3, budget = 2048, page = 16, dense_layers = 2, n_threads = 0;
     double epsilon = -1; /* --epsilon: < 0 no certified mode */
     const char *svg = "sparse.svg", *preset = "small", *spill_root = "/tmp", *model_path = NULL;
@@ -450,6 +486,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-n")) n_gen = atoll(v);
         else if (!strcmp(a, "--reps")) reps = atoll(v);
         else if (!strcmp(a, "--budget")) budget = atoll(v);
+        else if (!strcmp(a, "--resident-bonus")) resident_bonus = atof(v);
         else if (!strcmp(a, "--page")) page = atoll(v);
         else if (!strcmp(a, "--dense-layers")) dense_layers = atoll(v);
         else if (!strcmp(a, "--svg")) svg = v;
@@ -461,10 +498,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--epsilon")) epsilon = atof(v);
         else n_ctx = -1;
     }
-    if (n_ctx < 1 || n_gen < 1 || reps < 1 || budget < 1 || page < 8 || epsilon > 1) {
+    if (n_ctx < 1 || n_gen < 1 || reps < 1 || budget < 1 || page < 8 || epsilon > 1 || !(resident_bonus >= 0)) {
         fprintf(stderr, "usage: sparse [--context 1k,4k,...] [-n N_GEN] [--reps R] [--budget N] [--page P] "
                         "[--dense-layers N] [--preset small | -m MODEL] [--svg FILE] [-t THREADS] "
-                        "[--spill-dir DIR] [--no-tiered] [--no-dense] [--quest-group G] [--compare-flat] [--epsilon E]\n");
+                        "[--spill-dir DIR] [--no-tiered] [--no-dense] [--quest-group G] [--compare-flat] [--epsilon E] "
+                        "[--resident-bonus B]\n");
         return 2;
     }
     for (int i = 1; i < n_ctx; i++)
@@ -521,6 +559,7 @@ int main(int argc, char **argv) {
     B.dense = B.sparse = st_kv_quest_default_params();
     B.sparse.budget = budget;
     B.sparse.dense_layers = (int32_t)dense_layers;
+    B.sparse.resident_bonus = resident_bonus;
     B.cert = B.sparse;
     B.cert.certify = epsilon >= 0;
     B.cert.epsilon = epsilon >= 0 ? epsilon : 0;
@@ -561,6 +600,7 @@ int main(int argc, char **argv) {
                           st_threadpool_n_threads(st_ctx_threadpool(ctx)), &peer);
             printf("\n%s (%s):\n", mr[k].name, st_model_desc(mr[k].m));
             print_table(mr[k].pts, mr[k].np, tiered, B.compare_flat, &peer);
+            if (B.text) print_loss(mr[k].pts, mr[k].np, tiered, B.with_dense, resident_bonus);
             if (B.cert.certify) print_cert_table(mr[k].pts, mr[k].np, epsilon);
             if (k == 0) write_svg(svg, mr[k].pts, mr[k].np, budget, tiered, peer.tps);
         }

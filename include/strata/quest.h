@@ -21,6 +21,20 @@
  * exactly the dense list, and attention (which merges runs in list order) is bit-identical
  * to dense: the exactness gate. Selection reads only page tables and boxes, never page data.
  *
+ * Residency (resident_bonus B > 0, with the SSD tier): a candidate page whose (page, layer)
+ * block is in RAM ranks as if its bound were B nats of score higher, i.e. its bound plus
+ * B / scale. What this promises, per KV head: a page left out has a bound at most B / scale
+ * above that of any ranked page chosen, and a page left out that was in RAM has a bound at
+ * least B / scale below any chosen page from disk. Through the tier a plain ranking churns
+ * where bounds lie close together (a head that attends nearly uniformly picks different
+ * pages at every step, each a disk read); the bonus settles such ties on what RAM holds, so
+ * those steps read nothing, while a page whose bound stands out still wins. It changes which
+ * pages are attended, so tiered output is no longer equal to all-in-RAM output: 0 (the
+ * default) keeps it equal. Without a tier every block is in RAM and the bonus does nothing
+ * (the selection is plain Quest's, bit for bit). The two-level ranking is not used with a
+ * bonus (its group boxes bound pages, not pages plus a bonus). Certified mode grows from
+ * the bonus's selection with the true bounds, so its guarantee is unchanged.
+ *
  * Certified mode (certify, epsilon) replaces the fixed budget by a guarantee: the budget's
  * selection is grown (st_kv_quest_certify) until a rigorous upper bound on the softmax mass
  * of the pages left out is <= epsilon for every query head, the bound coming from the same
@@ -55,6 +69,12 @@ typedef struct st_kv_quest_params {
                          more than this fraction of the pages goes dense at once (scoring
                          keys to spare a few pages costs more than reading them); 0 = 0.5,
                          >= 1: grow page by page to the end */
+    double resident_bonus; /* --kv-resident-bonus: with the SSD tier, a candidate page whose
+                         (page, layer) block is in RAM ranks as if its bound were this many
+                         nats of attention score higher (see "residency" below); 0 = off,
+                         the default. Without a tier every block is in RAM and it does nothing */
+    double score_scale; /* the attention's score scale (score = scale * q . k), which turns
+                         resident_bonus into the bound's units; 0 = 1 / sqrt(head_dim) */
 } st_kv_quest_params;
 
 /* budget 0 (dense), sinks -1, recent -1, dense_layers -1, certify 0 (the defaults above). */

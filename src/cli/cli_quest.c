@@ -19,6 +19,13 @@ int st_cli_quest_arg(st_cli_quest *q, const char *a, const char *v) {
         q->p.cert_dense_frac = e;
         return 1;
     }
+    if (!strcmp(a, "--kv-resident-bonus")) {
+        double e;
+        if (!v || st_cli_float(v, 0, 1e6, &e)) return -1;
+        q->given = 1;
+        q->p.resident_bonus = e;
+        return 1;
+    }
     if (!strcmp(a, "--kv-epsilon")) {
         double e;
         if (!v || st_cli_float(v, 0, 1, &e)) return -1;

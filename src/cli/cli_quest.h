@@ -1,6 +1,6 @@
 /* The Quest sparse-decode flags shared by strata run, perplexity and bench:
  * --kv-budget N, --kv-sinks N, --kv-recent N, --kv-dense-layers N, --kv-audit N, --kv-epsilon E,
- * --kv-cert-dense F. */
+ * --kv-cert-dense F, --kv-resident-bonus B. */
 #ifndef STRATA_CLI_QUEST_H
 #define STRATA_CLI_QUEST_H
 
@@ -15,7 +15,10 @@
     "--kv-epsilon also check it against the certified bound), --kv-epsilon E (certified: grow\n"  \
     "each selection from the budget until the skipped softmax mass is provably <= E for every\n"  \
     "query head; 0 = dense), --kv-cert-dense F (a head whose certified selection would list\n"   \
-    "more than F of the pages goes dense at once; default 0.5, 1 = grow to the end).\n"
+    "more than F of the pages goes dense at once; default 0.5, 1 = grow to the end),\n"        \
+    "--kv-resident-bonus B (with --kv-spill: a page whose layer block is in RAM ranks as if\n"   \
+    "its bound were B nats of score higher, so close calls read no disk; default 0 = off,\n"    \
+    "which keeps the tiered output equal to all in RAM).\n"
 
 typedef struct st_cli_quest {
     st_kv_quest_params p;

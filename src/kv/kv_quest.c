@@ -319,7 +319,7 @@ static void fill_dense(st_kv_select *s) {
  * position). Runs of consecutive physical pages are one strided kernel call each. */
 static void rank_range(const st_kv *kv, const st_kv_select *s, int layer, int h,
                        const st_attn_ws *ws, const float *qg, int32_t G, int32_t c_lo,
-                       int32_t c_hi, float *bound) {
+                       int32_t c_hi, float *bound, float bonus) {
     const int D = kv->p.head_dim;
     for (int32_t c0 = c_lo; c0 < c_hi;) {
         int32_t c1 = c0 + 1;
@@ -332,6 +332,9 @@ static void rank_range(const st_kv *kv, const st_kv_select *s, int layer, int h,
     }
     for (int32_t c = c_lo; c < c_hi; c++)
         if (isnan(bound[c])) bound[c] = INFINITY;
+    if (bonus > 0)
+        for (int32_t c = c_lo; c < c_hi; c++)
+            if (kv_blk(kv, s->phys[s->cand[c]], layer)->res == KV_RES_RAM) bound[c] += bonus;
 }
 
 /* KV head h's list once its bounds are in: the k best candidates (top-k, then in view
@@ -387,6 +390,7 @@ typedef struct rank_job {
     int32_t n_cand, n_forced, G, H;
     int64_t k;
     int whole_heads;
+    float bonus; /* in bound units; > 0 only with a tier */
 } rank_job;
 
 static void rank_task(void *arg, int ith, int nth) {
@@ -399,7 +403,7 @@ static void rank_task(void *arg, int ith, int nth) {
         for (int64_t h = lo; h < hi; h++) {
             if (j->k > 0 && j->k < j->n_cand)
                 rank_range(j->kv, j->s, j->layer, (int)h, j->ws, j->q + (size_t)h * qh, j->G, 0,
-                           j->n_cand, j->s->bound + (size_t)h * nv);
+                           j->n_cand, j->s->bound + (size_t)h * nv, j->bonus);
             finish_head(j->s, (int32_t)h, j->n_forced, j->n_cand, j->k, NULL, NULL, 0);
         }
         return;
@@ -411,7 +415,7 @@ static void rank_task(void *arg, int ith, int nth) {
         if (c1 > j->n_cand) c1 = j->n_cand;
         if (c0 >= c1) continue;
         rank_range(j->kv, j->s, j->layer, h, j->ws, j->q + (size_t)h * qh, j->G, (int32_t)c0,
-                   (int32_t)c1, j->s->bound + (size_t)h * nv);
+                   (int32_t)c1, j->s->bound + (size_t)h * nv, j->bonus);
     }
 }
 
@@ -513,10 +517,14 @@ int st_kv_quest_select(const st_kv *kv, st_kv_seq_id seq, int layer, const st_at
     }
     st_threadpool *tp = kv->ctx ? st_ctx_threadpool(kv->ctx) : NULL;
     const int nth = tp ? st_threadpool_n_threads(tp) : 1;
+    const double scale = p->score_scale > 0 ? p->score_scale : 1.0 / sqrt((double)kv->p.head_dim);
+    const float bonus = kv->blk && p->resident_bonus > 0 ? (float)(p->resident_bonus / scale) : 0;
     rank_job job = {.kv = kv, .s = s, .ws = ws, .q = q, .layer = layer, .n_cand = n_cand,
-                    .n_forced = n_forced, .G = G, .H = H, .k = k, .whole_heads = H >= nth};
+                    .n_forced = n_forced, .G = G, .H = H, .k = k, .whole_heads = H >= nth,
+                    .bonus = bonus};
     const int parallel = tp && nth > 1 && (int64_t)n_cand * H >= RANK_MIN_PARALLEL;
-    const int tree = use_tree(kv, s, n_cand, k, H, &rc);
+    /* the group boxes bound pages, not pages plus a residency bonus */
+    const int tree = bonus == 0 && use_tree(kv, s, n_cand, k, H, &rc);
     if (tree) {
         if (parallel && H > 1) st_threadpool_run(tp, tree_task, &job);
         else tree_task(&job, 0, 1);

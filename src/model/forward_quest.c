@@ -36,6 +36,7 @@ static st_kv_quest_params span_quest(const st_runner *r, const span *sp) {
     st_kv_quest_params qp = r->quest;
     if (sp->budget >= 0) qp.budget = sp->budget;
     if (sp->eps >= 0) qp.certify = 1, qp.epsilon = sp->eps;
+    qp.score_scale = r->ag.scale;
     return qp;
 }
 

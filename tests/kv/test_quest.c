@@ -5,6 +5,8 @@
 #include "kv/kv_int.h"
 #include "quest_fx.h"
 
+#include <unistd.h>
+
 /* Appends n tokens of random keys whose scale varies per page (so pages rank differently)
  * in steps of `step` tokens. */
 static void fill(fx *f, st_kv_seq_id s, int n, int step) {
@@ -441,5 +443,110 @@ TEST(test_select_ties) {
     fx_close(&f);
 }
 
+/* The residency bonus (quest.h, resident_bonus): through the SSD tier a candidate whose
+ * block is in RAM ranks as if its bound were B nats higher. Checked as the promise it makes,
+ * against bounds computed here from the public boxes: every candidate left out has a bound
+ * at most B / scale above any candidate chosen, and no more than its own bound minus that
+ * when it is in RAM and the chosen one is not; the budget is the same; B = 0 and a pool
+ * without a tier select exactly as plain Quest does. */
+TEST(test_resident_bonus) {
+    enum { L = 2, H = 2, G = 2, D = 64, P = 16, NP = 30, BUDGET = 10 * P };
+    st_ctx *ctx;
+    REQUIRE(st_ctx_create(NULL, &ctx) == 0);
+    char dir[] = "/tmp/strata-quest-bonus-XXXXXX";
+    REQUIRE(mkdtemp(dir) != NULL);
+    fx f[2]; /* [0]: all in RAM, [1]: tiered, the same keys */
+    for (int t = 0; t < 2; t++) {
+        memset(&f[t], 0, sizeof f[t]);
+        f[t].ctx = ctx, f[t].L = L, f[t].H = H, f[t].D = D, f[t].P = P;
+        st_kv_params p = st_kv_default_params();
+        p.n_layer = L, p.n_kv_head = H, p.head_dim = D, p.page_size = P, p.type = ST_TYPE_F16;
+        p.n_pages = NP + 4;
+        if (t) p.spill_dir = dir, p.ram_pages = 12;
+        REQUIRE(st_kv_create(ctx, &p, &f[t].kv) == 0);
+        REQUIRE(st_attn_ws_create(st_ctx_isa(ctx), &f[t].ws) == 0);
+    }
+    st_kv_seq_id s[2];
+    for (int t = 0; t < 2; t++) {
+        CHECK_OK(st_kv_seq_create(f[t].kv, &s[t]));
+        rng_state = 5;
+        fill(&f[t], s[t], NP * P, P);
+    }
+    st_kv_page_id pages[NP];
+    int np;
+    CHECK_OK(st_kv_seq_pages(f[1].kv, s[1], pages, NP, &np));
+    REQUIRE(np == NP);
+    const double scale = 1.0 / sqrt((double)D);
+    static const double bonuses[] = {0.5, 2, 8};
+    st_kv_select *sel[2], *plain;
+    REQUIRE(st_kv_select_create(&sel[0]) == 0 && st_kv_select_create(&sel[1]) == 0 &&
+            st_kv_select_create(&plain) == 0);
+    float q[H * G * D];
+    int differs = 0, n_res = 0, n_disk = 0, bad = 0, checked = 0;
+    for (int trial = 0; trial < 20; trial++) {
+        rand_vec(q, H * G * D, 1.0f);
+        for (int l = 0; l < L; l++) {
+            st_kv_quest_params qp = st_kv_quest_default_params();
+            qp.budget = BUDGET, qp.dense_layers = 0;
+            CHECK_OK(st_kv_quest_select(f[1].kv, s[1], l, f[1].ws, q, H * G, &qp, plain));
+            for (size_t bi = 0; bi < sizeof bonuses / sizeof *bonuses; bi++) {
+                qp.resident_bonus = bonuses[bi];
+                const float braw = (float)(bonuses[bi] / scale);
+                for (int t = 0; t < 2; t++) CHECK_OK(st_kv_quest_select(f[t].kv, s[t], l, f[t].ws, q, H * G, &qp, sel[t]));
+                for (int h = 0; h < H; h++) {
+                    const int32_t *a, *b, *c;
+                    int32_t na, nb, nc;
+                    CHECK_OK(st_kv_select_head(sel[0], h, &a, &na));
+                    CHECK_OK(st_kv_select_head(sel[1], h, &b, &nb));
+                    CHECK_OK(st_kv_select_head(plain, h, &c, &nc));
+                    /* no tier: the bonus does nothing */
+                    CHECK(na == nc && memcmp(a, c, (size_t)nc * sizeof *c) == 0);
+                    CHECK_INT(nb, BUDGET / P);
+                    differs += nb != nc || memcmp(b, c, (size_t)nc * sizeof *c) != 0;
+                    int chosen[NP] = {0};
+                    for (int i = 0; i < nb; i++) chosen[b[i]] = 1;
+                    CHECK(chosen[0] && chosen[NP - 2] && chosen[NP - 1]); /* the sink and the recent pages */
+                    float bound[NP];
+                    int res[NP];
+                    for (int i = 1; i < NP - 2; i++) {
+                        float mn[D], mx[D];
+                        uint16_t box[2 * D];
+                        CHECK_OK(st_kv_page_box(f[1].kv, pages[i], l, h, mn, mx));
+                        st_attn_box_to_f16(NULL, D, mn, mx, box);
+                        CHECK_OK(st_attn_quest_bounds(f[1].ws, D, G, q + h * G * D, box, 2 * D, 1, &bound[i]));
+                        res[i] = kv_blk_ram(f[1].kv, pages[i], l);
+                        if (trial == 0 && bi == 0) n_res += res[i], n_disk += !res[i];
+                    }
+                    for (int i = 1; i < NP - 2; i++) {
+                        if (chosen[i]) continue;
+                        for (int j = 1; j < NP - 2; j++) {
+                            if (!chosen[j]) continue;
+                            const float slack = 1e-4f * (fabsf(bound[i]) + fabsf(bound[j]) + braw);
+                            const float gi = bound[i] + (res[i] ? braw : 0), gj = bound[j] + (res[j] ? braw : 0);
+                            bad += gi > gj + slack;
+                            bad += bound[i] > bound[j] + braw + slack;
+                            checked++;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    CHECK_INT(bad, 0);
+    CHECK(checked > 10000);
+    CHECK(n_res > 0 && n_disk > 0); /* both kinds of candidate were there to choose from */
+    CHECK(differs > 0);             /* and the bonus changed some choices */
+    char msg[256];
+    CHECK_OK(kv_check(f[1].kv, msg, sizeof msg));
+    st_kv_select_destroy(plain);
+    for (int t = 0; t < 2; t++) {
+        st_kv_select_destroy(sel[t]);
+        st_attn_ws_destroy(f[t].ws);
+        st_kv_destroy(f[t].kv);
+    }
+    CHECK_INT(rmdir(dir), 0);
+    st_ctx_destroy(ctx);
+}
+
 TEST_MAIN(test_box_bruteforce, test_bound_is_upper, test_select_invariants,
-          test_select_ties, test_exactness_gate, test_snapshot_boxes)
+          test_select_ties, test_exactness_gate, test_snapshot_boxes, test_resident_bonus)
