@@ -10,7 +10,7 @@ set -eu
 # Starts the server in the background; sets pid and port.
 start() {
   serve_start -t 1 -c 2048 --session-dir "$work/sessions" --kv-spill "$work/spill" --instance-id t1 \
-    --kv-ram 256K --metrics --shutdown-timeout 60
+    --kv-ram 256K --metrics --shutdown-timeout 300
 }
 
 hist='Once upon a time, in a town by the sea, there lived a keeper of lighthouses'
@@ -45,7 +45,8 @@ cached=$(body_of "$r" | jq .usage.prompt_tokens_details.cached_tokens)
 r=$(curl -s "http://127.0.0.1:$port/v1/sessions")
 [ "$(printf '%s' "$r" | jq -r '.data[0].name')" = lighthouse ] || fail "list: $r"
 
-# SIGTERM while a long streamed request runs: it finishes, then the server exits 0
+# SIGTERM while a long streamed request runs: it finishes (a sanitizer build on a slow machine
+# needs minutes for 1500 tokens, hence the long --shutdown-timeout), then the server exits 0
 curl -s -N -H 'Content-Type: application/json' \
   --data-binary '{"prompt":"Tell me a long story","max_tokens":1500,"temperature":0,"stream":true}' \
   "http://127.0.0.1:$port/v1/completions" >"$work/stream" &
