@@ -72,6 +72,20 @@ typedef struct setting {
     double ppl, copy_loss, pages_frac, spill_mib_step;
 } setting;
 
+/* A comma-separated list of numbers >= 0 (bench_parse_list takes positive integers only, and
+ * 0 dense layers or a 0 bonus are meaningful) into out[0..cap): the count, or -1. */
+static int parse_nonneg(const char *v, double *out, int cap) {
+    int n = 0;
+    for (const char *s = v; *s;) {
+        char *end;
+        const double x = strtod(s, &end);
+        if (end == s || !(x >= 0) || n == cap || (*end && *end != ',')) return -1;
+        out[n++] = x;
+        s = *end ? end + 1 : end;
+    }
+    return n;
+}
+
 int main(int argc, char **argv) {
     long long budgets[MAX_LIST] = {256, 512, 1024, 2048}, dls[MAX_LIST] = {0, 1, 2};
     long long C = 4096, n_chunks = 4, n_passage = 1000, n_filler = 2000, n_trials = 3, n_threads = 2;
@@ -88,20 +102,9 @@ int main(int argc, char **argv) {
         else if (ok && !strcmp(a, "--chunks")) ok = (n_chunks = atoll(v)) > 0;
         else if (ok && !strcmp(a, "--budget")) ok = (n_budgets = bench_parse_list(v, budgets, MAX_LIST)) > 0;
         else if (ok && !strcmp(a, "--dense-layers")) {
-            /* bench_parse_list takes positive numbers only: 0 is spelled out here */
-            n_dls = 0;
-            for (const char *s = v; *s && n_dls < MAX_LIST;) {
-                char *end;
-                long long x = strtoll(s, &end, 10);
-                if (end == s || x < 0) {
-                    ok = 0;
-                    break;
-                }
-                dls[n_dls++] = x;
-                s = *end == ',' ? end + 1 : end;
-                if (*end && *end != ',') ok = 0;
-            }
-            ok = ok && n_dls > 0;
+            double x[MAX_LIST];
+            ok = (n_dls = parse_nonneg(v, x, MAX_LIST)) > 0;
+            for (int i = 0; ok && i < n_dls; i++) ok = x[i] == (double)(dls[i] = (long long)x[i]);
         } else if (ok && !strcmp(a, "--passage")) ok = (n_passage = atoll(v)) > 0;
         else if (ok && !strcmp(a, "--filler")) ok = (n_filler = atoll(v)) >= 0;
         else if (ok && !strcmp(a, "--trials")) ok = (n_trials = atoll(v)) > 0;
@@ -109,19 +112,7 @@ int main(int argc, char **argv) {
         else if (ok && !strcmp(a, "--ram-frac")) ok = (ram_frac = atoll(v)) > 1;
         else if (ok && !strcmp(a, "--spill-dir")) spill_root = v;
         else if (ok && !strcmp(a, "--resident-bonus")) {
-            n_bonus = 0;
-            for (const char *s = v; *s && n_bonus < MAX_LIST;) {
-                char *end;
-                const double x = strtod(s, &end);
-                if (end == s || !(x >= 0)) {
-                    ok = 0;
-                    break;
-                }
-                bonuses[n_bonus++] = x;
-                s = *end == ',' ? end + 1 : end;
-                if (*end && *end != ',') ok = 0;
-            }
-            ok = ok && n_bonus > 0;
+            ok = (n_bonus = parse_nonneg(v, bonuses, MAX_LIST)) > 0;
         } else ok = 0;
         if (!ok) {
             fprintf(stderr, "usage: fidelity [-m MODEL] [-f TEXT] [-c CTX] [--chunks N] [--budget 256,512,...] "
