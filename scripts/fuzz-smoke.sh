@@ -8,7 +8,8 @@
 # a few edit lists for model_fuzz (its first byte picks the base model, then edits follow),
 # a few request bodies for server_request_fuzz (first byte: completions or chat), a valid
 # session file and patches of one for session_file_fuzz ('S' and 'P', see its header), a valid
-# prefix-cache file and patches of one for prefix_file_fuzz ('S' and 'P', see its header).
+# prefix-cache file and patches of one for prefix_file_fuzz ('S' and 'P', see its header), the
+# valid llama2.c pair and patches of it for llama2c_fuzz (see its header).
 set -euo pipefail
 build=${1:-build-fuzz}
 secs=${2:-20}
@@ -23,7 +24,7 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 
 mkdir -p "$work/seeds/gguf" "$work/seeds/kv_snapshot" "$work/seeds/tok" "$work/seeds/model" "$work/seeds/server_request" \
-  "$work/seeds/session_file" "$work/seeds/prefix_file"
+  "$work/seeds/session_file" "$work/seeds/prefix_file" "$work/seeds/llama2c"
 "$build/tests/test_gguf_corpus" --write "$work/seeds/gguf" >/dev/null
 printf 'S' >"$work/seeds/kv_snapshot/valid"
 printf 'P\x00\x10\x01' >"$work/seeds/kv_snapshot/patch"
@@ -46,6 +47,9 @@ printf 'P\x01\x10\x00\xff' >"$work/seeds/session_file/model"    # the fingerprin
 printf 'S' >"$work/seeds/prefix_file/valid"
 printf 'P\x0c\x00\x03' >"$work/seeds/prefix_file/parts"       # the part count edited, checksum fixed
 printf 'P\x00\x02\x01\xc0' >"$work/seeds/prefix_file/cut"    # a page record edited, cut in the second part
+printf '\x02' >"$work/seeds/llama2c/valid"                       # the valid pair, f32
+printf '\x03\x08\x00\x40' >"$work/seeds/llama2c/q8_0"             # q8_0, n_layers edited: refused
+printf '\x02\x14\x00\x01\xf0' >"$work/seeds/llama2c/cut"          # vocab_size edited, cut in the checkpoint
 
 fail=0
 for t in "${targets[@]}"; do

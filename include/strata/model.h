@@ -167,6 +167,33 @@ int st_synth_write_memory(st_ctx *ctx, const st_synth_params *p, void **buf, siz
  * st_synth_write would refuse; the vocab file's error). For caches of made models. */
 int st_synth_check(st_ctx *ctx, const st_synth_params *p, st_gguf *g);
 
+/* ---- llama2.c checkpoints -------------------------------------------------------------
+ * A checkpoint of llama2.c's run.c (legacy format: seven int32 — dim, hidden_dim, n_layers,
+ * n_heads, n_kv_heads, vocab_size (negative: the classifier is not the embedding), seq_len —
+ * then every weight as float32) with its tokenizer.bin, written as a llama GGUF: RoPE base
+ * 10000, RMS epsilon 1e-5 (run.c's), output.weight always present (a copy of the embedding
+ * when shared), norms f32, every matrix in `type` (f16 where its rows do not fit the type's
+ * blocks). Tokens 0-2 become <unk> <s> </s>, 3-258 the byte tokens when their pieces spell
+ * bytes 0x00..0xFF in order, spaces U+2581, scores kept. The layout is described in
+ * docs/FORMATS.md. */
+typedef struct st_llama2c_params {
+    st_type type;     /* matrices: ST_TYPE_F32 (as stored), F16, BF16 or a quantized type with kernels */
+    const char *name; /* general.name, or NULL for "llama2.c" */
+} st_llama2c_params;
+
+/* Converts the files at model_path and tok_path and writes out_path atomically (the GGUF
+ * writer's rule). Returns 0; ST_E_FORMAT naming the file and the problem (a header out of
+ * range, a size that does not match the header, a NaN or infinite weight (naming the tensor
+ * and row), a tokenizer that is truncated or holds another vocabulary size); ST_E_UNSUPPORTED for llama2.c's versioned exports (magic "ak42");
+ * ST_E_INVAL for a type without kernels; ST_E_NOMEM; -errno. Nothing is written on error.
+ * Reads both files whole. ctx gives the error message; one thread. */
+int st_llama2c_convert(st_ctx *ctx, const char *model_path, const char *tok_path, const st_llama2c_params *p,
+                       const char *out_path);
+/* Same over images in memory (borrowed), into a malloc'd GGUF image (*out owned by the
+ * caller: free()). For the fuzz target and tests. */
+int st_llama2c_convert_memory(st_ctx *ctx, const void *model, size_t model_size, const void *tok, size_t tok_size,
+                              const st_llama2c_params *p, void **out, size_t *out_size);
+
 /* ---- forward --------------------------------------------------------------------------- */
 
 typedef struct st_batch {

@@ -21,6 +21,7 @@ int st_cli_exit_code(int err);
     X(perplexity, "perplexity of a text file, chunked as llama.cpp does")                \
     X(inspect, "print a GGUF file's header, metadata and tensor table")                 \
     X(mkmodel, "write a llama-family GGUF with random weights for a given shape")        \
+    X(convert, "write a llama2.c checkpoint and its tokenizer as a GGUF")               \
     X(tokenize, "print the pieces and ids of a text")                                   \
     X(bench, "decode/prefill benchmark on synthetic models")                            \
     X(spill, "manage KV spill directories (gc)")

@@ -1,6 +1,7 @@
 /* The CLI's exit codes: 0 ok, 2 when the user's input is wrong, 1 for an internal failure.
  * The mapping table is checked code by code (exit_code.c is compiled in), then the binary
- * is run on a missing, a malformed and a directory "model" (2), a bad STRATA_ISA (2), and on
+ * is run on a missing, a malformed and a directory "model" (2), a bad STRATA_ISA (2), a text
+ * file given to `convert` as a llama2.c checkpoint and a missing option of it (2), and on
  * two failures that are not the input's fault: stdout on /dev/full (1), and a 2 GiB model
  * that cannot be mapped under `ulimit -v` (ENOMEM, 1; skipped under ASan, whose shadow
  * memory cannot live under that limit). */
@@ -48,7 +49,7 @@ static int sh_run(const char *pre, const char *args, const char *out, char **err
 
 TEST(test_exit_codes_cli) {
     atexit(chat_cleanup);
-    char path[256], args[512], *err = NULL;
+    char path[256], args[1024], *err = NULL;
     const char *dir = chat_dir();
 
     snprintf(args, sizeof args, "inspect %s/missing.gguf", dir);
@@ -77,6 +78,20 @@ TEST(test_exit_codes_cli) {
     free(err);
     REQUIRE(sh_run(":", args, "/dev/null", &err) == 0);
     free(err);
+
+    /* convert: a text file as a llama2.c checkpoint, and a missing option, are the input's fault */
+    snprintf(path, sizeof path, "%s/garbage.gguf", dir);
+    snprintf(args, sizeof args, "convert --llama2c %s --vocab %s -o %s/out.gguf", path, path, dir);
+    CHECK_INT(sh_run(":", args, "/dev/null", &err), 2);
+    CHECK(err && strstr(err, "garbage.gguf") && strstr(err, "dim"));
+    free(err);
+    snprintf(args, sizeof args, "%s/out.gguf", dir);
+    CHECK(access(args, F_OK) != 0);
+    snprintf(args, sizeof args, "convert --llama2c %s -o %s/out.gguf", path, dir);
+    CHECK_INT(sh_run(":", args, "/dev/null", &err), 2);
+    CHECK(err && strstr(err, "--vocab"));
+    free(err);
+    snprintf(path, sizeof path, "%s/tiny.gguf", dir);
 
     /* the input is fine; the output cannot be written */
     snprintf(args, sizeof args, "inspect %s", path);
