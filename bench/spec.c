@@ -19,9 +19,12 @@
  * each against the same plain runs.
  *
  * --cpu-time times runs by the process's CPU seconds (for a loaded machine, at -t 1).
+ * -m MODEL.gguf (repeatable) adds a model's lookup rows, at its own context (min(its, 4096)):
+ * a trained model of another vocabulary, such as a llama2.c checkpoint made GGUF by
+ * `strata convert`.
  *
  * usage: spec [-t THREADS] [-n TOKENS] [--ngram N] [--draft-max M] [--draft-p-min P] [--reps R]
- *             [--cpu-time] */
+ *             [--cpu-time] [--synth none|small|1b|both] [--models DIR] [-m MODEL.gguf ...] */
 #include "bench_common.h"
 #include "strata/engine.h"
 
@@ -144,7 +147,8 @@ static const char *passage =
     "you to Tom, and they played with the ball together all day long. They were very happy.";
 
 int main(int argc, char **argv) {
-    const char *synth = "none", *models_dir = "/tmp/strata-bench";
+    const char *synth = "none", *models_dir = "/tmp/strata-bench", *extra[8];
+    int n_extra = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(a, "-t")) n_threads = atoi(v), i++;
@@ -156,9 +160,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--cpu-time")) cpu_clock = 1;
         else if (!strcmp(a, "--synth")) synth = v, i++;
         else if (!strcmp(a, "--models")) models_dir = v, i++;
+        else if (!strcmp(a, "-m") && n_extra < 8 && *v) extra[n_extra++] = v, i++;
         else {
             fprintf(stderr, "usage: spec [-t THREADS] [-n TOKENS] [--ngram N] [--draft-max M] [--draft-p-min P] [--reps R] [--cpu-time] "
-                            "[--synth none|small|1b|both] [--models DIR]\n");
+                            "[--synth none|small|1b|both] [--models DIR] [-m MODEL.gguf ...]\n");
             return 2;
         }
     }
@@ -204,6 +209,14 @@ int main(int argc, char **argv) {
         const int n_src = have[!m] ? 3 : 1;
         rows(models[m], "copy", &q, copy, sc, n_src);
         rows(models[m], "free", &q, free_prompt, sc, n_src);
+    }
+    for (int m = 0; m < n_extra; m++) {
+        st_engine_params q = p;
+        q.model_path = extra[m];
+        q.n_ctx = 0;
+        const char *base = strrchr(extra[m], '/');
+        row(base ? base + 1 : extra[m], "copy", &q, copy);
+        row(base ? base + 1 : extra[m], "free", &q, free_prompt);
     }
     /* the synthetic models of bench/batch: random weights (their text loops, which the lookup
      * catches), but sizes where a step's cost is the weights' read (1b: from DRAM) */
