@@ -48,8 +48,16 @@
  * KV cache (its pages rescale for later tokens); with a Quest budget a request drafts only
  * while the budget still covers every page of its sequence (plus one position), so that
  * plain decode's selection would be dense too, and decodes plain tokens past that. The draft
- * length follows the acceptance (doubling after a whole draft taken, one past what a partial
- * round took), and a round that accepts nothing pauses drafting for 1, 2, 4 .. 32 steps.
+ * length starts at 2 and follows the acceptance (doubling after a whole draft taken, up to
+ * draft_max; one past what a partial round took), and a round that accepts nothing pauses
+ * drafting for 1, 2, 4 .. 32 steps.
+ * Engine-wide, decode steps with a verify round are timed against those without: while
+ * they cost more seconds per emitted token (a verify forward of 1 + k tokens can cost
+ * nearly k + 1 plain ones where a step is bound by arithmetic, not by the weights' read),
+ * no request drafts for 8, 16, 32, then 64 steps before drafting is tried again
+ * (spec_paused_steps counts the steps held back). Drafting then depends on timing, which
+ * changes which tokens are verified, never which are emitted under greedy decode, nor the
+ * distribution under sampling.
  *
  * Speculative decoding with a draft model (llama.cpp's -md). With a draft model loaded (its
  * vocabulary checked equal to the target's at the open), a request with spec_draft on keeps
@@ -349,6 +357,8 @@ typedef struct st_engine_stats {
     int64_t spec_model_drafted;  /* of the drafted tokens, the draft model's */
     int64_t spec_model_accepted; /* of the accepted tokens, the draft model's */
     int64_t spec_model_steps;    /* draft model forwards run (catch-up and drafting) */
+    int64_t spec_paused_steps;   /* steps in which the cost check held drafts back (verify
+                                    rounds had cost more per emitted token than plain steps) */
 } st_engine_stats;
 
 /* Read-only. */

@@ -315,9 +315,10 @@ static int generate(st_engine *e, st_cli_session *s, const run_opts *o, const in
     st_engine_stats es;
     st_engine_get_stats(e, &es);
     if (es.spec_drafts)
-        fprintf(stderr, "speculative: %lld rounds, %lld tokens drafted, %lld accepted (%.1f%%)\n",
+        fprintf(stderr, "speculative: %lld rounds, %lld tokens drafted, %lld accepted (%.1f%%), %lld steps paused\n",
                 (long long)es.spec_drafts, (long long)es.spec_drafted, (long long)es.spec_accepted,
-                es.spec_drafted ? 100.0 * (double)es.spec_accepted / (double)es.spec_drafted : 0.0);
+                es.spec_drafted ? 100.0 * (double)es.spec_accepted / (double)es.spec_drafted : 0.0,
+                (long long)es.spec_paused_steps);
     if (es.spec_model_steps)
         fprintf(stderr, "draft model: %lld forwards, %lld rounds, %lld tokens drafted, %lld accepted\n",
                 (long long)es.spec_model_steps, (long long)es.spec_model_drafts, (long long)es.spec_model_drafted,

@@ -134,7 +134,9 @@ int st_engine_submit(st_engine *e, const st_engine_req_params *p, st_req_id *id)
      * tokens of their page (q8_0 rescales a page for a larger value) */
     q->spec_ngram = p->spec_ngram < 0 ? e->p.spec_ngram : p->spec_ngram;
     q->draft_max = p->draft_max > 0 ? p->draft_max : e->p.draft_max;
-    q->spec_len = q->draft_max;
+    /* the first round drafts 2: a model that does not copy then pays a short verify for
+     * nothing, and one that does reaches draft_max after a few doublings */
+    q->spec_len = q->draft_max < 2 ? q->draft_max : 2;
     /* the draft model knows the prompt and what follows, not a given sequence's tokens */
     q->dseq = -1;
     q->use_dm = e->dkv && (p->spec_draft < 0 ? e->p.spec_draft : p->spec_draft) && q->len0 == 0;
@@ -363,7 +365,7 @@ static int admit_waiting(st_engine *e) {
  * (en_draft_run, for every request that wants it at once); a draft under draft_min is
  * dropped. Returns 0 or ST_E_NOMEM. */
 static int plan_drafts(st_engine *e, int32_t n_dec) {
-    int32_t n = 0, placed = 0;
+    int32_t n = 0, placed = 0, held = 0;
     for (int i = 0; i < e->n_reqs; i++) {
         en_req *q = e->reqs[i];
         q->step_n = 0, q->step_row = -1, q->step_draft = 0, q->dm_want = 0, q->step_src = 0;
@@ -376,10 +378,12 @@ static int plan_drafts(st_engine *e, int32_t n_dec) {
                         : 0;
         placed++;
         if (d > 0 && q->spec_cool > 0) q->spec_cool--, d = 0;
+        if (d > 0 && e->spec_cost.pause > 0) held = 1, d = 0;
         if (d > 0 && q->spec_ngram) q->step_draft = en_spec_draft(q, d);
         if (d > 0 && !q->step_draft && q->use_dm && d >= e->p.draft_min && !en_draft_in_debt(q)) q->dm_want = d;
         n += 1 + (q->step_draft ? q->step_draft : q->dm_want);
     }
+    e->st.spec_paused_steps += held;
     int rc = en_draft_run(e);
     for (int i = 0; i < e->n_reqs; i++)
         if (e->reqs[i]->step_draft < e->p.draft_min) e->reqs[i]->step_draft = 0;
@@ -517,6 +521,7 @@ int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) 
     *n_events = 0;
     e->n_ev = 0;
     e->n_text = 0;
+    e->t_dstep = 0;
     int rc = 0;
     for (int i = 0; i < e->n_reqs && !rc; i++)
         if (e->reqs[i]->cancel) {
@@ -526,6 +531,8 @@ int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) 
     if (!rc) preempt_for_ram(e);
     if (!rc) rc = admit_waiting(e);
     int32_t n = 0;
+    int prefill = 0, verify = 0;
+    double t_fwd = 0;
     while (!rc) {
         if (!(n = build_batch(e))) break;
         if (n < 0) {
@@ -537,10 +544,9 @@ int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) 
                       .prefill = e->b_prefill, .quest_budget = e->b_budget, .quest_epsilon = e->b_eps, .verify = e->b_verify};
         int frc = st_runner_forward(e->runner, &b, e->logits);
         if (!frc) {
-            int prefill = 0;
-            for (int32_t j = 0; j < n && !prefill; j++) prefill = e->b_prefill[j];
-            const double s = st_runner_last_seconds(e->runner);
-            if (!prefill) e->t_step = e->t_step > 0 ? 0.8 * e->t_step + 0.2 * s : s;
+            for (int32_t j = 0; j < n; j++) prefill |= e->b_prefill[j], verify |= e->b_verify[j];
+            t_fwd = st_runner_last_seconds(e->runner);
+            if (!prefill) e->t_step = e->t_step > 0 ? 0.8 * e->t_step + 0.2 * t_fwd : t_fwd;
             break;
         }
         en_req *bad = by_seq(e, st_runner_failed_seq(e->runner));
@@ -556,6 +562,7 @@ int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) 
         if (frc == ST_E_POOL_FULL && e->tier && n_running(e) > 1) preempt(e, bad);
         else rc = fail_req(e, bad, frc);
     }
+    const int64_t gen0 = e->st.tokens_generated;
     if (n > 0) {
         e->st.steps++;
         /* sample in table order; a finish removes the entry, so i moves on only when none did */
@@ -587,6 +594,8 @@ int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) 
         }
     }
     if (!rc && n > 0) rc = en_draft_follow(e);
+    if (!rc && n > 0 && !prefill)
+        en_spec_cost_record(&e->spec_cost, t_fwd + e->t_dstep, e->st.tokens_generated - gen0, verify);
     for (int i = 0; i < e->n_ev; i++) {
         e->ev[i].text = e->text ? e->text + (uintptr_t)e->ev[i].text : "";
         e->ev[i].error_msg = e->text ? e->text + (uintptr_t)e->ev[i].error_msg : "";

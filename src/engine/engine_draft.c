@@ -168,6 +168,7 @@ static int dforward(st_engine *e, int32_t n, int32_t n_rows) {
         return rc;
     }
     const double s = st_runner_last_seconds(e->drunner);
+    e->t_dstep += s;
     for (int32_t r = 0; r < n_rows; r++) e->drows[r]->dm_cost += s / n_rows;
     return 0;
 }

@@ -68,6 +68,29 @@ typedef struct en_req {
     int64_t step_len0;      /* its KV length before the step */
 } en_req;
 
+/* The engine-wide cost check of drafting (engine_spec.c). The per-request throttle sees
+ * only acceptance; whether a verify round pays also depends on what a forward of 1 + k tokens
+ * costs against one of 1 on this machine and model (little more where the weights' read
+ * bounds a step, nearly k times more where the matmul's arithmetic does). So the engine
+ * compares the seconds per emitted token of recent decode-only steps with a verify round
+ * against those without, and while verify steps cost more per token, no request drafts for
+ * 8, 16, 32, then 64 steps before it tries again. */
+typedef struct en_spec_cost {
+    double s[2];    /* forward seconds (the draft model's included) of recent decode-only
+                       steps without [0] and with [1] a verify round */
+    int64_t tok[2]; /* tokens they emitted */
+    int32_t n[2];   /* how many steps; a window halves past EN_SPEC_COST_WINDOW */
+    int32_t pause;  /* decode steps left in which no request drafts */
+    int32_t exp;    /* the next pause lasts 8 << exp steps */
+} en_spec_cost;
+
+/* One decode-only step's cost: the seconds of its forwards, the tokens it emitted, whether
+ * a request verified a draft in it. Counts a pause down, and starts one when verify steps
+ * have cost more per emitted token (after 4 of each), or, with 16 verify steps and fewer
+ * than 4 plain ones to compare with, a pause of 4 steps to measure plain decode. Returns 1
+ * when it started a pause. */
+int en_spec_cost_record(en_spec_cost *c, double seconds, int64_t emitted, int verify);
+
 /* Creates a request's sampler, detokenizer and copies of its stop strings and biases.
  * Returns 0, ST_E_INVAL (named in ctx), ST_E_NOMEM. */
 int en_req_init(en_req *q, st_ctx *ctx, const st_tok *tok, int32_t n_vocab, const st_engine_req_params *p);
@@ -181,6 +204,8 @@ struct st_engine {
     float *dlogits;         /* [n_parallel][n_vocab] */
     en_req **drows;         /* [n_parallel] the request of each logits row */
     double t_step;          /* seconds of a target forward without prompt tokens (moving mean) */
+    double t_dstep;         /* seconds of draft-model forwards in this step */
+    en_spec_cost spec_cost;
 };
 
 /* Pages holding tokens positions. */

@@ -1,6 +1,7 @@
 /* Prompt lookup drafting (speculative decoding): a request's history (prompt + generated
  * tokens), the n-gram search that proposes a draft from it, and the throttle that turns
- * drafting down while drafts keep being rejected. The verify round itself (one forward,
+ * drafting down while drafts keep being rejected, and the engine-wide check that verify
+ * rounds cost less per token than plain steps. The verify round itself (one forward,
  * acceptance, rewind) is the step's, in engine.c. */
 #include "engine/engine_int.h"
 
@@ -78,4 +79,30 @@ void en_spec_miss(en_req *q) {
     if (q->spec_miss < 5) q->spec_miss++;
     q->spec_cool = 1 << q->spec_miss >> 1;
     if (q->spec_cool < 1) q->spec_cool = 1;
+}
+
+#define EN_SPEC_COST_WINDOW 32
+
+int en_spec_cost_record(en_spec_cost *c, double seconds, int64_t emitted, int verify) {
+    const int v = verify != 0;
+    if (c->pause > 0) c->pause--;
+    if (emitted <= 0 || !(seconds >= 0)) return 0;
+    c->s[v] += seconds, c->tok[v] += emitted, c->n[v]++;
+    if (c->n[v] > EN_SPEC_COST_WINDOW) c->s[v] /= 2, c->tok[v] /= 2, c->n[v] /= 2;
+    if (!v || c->pause > 0) return 0;
+    if (c->n[0] < 4) {
+        if (c->n[1] < 16) return 0;
+        c->pause = 4;
+        return 1;
+    }
+    if (c->n[1] < 4) return 0;
+    /* s1 / tok1 > s0 / tok0, without dividing */
+    if (c->s[1] * (double)c->tok[0] <= c->s[0] * (double)c->tok[1]) {
+        c->exp = 0;
+        return 0;
+    }
+    c->pause = 8 << c->exp;
+    if (c->exp < 3) c->exp++;
+    c->s[1] = 0, c->tok[1] = 0, c->n[1] = 0;
+    return 1;
 }

@@ -186,6 +186,9 @@ static void metrics_text(const st_server *s, mbuf *m) {
     one(m, "spec_model_accepted_tokens_total", "counter",
         "Speculative decoding: draft-model tokens accepted (emitted).", e->spec_model_accepted);
     one(m, "spec_model_steps_total", "counter", "Speculative decoding: draft model forwards.", e->spec_model_steps);
+    one(m, "spec_paused_steps_total", "counter",
+        "Speculative decoding: steps without drafts because verify steps had cost more per token.",
+        e->spec_paused_steps);
     one(m, "sparse_pages_attended_total", "counter",
         "Quest sparse decode: KV pages attended, summed over sparse layers and KV heads.", s->qst.pages_listed);
     one(m, "sparse_pages_total", "counter", "Quest sparse decode: KV pages a dense pass would have read, same sum.",

@@ -426,6 +426,7 @@ TEST(test_spec_request) {
     CHECK_INT(isample(m, "strata_spec_drafts_total"), es.spec_drafts);
     CHECK_INT(isample(m, "strata_spec_drafted_tokens_total"), es.spec_drafted);
     CHECK_INT(isample(m, "strata_spec_accepted_tokens_total"), es.spec_accepted);
+    CHECK_INT(isample(m, "strata_spec_paused_steps_total"), es.spec_paused_steps);
     json_decref(oa), json_decref(ob);
     free(a), free(b), free(m);
     srv_close(&v);
