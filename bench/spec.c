@@ -10,7 +10,8 @@
  * Models: the built-in synthetic model (random weights: it does not copy, but falls into
  * loops the lookup catches), stories260K and tiny-long from ../shared/models when present.
  * For each: decode tok/s (generated tokens after the first / the time since the first),
- * plain and with drafting, the ratio, the acceptance rate (accepted / drafted), rounds, and
+ * plain and with drafting, the ratio, the acceptance rate (accepted / drafted), rounds, the
+ * steps the engine's cost check held drafting back (verify steps had cost more per token), and
  * whether the two token streams are identical (they must be). Plain and speculative runs
  * alternate and the best of --reps runs of each is printed.
  *
@@ -116,7 +117,7 @@ static void rows(const char *model, const char *task, const st_engine_params *p,
     for (int i = 0; i < reps; i++)
         for (int j = 0; j <= n_src; j++) {
             if (measure(p, prompt, j ? &sc[j - 1] : NULL, &r)) {
-                printf("| %s | %s | %s | error | | | | | |\n", model, j ? sc[j - 1].name : "plain", task);
+                printf("| %s | %s | %s | error | | | | | | |\n", model, j ? sc[j - 1].name : "plain", task);
                 return;
             }
             if (r.tps > best[j].tps) best[j] = r;
@@ -125,11 +126,11 @@ static void rows(const char *model, const char *task, const st_engine_params *p,
     for (int j = 1; j <= n_src; j++) {
         const res *b = &best[j];
         const int same = a->n == b->n && !memcmp(a->toks, b->toks, sizeof(int32_t) * (size_t)a->n);
-        printf("| %s | %s | %s | %.1f | %.1f | %.2fx | %.0f%% (%lld/%lld) | %lld | %s |\n", model, sc[j - 1].name,
+        printf("| %s | %s | %s | %.1f | %.1f | %.2fx | %.0f%% (%lld/%lld) | %lld | %lld | %s |\n", model, sc[j - 1].name,
                task, a->tps, b->tps, a->tps > 0 ? b->tps / a->tps : 0.0,
                b->es.spec_drafted ? 100.0 * (double)b->es.spec_accepted / (double)b->es.spec_drafted : 0.0,
                (long long)b->es.spec_accepted, (long long)b->es.spec_drafted, (long long)b->es.spec_drafts,
-               same ? "yes" : "NO");
+               (long long)b->es.spec_paused_steps, same ? "yes" : "NO");
     }
     fflush(stdout);
 }
@@ -175,8 +176,8 @@ int main(int argc, char **argv) {
     const char *free_prompt = "Once upon a time";
     printf("bench/spec: %d threads, %d generated tokens, greedy, --spec-ngram %d --draft-max %d --draft-p-min %.2f, "
            "best of %d, %s time\n\n", n_threads, n_gen, ngram, draft_max, p_min, reps, cpu_clock ? "CPU" : "wall");
-    printf("| model | drafts by | task | plain tok/s | spec tok/s | speed-up | accepted | rounds | identical |\n");
-    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    printf("| model | drafts by | task | plain tok/s | spec tok/s | speed-up | accepted | rounds | paused steps | identical |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     st_engine_params p = st_engine_default_params();
     p.n_threads = n_threads;
     p.n_parallel = 1;
