@@ -263,6 +263,26 @@ st_model_load_params st_cli_model_load_params(int mmap) {
     return p;
 }
 
+int st_cli_report_written(st_ctx *ctx, const char *cmd, int rc, const char *out, double t0) {
+    if (rc) {
+        fprintf(stderr, "strata %s: %s\n", cmd, *st_ctx_error(ctx) ? st_ctx_error(ctx) : st_strerror(rc));
+        st_ctx_destroy(ctx);
+        return st_cli_exit_code(rc);
+    }
+    st_model *m = NULL;
+    st_model_load_params lp = st_cli_model_load_params(0);
+    rc = st_model_load(ctx, out, &lp, &m);
+    if (!rc)
+        fprintf(stderr, "wrote %s in %.1f s: %s, %.1f M params, %.1f MiB of weights per token\n", out,
+                st_time_now() - t0, st_model_desc(m), st_model_n_params(m) / 1e6,
+                st_model_weight_bytes(m) / 1048576.0);
+    else
+        fprintf(stderr, "strata %s: wrote %s but cannot load it back: %s\n", cmd, out, st_ctx_error(ctx));
+    st_model_destroy(m);
+    st_ctx_destroy(ctx);
+    return rc ? ST_EXIT_INTERNAL : 0;
+}
+
 int st_cli_session_open(const char *cmd, const st_cli_session_opts *o, st_cli_session *s) {
     memset(s, 0, sizeof *s);
     int rc = st_cli_ctx_create(cmd, o->n_threads, &s->ctx);

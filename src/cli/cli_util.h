@@ -118,6 +118,13 @@ typedef struct st_cli_session_opts {
  * keeps the row layout (model.h); mmap (1 --mmap, -1 --no-mmap, 0 not given) overrides
  * STRATA_MMAP. Reads the environment, hence here and not in the library. */
 st_model_load_params st_cli_model_load_params(int mmap);
+
+/* After a command wrote the model file out (begun at t0, st_time_now): the file loaded back
+ * and its summary on stderr ("wrote OUT in S s: ..."), or why it does not load, named for
+ * cmd. Takes ctx's result of the write: rc != 0 reports ctx's error and returns its exit
+ * code. Destroys ctx. Returns 0, the write's exit code, or ST_EXIT_INTERNAL (written but
+ * not loadable). */
+int st_cli_report_written(st_ctx *ctx, const char *cmd, int rc, const char *out, double t0);
 #define ST_CLI_MMAP_USAGE                                                                       \
     "--mmap maps the model file instead of reading it into memory (less RAM when processes\n"   \
     "share it, but the weights stay in the file's row layout); --no-mmap reads it, the\n"       \

@@ -85,23 +85,7 @@ int st_cmd_mkmodel(int argc, char **argv) {
     st_ctx *ctx = NULL;
     int rc = st_cli_ctx_create("mkmodel", (int)n_threads, &ctx);
     if (rc) return rc;
-    double t0 = st_time_now();
+    const double t0 = st_time_now();
     rc = st_synth_write(ctx, &p, out);
-    if (rc) {
-        fprintf(stderr, "strata mkmodel: %s\n", *st_ctx_error(ctx) ? st_ctx_error(ctx) : st_strerror(rc));
-        st_ctx_destroy(ctx);
-        return st_cli_exit_code(rc);
-    }
-    st_model *m = NULL;
-    st_model_load_params lp = st_cli_model_load_params(0);
-    rc = st_model_load(ctx, out, &lp, &m);
-    if (!rc)
-        fprintf(stderr, "wrote %s in %.1f s: %s, %.1f M params, %.1f MiB of weights per token\n", out,
-                st_time_now() - t0, st_model_desc(m), st_model_n_params(m) / 1e6,
-                st_model_weight_bytes(m) / 1048576.0);
-    else
-        fprintf(stderr, "strata mkmodel: wrote %s but cannot load it back: %s\n", out, st_ctx_error(ctx));
-    st_model_destroy(m);
-    st_ctx_destroy(ctx);
-    return rc ? ST_EXIT_INTERNAL : 0;
+    return st_cli_report_written(ctx, "mkmodel", rc, out, t0);
 }
