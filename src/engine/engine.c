@@ -383,7 +383,7 @@ static int plan_drafts(st_engine *e, int32_t n_dec) {
         if (d > 0 && !q->step_draft && q->use_dm && d >= e->p.draft_min && !en_draft_in_debt(q)) q->dm_want = d;
         n += 1 + (q->step_draft ? q->step_draft : q->dm_want);
     }
-    e->st.spec_paused_steps += held;
+    e->step_held = held;
     int rc = en_draft_run(e);
     for (int i = 0; i < e->n_reqs; i++)
         if (e->reqs[i]->step_draft < e->p.draft_min) e->reqs[i]->step_draft = 0;
@@ -565,6 +565,7 @@ int st_engine_step(st_engine *e, const st_engine_event **events, int *n_events) 
     const int64_t gen0 = e->st.tokens_generated;
     if (n > 0) {
         e->st.steps++;
+        e->st.spec_paused_steps += e->step_held; /* once per step, not per retried batch */
         /* sample in table order; a finish removes the entry, so i moves on only when none did */
         for (int i = 0; i < e->n_reqs && !rc;) {
             en_req *q = e->reqs[i];

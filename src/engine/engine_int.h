@@ -206,6 +206,7 @@ struct st_engine {
     double t_step;          /* seconds of a target forward without prompt tokens (moving mean) */
     double t_dstep;         /* seconds of draft-model forwards in this step */
     en_spec_cost spec_cost;
+    int step_held;          /* this step's batch: the cost check's pause held a draft back */
 };
 
 /* Pages holding tokens positions. */
